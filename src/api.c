@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Exported entry points that we only forward, generated from the one symbol list. */
+#include <stdio.h>
+
+#include "debug.h"
+#include "forward.h"
+#include "nccl_api.h"
+#include "param.h"
+#include "symmcoll.h"
+
+#define SYMM_DEFINE_FORWARDER(ret, name, params, args, fail) \
+  SYMM_EXPORT ret name params;                               \
+  ret name params { SYMM_FORWARD(name, args, fail); }        \
+  SYMM_PROFILING_ALIAS(ret, name, params)
+SYMMCOLL_FORWARDED_FUNCS(SYMM_DEFINE_FORWARDER)
+#undef SYMM_DEFINE_FORWARDER
+
+SYMM_EXPORT ncclResult_t ncclGetVersion(int* version) {
+  SYMM_FORWARD(ncclGetVersion, (version), ncclSystemError);
+}
+SYMM_PROFILING_ALIAS(ncclResult_t, ncclGetVersion, (int* version))
+
+/* Works without a real NCCL too, so that error paths can always print a reason. */
+SYMM_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
+  if (symmRealLoad() == ncclSuccess && symmReal.ncclGetErrorString != NULL)
+    return symmReal.ncclGetErrorString(result);
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+SYMM_PROFILING_ALIAS(const char*, ncclGetErrorString, (ncclResult_t result))
+
+/* Resets our own logging too, then the real NCCL's. */
+SYMM_EXPORT void ncclResetDebugInit(void) {
+  symmParamResetAll();
+  symmLogReset();
+  if (symmRealLoad() == ncclSuccess && symmReal.ncclResetDebugInit != NULL)
+    symmReal.ncclResetDebugInit();
+}
+SYMM_PROFILING_ALIAS(void, ncclResetDebugInit, (void))
+
+/* Internal NCCL symbol with no profiling twin; exported because NCCL exports it. */
+SYMM_EXPORT void ncclResetDebugInitInternal(void);
+void ncclResetDebugInitInternal(void) {
+  if (symmRealLoad() == ncclSuccess && symmReal.ncclResetDebugInitInternal != NULL)
+    symmReal.ncclResetDebugInitInternal();
+}
+
+/* Not part of NCCL's ABI: lists every SYMMCOLL_* knob with its value, default and help. */
+SYMM_EXPORT void symmcollPrintParams(FILE* out) { symmParamPrintAll(out ? out : stdout); }

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The communicator side table: a small hash map keyed by the real ncclComm_t. */
+#include "comm.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "checks.h"
+#include "forward.h"
+
+#define TABLE_BUCKETS 256
+
+static pthread_rwlock_t tableLock = PTHREAD_RWLOCK_INITIALIZER;
+static struct symmComm* buckets[TABLE_BUCKETS];
+static int liveCount;
+
+static unsigned bucketOf(ncclComm_t real) {
+  uintptr_t v = (uintptr_t)real;
+  v ^= v >> 17;
+  v *= 0x9E3779B97F4A7C15ull;
+  return (unsigned)(v >> 56) % TABLE_BUCKETS;
+}
+
+ncclResult_t symmCommAdd(ncclComm_t real, int blocking, struct symmComm** out) {
+  if (real == NULL) return ncclInvalidArgument;
+  struct symmComm* comm = calloc(1, sizeof(*comm));
+  if (comm == NULL) {
+    WARN("out of host memory for a communicator entry");
+    return ncclSystemError;
+  }
+  comm->real = real;
+  comm->blocking = blocking;
+  comm->rank = comm->nranks = comm->cudaDev = -1;
+  unsigned b = bucketOf(real);
+  pthread_rwlock_wrlock(&tableLock);
+  /* A handle reused by the real NCCL after a destroy we did not see replaces the stale entry. */
+  for (struct symmComm** it = &buckets[b]; *it; it = &(*it)->next) {
+    if ((*it)->real == real) {
+      struct symmComm* stale = *it;
+      *it = stale->next;
+      free(stale);
+      liveCount--;
+      break;
+    }
+  }
+  comm->next = buckets[b];
+  buckets[b] = comm;
+  liveCount++;
+  pthread_rwlock_unlock(&tableLock);
+  if (out) *out = comm;
+  return ncclSuccess;
+}
+
+struct symmComm* symmCommFind(ncclComm_t real) {
+  if (real == NULL) return NULL;
+  struct symmComm* found = NULL;
+  pthread_rwlock_rdlock(&tableLock);
+  for (struct symmComm* it = buckets[bucketOf(real)]; it; it = it->next) {
+    if (it->real == real) {
+      found = it;
+      break;
+    }
+  }
+  pthread_rwlock_unlock(&tableLock);
+  return found;
+}
+
+void symmCommRemove(ncclComm_t real) {
+  struct symmComm* victim = NULL;
+  pthread_rwlock_wrlock(&tableLock);
+  for (struct symmComm** it = &buckets[bucketOf(real)]; *it; it = &(*it)->next) {
+    if ((*it)->real == real) {
+      victim = *it;
+      *it = victim->next;
+      liveCount--;
+      break;
+    }
+  }
+  pthread_rwlock_unlock(&tableLock);
+  free(victim);
+}
+
+int symmCommCount(void) {
+  pthread_rwlock_rdlock(&tableLock);
+  int n = liveCount;
+  pthread_rwlock_unlock(&tableLock);
+  return n;
+}
+
+ncclResult_t symmCommReadAttrs(struct symmComm* comm) {
+  if (comm->attrsKnown) return ncclSuccess;
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclCommUserRank, (comm->real, &comm->rank));
+  if (res != ncclSuccess) return res;
+  SYMM_CALL_REAL(res, ncclCommCount, (comm->real, &comm->nranks));
+  if (res != ncclSuccess) return res;
+  SYMM_CALL_REAL(res, ncclCommCuDevice, (comm->real, &comm->cudaDev));
+  if (res != ncclSuccess) return res;
+  comm->attrsKnown = 1;
+  INFO(SYMM_INIT, "comm %p rank %d/%d on cuda device %d", (void*)comm->real, comm->rank,
+       comm->nranks, comm->cudaDev);
+  return ncclSuccess;
+}

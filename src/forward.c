@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Finds and loads the real NCCL once, and fills the table of its entry points. */
+#define _GNU_SOURCE
+#include "forward.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "debug.h"
+#include "param.h"
+
+SYMMCOLL_PARAM_STR(NcclLib, "NCCL_LIB", NULL,
+                   "path of the real libnccl.so.2 to forward to (wins over every other search)")
+SYMMCOLL_PARAM(Disable, "DISABLE", 0, "1: forward every call to the real NCCL, never use our kernels")
+
+#ifndef SYMMCOLL_DEFAULT_NCCL_LIB
+#define SYMMCOLL_DEFAULT_NCCL_LIB ""
+#endif
+
+struct symmRealNccl symmReal;
+static pthread_once_t loadOnce = PTHREAD_ONCE_INIT;
+static ncclResult_t loadResult = ncclSystemError; /* its address also identifies our object */
+__thread int symmRealDepth;
+
+int symmDisabled(void) { return symmParamDisable() != 0; }
+
+/* Base address of the object that holds `addr`, or NULL. */
+static void* objectBase(const void* addr, const char** fname) {
+  Dl_info info;
+  if (addr == NULL || dladdr(addr, &info) == 0) return NULL;
+  if (fname) *fname = info.dli_fname;
+  return info.dli_fbase;
+}
+
+static int isOurself(const void* fn) {
+  return fn != NULL && objectBase(fn, NULL) == objectBase(&loadResult, NULL);
+}
+
+/* Accepts `handle` if it defines NCCL's entry points in an object other than ours. */
+static int adoptHandle(void* handle, const char* how) {
+  if (handle == NULL) return 0;
+  void* probe = dlsym(handle, "ncclGetVersion");
+  const char* fname = NULL;
+  if (probe == NULL || isOurself(probe) || objectBase(probe, &fname) == NULL) {
+    dlclose(handle);
+    return 0;
+  }
+  symmReal.handle = handle;
+  snprintf(symmReal.path, sizeof(symmReal.path), "%s", fname ? fname : "?");
+  INFO(SYMM_INIT, "real NCCL %s (%s)", symmReal.path, how);
+  return 1;
+}
+
+static int tryOpen(const char* name, const char* how) {
+  if (name == NULL || name[0] == '\0') return 0;
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (handle == NULL) {
+    TRACE(SYMM_INIT, "dlopen(%s): %s", name, dlerror());
+    return 0;
+  }
+  return adoptHandle(handle, how);
+}
+
+/* When preloaded, the application's own NCCL is the next definition in the process. */
+static int tryNextDefinition(void) {
+  void* next = dlsym(RTLD_NEXT, "ncclGetVersion");
+  const char* fname = NULL;
+  if (next == NULL || isOurself(next) || objectBase(next, &fname) == NULL) return 0;
+  return adoptHandle(dlopen(fname, RTLD_NOW | RTLD_NOLOAD), "next definition in the process");
+}
+
+struct loadedSearch {
+  char path[4096];
+};
+
+static int findLoadedNccl(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size;
+  struct loadedSearch* search = arg;
+  const char* base = strrchr(info->dlpi_name, '/');
+  base = base ? base + 1 : info->dlpi_name;
+  if (strncmp(base, "libnccl.so", 10) != 0) return 0;
+  void* handle = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
+  if (handle == NULL) return 0;
+  void* probe = dlsym(handle, "ncclGetVersion");
+  int ok = probe != NULL && !isOurself(probe);
+  dlclose(handle);
+  if (!ok) return 0;
+  snprintf(search->path, sizeof(search->path), "%s", info->dlpi_name);
+  return 1;
+}
+
+/* A libnccl that the process loaded privately (RTLD_LOCAL), as PyTorch's does. */
+static int tryAlreadyLoaded(void) {
+  struct loadedSearch search = {{0}};
+  if (!dl_iterate_phdr(findLoadedNccl, &search)) return 0;
+  return adoptHandle(dlopen(search.path, RTLD_NOW | RTLD_NOLOAD), "already loaded in the process");
+}
+
+static void loadOnceFn(void) {
+  const char* forced = symmParamNcclLib();
+  int found;
+  if (forced != NULL && forced[0] != '\0') {
+    found = tryOpen(forced, "SYMMCOLL_NCCL_LIB");
+    if (!found) {
+      WARN("SYMMCOLL_NCCL_LIB=%s cannot be used as the real NCCL (missing, not NCCL, or libsymmcoll "
+           "itself); every NCCL call will fail with ncclSystemError",
+           forced);
+      return;
+    }
+  } else {
+    found = tryNextDefinition() || tryAlreadyLoaded() || tryOpen("libnccl.so.2", "library search") ||
+            tryOpen("libnccl.so", "library search") ||
+            tryOpen(SYMMCOLL_DEFAULT_NCCL_LIB, "build-time default");
+    if (!found) {
+      WARN("no real NCCL found (set SYMMCOLL_NCCL_LIB=/path/libnccl.so.2); every NCCL call will "
+           "fail with ncclSystemError");
+      return;
+    }
+  }
+#define SYMM_LOOKUP(ret, name, params, args, fail)                                       \
+  *(void**)&symmReal.name = dlsym(symmReal.handle, #name);                                \
+  if (symmReal.name == NULL) INFO(SYMM_INIT, "real NCCL has no %s; calls to it fail", #name);
+  SYMMCOLL_ALL_FUNCS(SYMM_LOOKUP)
+#undef SYMM_LOOKUP
+  loadResult = ncclSuccess;
+}
+
+ncclResult_t symmRealLoad(void) {
+  pthread_once(&loadOnce, loadOnceFn);
+  return loadResult;
+}

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* ncclGroupStart/End: track nesting, then run deferred setups and operations at the outermost end. */
+#include "group.h"
+
+#include <stdlib.h>
+
+#include "checks.h"
+#include "forward.h"
+#include "transport.h"
+
+struct deferredOp {
+  symmDeferredFn run;
+  void* arg;
+};
+
+/* Per thread, as NCCL's groups are. */
+static __thread int groupDepth;
+static __thread struct symmComm** pendingComms;
+static __thread int pendingCount, pendingCap;
+static __thread struct deferredOp* pendingOps;
+static __thread int opCount, opCap;
+
+int symmGroupDepth(void) { return groupDepth; }
+
+static int grow(void** array, int* cap, int need, size_t elem) {
+  if (need <= *cap) return 0;
+  int newCap = *cap ? *cap * 2 : 8;
+  while (newCap < need) newCap *= 2;
+  void* p = realloc(*array, (size_t)newCap * elem);
+  if (p == NULL) return -1;
+  *array = p;
+  *cap = newCap;
+  return 0;
+}
+
+ncclResult_t symmGroupDeferSetup(struct symmComm* comm) {
+  if (grow((void**)&pendingComms, &pendingCap, pendingCount + 1, sizeof(*pendingComms)) != 0) {
+    WARN("out of host memory deferring communicator setup");
+    return ncclSystemError;
+  }
+  pendingComms[pendingCount++] = comm;
+  return ncclSuccess;
+}
+
+ncclResult_t symmGroupDeferOp(symmDeferredFn run, void* arg) {
+  if (grow((void**)&pendingOps, &opCap, opCount + 1, sizeof(*pendingOps)) != 0) {
+    WARN("out of host memory deferring a grouped operation");
+    return ncclSystemError;
+  }
+  pendingOps[opCount].run = run;
+  pendingOps[opCount].arg = arg;
+  opCount++;
+  return ncclSuccess;
+}
+
+ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
+  for (int i = 0; i < n; i++) {
+    ncclResult_t res = symmCommReadAttrs(comms[i]);
+    if (res != ncclSuccess) {
+      /* Not ready (non-blocking) or failed: leave it forwarding; never fail the user's init. */
+      INFO(SYMM_INIT, "comm %p attributes unavailable (%d); it forwards", (void*)comms[i]->real,
+           (int)res);
+      return ncclSuccess;
+    }
+  }
+  ncclResult_t res = symmTransportSetup(comms, n);
+  for (int i = 0; i < n; i++) comms[i]->setupDone = 1;
+  return res;
+}
+
+/* Runs what the outermost group deferred: first communicator setups, then our operations. */
+static ncclResult_t flushDeferred(ncclResult_t groupResult) {
+  ncclResult_t res = ncclSuccess;
+  if (pendingCount > 0) {
+    int n = pendingCount;
+    pendingCount = 0;
+    if (groupResult == ncclSuccess) res = symmCommSetupMany(pendingComms, n);
+  }
+  int nops = opCount;
+  opCount = 0;
+  for (int i = 0; i < nops; i++) {
+    ncclResult_t r = pendingOps[i].run(pendingOps[i].arg);
+    if (r != ncclSuccess && res == ncclSuccess) res = r;
+  }
+  return res;
+}
+
+SYMM_EXPORT ncclResult_t ncclGroupStart(void) {
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclGroupStart, (), ncclSystemError);
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclGroupStart, ());
+  if (res == ncclSuccess) groupDepth++;
+  return res;
+}
+SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupStart, (void))
+
+SYMM_EXPORT ncclResult_t ncclGroupEnd(void) {
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclGroupEnd, (), ncclSystemError);
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclGroupEnd, ());
+  if (groupDepth > 0) groupDepth--;
+  if (groupDepth > 0) return res;
+  ncclResult_t ours = flushDeferred(res);
+  return res != ncclSuccess ? res : ours;
+}
+SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupEnd, (void))

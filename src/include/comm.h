@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Our per-communicator state, in a thread-safe side table keyed by the real NCCL handle. */
+#ifndef SYMMCOLL_COMM_H
+#define SYMMCOLL_COMM_H
+
+#include <pthread.h>
+
+#include "nccl_api.h"
+
+struct symmTransport; /* src/transport: peer memory, signals, abort flag */
+
+struct symmComm {
+  ncclComm_t real; /* the handle the application holds */
+  int rank, nranks, cudaDev;
+  int blocking;    /* config.blocking; non-blocking comms are set up lazily */
+  int attrsKnown;  /* rank/nranks/cudaDev read from the real NCCL */
+  int setupDone;   /* symmetric-memory setup attempted (successfully or not) */
+  struct symmTransport* transport; /* non-NULL when eligible and set up */
+  struct symmComm* next;           /* hash chain, guarded by the table lock */
+};
+
+/* Registers a communicator that the real NCCL just created (or is creating, non-blocking). */
+ncclResult_t symmCommAdd(ncclComm_t real, int blocking, struct symmComm** out);
+/* The entry for `real`, or NULL. The pointer stays valid until symmCommRemove(real). */
+struct symmComm* symmCommFind(ncclComm_t real);
+/* Unlinks and frees the entry (after its transport was torn down). */
+void symmCommRemove(ncclComm_t real);
+/* Number of live entries (tests). */
+int symmCommCount(void);
+
+/* Reads rank/size/device from the real NCCL once the communicator is ready. */
+ncclResult_t symmCommReadAttrs(struct symmComm* comm);
+
+#endif

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The real NCCL: found and loaded once, its entry points kept in one table. */
+#ifndef SYMMCOLL_FORWARD_H
+#define SYMMCOLL_FORWARD_H
+
+#include "nccl_api.h"
+
+struct symmRealNccl {
+#define SYMM_REAL_SLOT(ret, name, params, args, fail) ret(*name) params;
+  SYMMCOLL_ALL_FUNCS(SYMM_REAL_SLOT)
+#undef SYMM_REAL_SLOT
+  void* handle;
+  char path[4096];
+};
+
+extern struct symmRealNccl symmReal;
+
+/* Loads the real NCCL once (thread-safe). ncclSuccess, or ncclSystemError with one WARN line. */
+ncclResult_t symmRealLoad(void);
+
+/* Forward `name(args)` to the real NCCL, returning `fail` when it cannot be loaded or lacks it. */
+#define SYMM_FORWARD(name, args, fail)                                 \
+  do {                                                                 \
+    if (symmRealLoad() != ncclSuccess || symmReal.name == NULL) return fail; \
+    return symmReal.name args;                                         \
+  } while (0)
+
+
+
+/* Depth of calls from libsymmcoll into the real NCCL on this thread. The real NCCL calls some of
+ * its own exported functions through the PLT (ncclMemAlloc, ncclCommRegister, ...); under
+ * LD_PRELOAD those land in our entry points, which must then forward untouched. */
+extern __thread int symmRealDepth;
+
+/* Call the real NCCL from an intercepted entry point (the real library must be loaded). */
+#define SYMM_CALL_REAL(result, name, args) \
+  do {                                     \
+    symmRealDepth++;                       \
+    (result) = symmReal.name args;         \
+    symmRealDepth--;                       \
+  } while (0)
+
+/* At the top of an intercepted entry point: forward untouched when the real NCCL is calling us
+ * back, or when SYMMCOLL_DISABLE is set. */
+int symmDisabled(void);
+#define SYMM_FORWARD_IF_PASSTHROUGH(name, args, fail)                 \
+  do {                                                                \
+    if (symmRealDepth > 0 || symmDisabled()) SYMM_FORWARD(name, args, fail); \
+  } while (0)
+#endif

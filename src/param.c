@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Reads SYMMCOLL_* knobs once each and lists them all from their linker section. */
+#define _GNU_SOURCE
+#include "param.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "debug.h"
+
+static pthread_mutex_t paramLock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Provided by the linker for the section that SYMMCOLL_PARAM fills. */
+extern struct symmParam* __start_symmcoll_params[] __attribute__((visibility("hidden")));
+extern struct symmParam* __stop_symmcoll_params[] __attribute__((visibility("hidden")));
+
+static void loadParam(struct symmParam* p) {
+  char env[128];
+  snprintf(env, sizeof(env), "SYMMCOLL_%s", p->name);
+  const char* value = getenv(env);
+  if (p->isString) {
+    p->strValue = (value != NULL) ? value : p->strDefault;
+  } else {
+    p->intValue = p->intDefault;
+    if (value != NULL && value[0] != '\0') {
+      char* end = NULL;
+      errno = 0;
+      long long v = strtoll(value, &end, 0);
+      if (errno != 0 || end == value || *end != '\0') {
+        WARN("invalid value '%s' for %s, using default %lld", value, env, (long long)p->intDefault);
+      } else {
+        p->intValue = v;
+        INFO(SYMM_ENV, "%s set to %lld", env, v);
+      }
+    }
+  }
+  __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
+}
+
+static void ensureLoaded(struct symmParam* p) {
+  if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&paramLock);
+  if (!p->loaded) loadParam(p);
+  pthread_mutex_unlock(&paramLock);
+}
+
+int64_t symmParamInt(struct symmParam* p) {
+  ensureLoaded(p);
+  return p->intValue;
+}
+
+const char* symmParamStr(struct symmParam* p) {
+  ensureLoaded(p);
+  return p->strValue;
+}
+
+void symmParamResetAll(void) {
+  pthread_mutex_lock(&paramLock);
+  for (struct symmParam** it = __start_symmcoll_params; it < __stop_symmcoll_params; it++)
+    __atomic_store_n(&(*it)->loaded, 0, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&paramLock);
+}
+
+static int byName(const void* a, const void* b) {
+  return strcmp((*(struct symmParam* const*)a)->name, (*(struct symmParam* const*)b)->name);
+}
+
+void symmParamPrintAll(FILE* out) {
+  size_t n = (size_t)(__stop_symmcoll_params - __start_symmcoll_params);
+  struct symmParam** sorted = malloc(n * sizeof(*sorted));
+  if (sorted == NULL) return;
+  memcpy(sorted, __start_symmcoll_params, n * sizeof(*sorted));
+  qsort(sorted, n, sizeof(*sorted), byName);
+  for (size_t i = 0; i < n; i++) {
+    struct symmParam* p = sorted[i];
+    ensureLoaded(p);
+    if (p->isString)
+      fprintf(out, "SYMMCOLL_%-28s = %-12s (default %s)  %s\n", p->name,
+              p->strValue ? p->strValue : "<unset>", p->strDefault ? p->strDefault : "<unset>", p->help);
+    else
+      fprintf(out, "SYMMCOLL_%-28s = %-12lld (default %lld)  %s\n", p->name, (long long)p->intValue,
+              (long long)p->intDefault, p->help);
+  }
+  free(sorted);
+}

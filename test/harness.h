@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A tiny test harness: typed checks that print what differed and count failures. */
+#ifndef SYMMCOLL_TEST_HARNESS_H
+#define SYMMCOLL_TEST_HARNESS_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int harnessFailures;
+static int harnessChecks;
+
+/* Exit code meson reads as "skipped". */
+#define TEST_SKIP_CODE 77
+
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    harnessChecks++;                                                                 \
+    if (!(cond)) {                                                                   \
+      harnessFailures++;                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);       \
+    }                                                                                \
+  } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                           \
+  do {                                                                               \
+    long long a_ = (long long)(a), b_ = (long long)(b);                              \
+    harnessChecks++;                                                                 \
+    if (a_ != b_) {                                                                  \
+      harnessFailures++;                                                             \
+      fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, a_, b_); \
+    }                                                                                \
+  } while (0)
+
+#define CHECK_EQ_STR(a, b)                                                           \
+  do {                                                                               \
+    const char *a_ = (a), *b_ = (b);                                                 \
+    harnessChecks++;                                                                 \
+    if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0) {                           \
+      harnessFailures++;                                                             \
+      fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__, #a, #b, \
+              a_ ? a_ : "(null)", b_ ? b_ : "(null)");                               \
+    }                                                                                \
+  } while (0)
+
+/* Ends main(): prints "N passed, N failed" and returns the exit code. */
+static inline int harnessReport(const char* name) {
+  printf("%s: %d checks, %d failed\n", name, harnessChecks, harnessFailures);
+  return harnessFailures == 0 && harnessChecks > 0 ? 0 : 1;
+}
+
+#endif

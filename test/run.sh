@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds libsymmcoll and runs its tests: the CPU suite always (plus an ASan+UBSan build of it),
+# the GPU suite when GPUs are present. Usage: test/run.sh [extra meson setup options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. test/prereqs.sh
+# Multicast stays off wherever our tests run (see README: the lent GPU machines forbid it).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+setup() { # dir, options...
+  local dir=$1; shift
+  if [ -f "$dir/build.ninja" ]; then meson setup --reconfigure "$dir" "$@" >/dev/null
+  else meson setup "$dir" "$@" >/dev/null; fi
+}
+
+setup build "$@"
+ninja -C build
+meson test -C build --suite cpu --print-errorlogs
+
+setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dperf=false "$@"
+ninja -C build-asan
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  meson test -C build-asan --suite cpu --print-errorlogs
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  meson test -C build --suite gpu --print-errorlogs
+else
+  echo "no GPU: GPU suite skipped"
+fi
