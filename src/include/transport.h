@@ -4,6 +4,7 @@
 #define SYMMCOLL_TRANSPORT_H
 
 #include "comm.h"
+#include "symm_peers.h"
 
 /* Decides eligibility and, when eligible, builds the peer-mapped memory of each communicator.
  * Collective: every rank of each communicator calls it at the same point; `comms` holds the
@@ -13,5 +14,19 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n);
 
 /* Releases everything symmTransportSetup built, in reverse order. `abort` marks an abort. */
 void symmTransportTeardown(struct symmComm* comm, int abort);
+
+/* The peer view a kernel launch needs; valid while comm->transport is non-NULL. */
+const struct symmPeers* symmTransportPeers(const struct symmComm* comm);
+
+/* If [ptr, ptr+bytes) lies inside a symmetric window registered on `comm` (ncclCommWindowRegister
+ * with NCCL_WIN_COLL_SYMMETRIC, or ncclCommRegister of ncclMemAlloc memory on every rank),
+ * fills peerPtrs[r] with rank r's address of the same offset and returns 1; otherwise 0. */
+int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t bytes,
+                            void* peerPtrs[SYMM_MAX_RANKS]);
+
+/* 1 when the multicast path may be used at all on this communicator (device support, size >= 4,
+ * and none of NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1,
+ * SYMMCOLL_MULTIMEM=0 set). */
+int symmTransportMulticastReady(const struct symmComm* comm);
 
 #endif

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The contract between src/transport (which builds peer-mapped memory) and src/algos (whose
+ * kernels use it). Plain C, also included by .cu files; passed to kernels by value, so it holds
+ * only addresses that stay fixed for the communicator's life (safe to bake into CUDA graphs). */
+#ifndef SYMMCOLL_SYMM_PEERS_H
+#define SYMMCOLL_SYMM_PEERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Compile-time bound on ranks of a symmetric communicator; SYMMCOLL_MAX_RANKS narrows it. */
+#define SYMM_MAX_RANKS 8
+
+struct symmPeers {
+  int rank, nranks;
+  /* Each rank's staging buffer, mapped in this process (buffers[rank] is our own). */
+  void* buffers[SYMM_MAX_RANKS];
+  size_t bufferBytes;
+  /* Each rank's signal pad, zeroed at creation, mapped here. Kernels own its layout: one aligned
+   * 32-bit word per (block, writer rank, purpose); see src/algos/README.md. */
+  uint32_t* signals[SYMM_MAX_RANKS];
+  size_t signalBytes;
+  /* This rank's private device memory for epochs and kernel state (not peer-mapped), zeroed. */
+  uint32_t* localState;
+  size_t localStateBytes;
+  /* Host-mapped flag set by ncclCommAbort/Revoke; every spin loop polls it. */
+  volatile uint32_t* abortFlag;
+  /* Device word a kernel sets (non-zero) when it gave up (abort or timeout); the host reads it
+   * for ncclCommGetAsyncError. Host-mapped. */
+  volatile uint32_t* errorFlag;
+  /* Multicast address of the staging buffers, or NULL (never set where multicast is off). */
+  void* multicastBuffer;
+};
+
+#endif
