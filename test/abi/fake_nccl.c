@@ -114,11 +114,6 @@ static const char* errorString(ncclResult_t result) {
   return r < sizeof(strings) / sizeof(strings[0]) ? strings[r] : "fake: unknown result";
 }
 
-enum fakeReturnKind { RET_NONE, RET_RESULT, RET_STRING, RET_INT, RET_TEAM };
-#define RETURN_KIND(x)                                                                       \
-  _Generic((x), ncclResult_t: RET_RESULT, const char*: RET_STRING, int: RET_INT,             \
-           symmNcclTeam_t: RET_TEAM)
-
 /* The fake's answers: out-parameters and return values for each entry point by name. */
 static void behave(struct fakeCall* call, enum fakeReturnKind kind, void* ret) {
   if (kind == RET_RESULT) *(ncclResult_t*)ret = forcedResult;

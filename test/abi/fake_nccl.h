@@ -63,6 +63,12 @@ struct fakeCall {
   struct fakeValue returned;
 };
 
+/* The kind of value an entry point returns (RET_NONE: void). */
+enum fakeReturnKind { RET_NONE, RET_RESULT, RET_STRING, RET_INT, RET_TEAM };
+#define RETURN_KIND(x)                                                                       \
+  _Generic((x), ncclResult_t: RET_RESULT, const char*: RET_STRING, int: RET_INT,             \
+           symmNcclTeam_t: RET_TEAM)
+
 /* Exported by the fake (tests look them up with dlsym). */
 typedef int (*fakeNcclCallCountFn)(void);             /* calls since load (never wraps) */
 typedef const struct fakeCall* (*fakeNcclCallFn)(int index); /* NULL when dropped or not yet made */
