@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Forwarding: every entry point of the symbol list reaches the recording fake NCCL through
  * libsymmcoll with its arguments intact, and return values and out-parameters come back.
- * Usage: test_forward <fake libnccl.so.2> <libsymmcoll.so> relink|preload
+ * Usage: test_forward <fake libnccl.so.2> <libsymmcoll.so> relink|preload|loaded
  *   relink:  this binary links libsymmcoll; run with SYMMCOLL_NCCL_LIB=<fake>.
  *   preload: this binary links the fake; run with LD_PRELOAD=<libsymmcoll>.
+ *   loaded:  this binary links libsymmcoll and first dlopens the fake with RTLD_LOCAL, as PyTorch
+ *            loads its NCCL; libsymmcoll must find it among the loaded objects.
  * With SYMMCOLL_DISABLE=1 each call must reach the fake exactly once and nothing else. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -316,11 +318,21 @@ static const char* definingObject(const char* symbol) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 4 || (strcmp(argv[3], "relink") != 0 && strcmp(argv[3], "preload") != 0)) {
-    fprintf(stderr, "usage: %s <fake libnccl.so.2> <libsymmcoll.so> relink|preload\n", argv[0]);
+  if (argc != 4 || (strcmp(argv[3], "relink") != 0 && strcmp(argv[3], "preload") != 0 &&
+                    strcmp(argv[3], "loaded") != 0)) {
+    fprintf(stderr, "usage: %s <fake libnccl.so.2> <libsymmcoll.so> relink|preload|loaded\n", argv[0]);
     return 2;
   }
   const char *fakePath = argv[1], *symmPath = argv[2], *mode = argv[3];
+  void* privateNccl = NULL;
+  if (strcmp(mode, "loaded") == 0) {
+    privateNccl = dlopen(fakePath, RTLD_NOW | RTLD_LOCAL);
+    CHECK(privateNccl != NULL);
+    if (privateNccl == NULL) {
+      fprintf(stderr, "dlopen(%s): %s\n", fakePath, dlerror());
+      return harnessReport("test_forward");
+    }
+  }
   const char* disable = getenv("SYMMCOLL_DISABLE");
   disabled = disable != NULL && strcmp(disable, "1") == 0;
 
@@ -362,5 +374,6 @@ int main(int argc, char** argv) {
   printf("test_forward (%s%s): %d entry points swept twice, the fake saw %d calls\n", mode,
          disabled ? ", SYMMCOLL_DISABLE=1" : "", perSweep, fakeCount());
   dlclose(fake);
+  if (privateNccl != NULL) dlclose(privateNccl);
   return harnessReport("test_forward");
 }
