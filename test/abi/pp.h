@@ -18,7 +18,7 @@
 #define PP_KEEP(...) __VA_ARGS__
 
 /* Number of arguments, 0..10 (the longest NCCL entry point takes 8). */
-#define PP_COUNT(...) PP_COUNT_(0 __VA_OPT__(,) __VA_ARGS__, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define PP_COUNT(...) PP_COUNT_(0 __VA_OPT__(,) __VA_ARGS__, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, ~)
 #define PP_COUNT_(z, a, b, c, d, e, f, g, h, i, j, n, ...) n
 
 /* PP_FOR_EACH(M, ctx, a, b, ...) expands to M(ctx, a) M(ctx, b) ...; nothing when empty. */
