@@ -39,12 +39,22 @@ static int isOurself(const void* fn) {
   return fn != NULL && objectBase(fn, NULL) == objectBase(&loadResult, NULL);
 }
 
-/* Accepts `handle` if it defines NCCL's entry points in an object other than ours. */
+/* Why the last candidate was refused (only touched inside loadOnceFn, under pthread_once). */
+static char rejectReason[512];
+
+/* Accepts `handle` if it defines NCCL's entry points in an object other than ours. Another copy
+ * of libsymmcoll is refused too: forwarding to it could come straight back here. */
 static int adoptHandle(void* handle, const char* how) {
   if (handle == NULL) return 0;
   void* probe = dlsym(handle, "ncclGetVersion");
   const char* fname = NULL;
-  if (probe == NULL || isOurself(probe) || objectBase(probe, &fname) == NULL) {
+  const char* why = NULL;
+  if (probe == NULL || objectBase(probe, &fname) == NULL) why = "it defines no ncclGetVersion";
+  else if (isOurself(probe)) why = "it is libsymmcoll itself";
+  else if (dlsym(handle, "symmcollPrintParams") != NULL) why = "it is another copy of libsymmcoll";
+  if (why != NULL) {
+    snprintf(rejectReason, sizeof(rejectReason), "%s", why);
+    TRACE(SYMM_INIT, "not the real NCCL (%s): %s", how, why);
     dlclose(handle);
     return 0;
   }
@@ -58,7 +68,9 @@ static int tryOpen(const char* name, const char* how) {
   if (name == NULL || name[0] == '\0') return 0;
   void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (handle == NULL) {
-    TRACE(SYMM_INIT, "dlopen(%s): %s", name, dlerror());
+    const char* err = dlerror();
+    snprintf(rejectReason, sizeof(rejectReason), "%s", err ? err : "dlopen failed");
+    TRACE(SYMM_INIT, "dlopen(%s): %s", name, rejectReason);
     return 0;
   }
   return adoptHandle(handle, how);
@@ -105,9 +117,9 @@ static void loadOnceFn(void) {
   if (forced != NULL && forced[0] != '\0') {
     found = tryOpen(forced, "SYMMCOLL_NCCL_LIB");
     if (!found) {
-      WARN("SYMMCOLL_NCCL_LIB=%s cannot be used as the real NCCL (missing, not NCCL, or libsymmcoll "
-           "itself); every NCCL call will fail with ncclSystemError",
-           forced);
+      WARN("SYMMCOLL_NCCL_LIB=%s cannot be used as the real NCCL (%s); every NCCL call will fail "
+           "with ncclSystemError",
+           forced, rejectReason);
       return;
     }
   } else {

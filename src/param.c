@@ -16,10 +16,16 @@ static pthread_mutex_t paramLock = PTHREAD_MUTEX_INITIALIZER;
 extern struct symmParam* __start_symmcoll_params[] __attribute__((visibility("hidden")));
 extern struct symmParam* __stop_symmcoll_params[] __attribute__((visibility("hidden")));
 
-static void loadParam(struct symmParam* p) {
+/* What reading a knob has to report; logged only after paramLock is released, because the
+ * logger reads its own knobs (SYMMCOLL_DEBUG*) through this file. */
+enum paramNote { NOTE_NONE, NOTE_SET, NOTE_INVALID };
+
+static enum paramNote loadParam(struct symmParam* p, const char** raw) {
   char env[128];
   snprintf(env, sizeof(env), "SYMMCOLL_%s", p->name);
   const char* value = getenv(env);
+  enum paramNote note = NOTE_NONE;
+  *raw = value;
   if (p->isString) {
     p->strValue = (value != NULL) ? value : p->strDefault;
   } else {
@@ -29,21 +35,29 @@ static void loadParam(struct symmParam* p) {
       errno = 0;
       long long v = strtoll(value, &end, 0);
       if (errno != 0 || end == value || *end != '\0') {
-        WARN("invalid value '%s' for %s, using default %lld", value, env, (long long)p->intDefault);
+        note = NOTE_INVALID;
       } else {
         p->intValue = v;
-        INFO(SYMM_ENV, "%s set to %lld", env, v);
+        note = NOTE_SET;
       }
     }
   }
   __atomic_store_n(&p->loaded, 1, __ATOMIC_RELEASE);
+  return note;
 }
 
 static void ensureLoaded(struct symmParam* p) {
   if (__atomic_load_n(&p->loaded, __ATOMIC_ACQUIRE)) return;
+  enum paramNote note = NOTE_NONE;
+  const char* raw = NULL;
   pthread_mutex_lock(&paramLock);
-  if (!p->loaded) loadParam(p);
+  if (!p->loaded) note = loadParam(p, &raw);
   pthread_mutex_unlock(&paramLock);
+  if (note == NOTE_INVALID)
+    WARN("invalid value '%s' for SYMMCOLL_%s, using default %lld", raw, p->name,
+         (long long)p->intDefault);
+  else if (note == NOTE_SET)
+    INFO(SYMM_ENV, "SYMMCOLL_%s set to %lld", p->name, (long long)p->intValue);
 }
 
 int64_t symmParamInt(struct symmParam* p) {

@@ -41,10 +41,13 @@ extern __thread int symmRealDepth;
   } while (0)
 
 /* At the top of an intercepted entry point: forward untouched when the real NCCL is calling us
- * back, or when SYMMCOLL_DISABLE is set. */
+ * back, or when SYMMCOLL_DISABLE is set; fail with `fail` when there is no real NCCL or it lacks
+ * `name`, so that the code below may call SYMM_CALL_REAL(name) safely. */
 int symmDisabled(void);
-#define SYMM_FORWARD_IF_PASSTHROUGH(name, args, fail)                 \
-  do {                                                                \
-    if (symmRealDepth > 0 || symmDisabled()) SYMM_FORWARD(name, args, fail); \
+#define SYMM_FORWARD_IF_PASSTHROUGH(name, args, fail)                                         \
+  do {                                                                                        \
+    if (symmRealDepth > 0 || symmDisabled() || symmRealLoad() != ncclSuccess ||               \
+        symmReal.name == NULL)                                                                \
+      SYMM_FORWARD(name, args, fail);                                                         \
   } while (0)
 #endif

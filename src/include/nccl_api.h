@@ -11,6 +11,8 @@
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 void ncclResetDebugInit(void);
+/* Exported by NCCL (and so by us) but declared in none of its headers. */
+void ncclResetDebugInitInternal(void);
 
 /* nccl_device/core.h is C++ only; these C twins match its layouts for the host entry points. */
 typedef struct symmNcclTeam { int nRanks, rank, stride; } symmNcclTeam_t;
