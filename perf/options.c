@@ -67,7 +67,9 @@ int perfParseSize(const char* text, size_t* bytes) {
   if (text == NULL || *text == '\0') return -1;
   const char* p = text;
   while (isspace((unsigned char)*p)) p++;
-  if (!isdigit((unsigned char)*p) && *p != '.') return -1; /* no sign, no hex, no inf/nan */
+  /* plain decimal only: no sign, hex, exponent, inf or nan */
+  size_t digits = strspn(p, "0123456789.");
+  if (digits == 0 || (p[digits] != '\0' && strchr("kKmMgGbB", p[digits]) == NULL)) return -1;
   char* end = NULL;
   errno = 0;
   double value = strtod(p, &end);
