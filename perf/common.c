@@ -840,6 +840,11 @@ int perfMain(const struct perfColl* coll, int argc, char** argv) {
     return PERF_EXIT_USAGE;
   }
   if (run.opt.compareOut) return perfCompareMain(coll, &run.opt, argc, argv);
+#ifdef PERF_HAVE_MPI
+  /* started by mpirun (OpenMPI, or a PMI launcher): take the ranks from MPI */
+  if (run.opt.nProcs == 0 && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")))
+    run.opt.mpi = 1;
+#endif
 
   int rc;
   if (run.opt.mpi) {

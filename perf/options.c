@@ -269,8 +269,13 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
     setErr(err, errLen, "-N (built-in launcher) and --mpi exclude each other");
     return -1;
   }
-  if (opt->blocking == 3 && opt->graphLaunches > 0) {
-    setErr(err, errLen, "blocking mode -z 3 cannot be combined with CUDA graphs (-G)");
+  if (opt->blocking != 0 && opt->graphLaunches > 0) {
+    /* waiting for a stream that is being captured would invalidate the capture */
+    setErr(err, errLen, "blocking mode -z %d cannot be combined with CUDA graphs (-G)", opt->blocking);
+    return -1;
+  }
+  if (opt->compareOut && opt->mpi) {
+    setErr(err, errLen, "compare mode (-X) runs its own children: use -N instead of --mpi");
     return -1;
   }
   return 0;

@@ -49,7 +49,7 @@ static void testGoodArgs(void) {
   struct perfOptions o;
   char err[256] = "";
   CHECK_EQ_INT(PARSE(&o, err, "-b", "8", "-e", "1G", "-f", "2", "-g", "2", "-t", "3", "-n", "7", "-w", "0", "-c", "0",
-                     "-o", "max", "-d", "bfloat16", "-z", "1", "-T", "30", "-G", "20", "-C", "1", "-a", "3", "-R", "2",
+                     "-o", "max", "-d", "bfloat16", "-z", "0", "-T", "30", "-G", "20", "-C", "1", "-a", "3", "-R", "2",
                      "-u", "1", "-N", "2"),
                0);
   CHECK_EQ_INT(o.minBytes, 8);
@@ -62,7 +62,7 @@ static void testGoodArgs(void) {
   CHECK_EQ_INT(o.check, 0);
   CHECK_EQ_INT(o.op, PERF_MAX);
   CHECK_EQ_INT(o.type, PERF_BF16);
-  CHECK_EQ_INT(o.blocking, 1);
+  CHECK_EQ_INT(o.blocking, 0);
   CHECK_EQ_INT(o.timeout, 30);
   CHECK_EQ_INT(o.graphLaunches, 20);
   CHECK_EQ_INT(o.reportCputime, 1);
@@ -70,6 +70,8 @@ static void testGoodArgs(void) {
   CHECK_EQ_INT(o.registration, PERF_REG_SYMMETRIC);
   CHECK_EQ_INT(o.unalign, 1);
   CHECK_EQ_INT(o.nProcs, 2);
+  CHECK_EQ_INT(PARSE(&o, err, "-z", "2"), 0);
+  CHECK_EQ_INT(o.blocking, 2);
 
   /* long options, "all", aliases, attached values */
   CHECK_EQ_INT(PARSE(&o, err, "--minbytes=1K", "--maxbytes", "64M", "--op", "all", "--datatype=all", "--stepbytes",
@@ -143,6 +145,7 @@ static void testBadArgs(void) {
   BAD("stepbytes (-i) must be positive", "-b", "1K", "-e", "1M", "-i", "0");
   BAD("unexpected argument 'extra'", "-b", "8", "extra");
   BAD("-z 3 cannot be combined", "-z", "3", "-G", "2");
+  BAD("-z 1 cannot be combined", "-z", "1", "-G", "2");
 #ifndef PERF_HAVE_MPI
   BAD("no MPI support", "--mpi");
 #endif
