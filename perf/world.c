@@ -186,7 +186,7 @@ int perfWorldInitForked(struct perfWorld* w, int nThreads, int nProcs, int* isPa
       for (int i = 0; i < p; i++) kill(pids[i], SIGTERM);
       (void)reapChildren(pids, p);
       free(pids);
-      goto destroy_barrier;
+      goto unmap_shm; /* killed children may still count as barrier waiters */
     }
     if (pid == 0) { /* child: becomes rank group p */
       free(pids);
@@ -206,7 +206,8 @@ int perfWorldInitForked(struct perfWorld* w, int nThreads, int nProcs, int* isPa
   *isParent = 1;
   *exitCode = reapChildren(pids, nProcs);
   free(pids);
-  pthread_barrier_destroy(&shm->barrier);
+  /* No pthread_barrier_destroy: it would wait for the waiters of children we had to kill. The
+   * barrier holds no resources beyond the mapping. */
   munmap(shm, sizeof(*shm));
   return 0;
 
