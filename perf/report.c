@@ -118,29 +118,29 @@ void perfPrintCompare(FILE* out, const struct perfResult* base, size_t nBase, co
   const char* oursName = nOurs ? ours[0].library : "symmcoll";
   fprintf(out, "#\n# %s: %s vs %s (time in us; speedup = %s time / %s time; busbw in GB/s)\n",
           nOurs ? ours[0].coll : (nBase ? base[0].coll : "?"), oursName, baseName, baseName, oursName);
-  fprintf(out, "# %10s  %8s  %6s  %9s  %9s  %8s  %9s  %9s  %8s  %7s  %7s  %6s\n", "", "", "", "out-of-place", "",
-          "", "in-place", "", "", "busbw", "busbw", "");
-  fprintf(out, "# %10s  %8s  %6s  %9s  %9s  %8s  %9s  %9s  %8s  %7s  %7s  %6s\n", "size(B)", "type", "redop",
+  fprintf(out, "# %10s  %8s  %6s  %-32s  %-32s  %-24s\n", "", "", "", "------------ out-of-place ------",
+          "------------ in-place ----------", "------ busbw (oop) -----");
+  fprintf(out, "# %10s  %8s  %6s  %11s  %11s  %8s  %11s  %11s  %8s  %11s  %11s  %6s\n", "size(B)", "type", "redop",
           baseName, oursName, "speedup", baseName, oursName, "speedup", baseName, oursName, "#wrong");
   for (size_t i = 0; i < nOurs; i++) {
     const struct perfResult* o = &ours[i];
     const struct perfResult* b = findRow(base, nBase, o);
-    char t[4][10], bw[2][8];
-    perfFormatFloat(b ? b->usec[0] : 0, 9, t[0]);
-    perfFormatFloat(o->usec[0], 9, t[1]);
-    perfFormatFloat(b ? b->usec[1] : 0, 9, t[2]);
-    perfFormatFloat(o->usec[1], 9, t[3]);
-    perfFormatFloat(b ? b->busBw[0] : 0, 7, bw[0]);
-    perfFormatFloat(o->busBw[0], 7, bw[1]);
+    char t[4][12], bw[2][12];
+    perfFormatFloat(b ? b->usec[0] : 0, 11, t[0]);
+    perfFormatFloat(o->usec[0], 11, t[1]);
+    perfFormatFloat(b ? b->usec[1] : 0, 11, t[2]);
+    perfFormatFloat(o->usec[1], 11, t[3]);
+    perfFormatFloat(b ? b->busBw[0] : 0, 11, bw[0]);
+    perfFormatFloat(o->busBw[0], 11, bw[1]);
     int64_t wrong = 0;
     const struct perfResult* both[2] = {b, o};
     for (int k = 0; k < 2; k++)
       for (int p = 0; both[k] && p < 2; p++)
         if (both[k]->wrong[p] > 0) wrong += both[k]->wrong[p];
-    fprintf(out, "  %10zu  %8s  %6s  %9s  %9s", o->bytes, o->type, o->op, b ? t[0] : "-", t[1]);
+    fprintf(out, "  %10zu  %8s  %6s  %11s  %11s", o->bytes, o->type, o->op, b ? t[0] : "-", t[1]);
     printSpeedup(out, b ? b->usec[0] : 0, o->usec[0]);
-    fprintf(out, "  %9s  %9s", b ? t[2] : "-", t[3]);
+    fprintf(out, "  %11s  %11s", b ? t[2] : "-", t[3]);
     printSpeedup(out, b ? b->usec[1] : 0, o->usec[1]);
-    fprintf(out, "  %7s  %7s  %6" PRId64 "\n", b ? bw[0] : "-", bw[1], wrong);
+    fprintf(out, "  %11s  %11s  %6" PRId64 "\n", b ? bw[0] : "-", bw[1], wrong);
   }
 }
