@@ -35,7 +35,7 @@ common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-1G}" -f 2 -n "${ITERS:-20}" -w "${
   echo "nccl: ${NCCL_LIB_FILE:-default} (headers $NCCL_INCLUDE_DIR)"
   echo "gpus: $NGPUS"
   nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null || true
-  echo "args: ${common[*]}"
+  echo "command: perf/compare.sh; each binary: ${common[*]} -X <results>/<coll>"
 } >"$results/env.txt"
 
 status=0
@@ -56,6 +56,9 @@ if [ ${#plots[@]} -gt 0 ]; then
     "${plots[@]}" || echo "perf: no summary plot (the CSVs are complete)"
 fi
 
+python3 "$repo/perf/results_md.py" "$results" summary.png >"$results/RESULTS.md" ||
+  echo "perf: no RESULTS.md (the CSVs are complete)"
+
 echo
 for coll in all_reduce all_gather reduce_scatter; do
   # the comparison table printed at the end of each run
@@ -63,5 +66,5 @@ for coll in all_reduce all_gather reduce_scatter; do
   grep -h "Out of bounds values" "$results/$coll.log" | sed "s/^/# $coll: /" || true
 done
 echo
-echo "perf: results in $results (CSV, PNG, logs, env.txt)"
+echo "perf: results in $results (CSV, PNG, logs, env.txt, RESULTS.md)"
 exit $status
