@@ -29,7 +29,28 @@ perf_find_build_tools() {
     chmod +x "$shim/ninja"
     PATH="$PATH:$shim"
   fi
+  # test/prereqs.sh wants pkg-config; our configuration needs it only for -Dmpi=enabled. On a
+  # machine without it (and without network for apt), a stand-in that finds nothing will do.
+  if ! command -v pkg-config >/dev/null 2>&1; then
+    printf '#!/bin/sh\nexit 1\n' >"$shim/pkg-config"
+    chmod +x "$shim/pkg-config"
+    PATH="$PATH:$shim"
+  fi
   export PATH
+}
+
+# The Python to run plot.py with: the first that has matplotlib (else python3, which then says
+# what is missing).
+perf_find_python() {
+  PERF_PYTHON=python3
+  local py
+  for py in python3 /opt/torch/.venv/bin/python3; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c "import matplotlib" >/dev/null 2>&1; then
+      PERF_PYTHON=$py
+      break
+    fi
+  done
+  export PERF_PYTHON SYMMCOLL_PERF_PYTHON=$PERF_PYTHON
 }
 
 # NCCL: $NCCL_HOME if given; else the wheel (python -c "import nvidia.nccl") when it exists;
@@ -40,7 +61,12 @@ perf_find_nccl() {
   if [ -n "${NCCL_HOME:-}" ]; then
     root=$NCCL_HOME
   else
-    root=$(python3 -c 'import nvidia.nccl as m, os; print(list(m.__path__)[0])' 2>/dev/null || true)
+    local py
+    for py in python3 /opt/torch/.venv/bin/python3; do
+      command -v "$py" >/dev/null 2>&1 || continue
+      root=$("$py" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+      [ -n "$root" ] && break
+    done
   fi
   if [ -n "$root" ] && [ -f "$root/include/nccl.h" ]; then
     NCCL_INCLUDE_DIR=$root/include
@@ -102,5 +128,6 @@ perf_build() {
   # The real NCCL libsymmcoll forwards to (also what SYMMCOLL_DISABLE=1 runs alone).
   [ -n "$NCCL_LIB_FILE" ] && export SYMMCOLL_NCCL_LIB=$NCCL_LIB_FILE
   export SYMMCOLL_PERF_PLOT="$repo/perf/plot.py"
+  perf_find_python
   export PERF_BIN
 }

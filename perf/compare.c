@@ -130,8 +130,10 @@ static void plot(const char* csv, const char* png) {
   pid_t pid = fork();
   if (pid < 0) return;
   if (pid == 0) {
-    execlp("python3", "python3", script, "--out", png, csv, (char*)NULL);
-    fprintf(stderr, "# plot: cannot run python3 (%s); CSV written to %s\n", strerror(errno), csv);
+    const char* python = getenv("SYMMCOLL_PERF_PYTHON");
+    if (python == NULL || *python == '\0') python = "python3";
+    execlp(python, python, script, "--out", png, csv, (char*)NULL);
+    fprintf(stderr, "# plot: cannot run %s (%s); CSV written to %s\n", python, strerror(errno), csv);
     _exit(127);
   }
   int status = 0;

@@ -52,11 +52,11 @@ for coll in all_reduce all_gather reduce_scatter; do
   [ -f "$results/$coll.csv" ] && plots+=("$results/$coll.csv")
 done
 if [ ${#plots[@]} -gt 0 ]; then
-  python3 "$repo/perf/plot.py" --title "libsymmcoll vs NCCL, $NGPUS GPUs, $dtype" --out "$results/summary.png" \
+  "$PERF_PYTHON" "$repo/perf/plot.py" --title "libsymmcoll vs NCCL, $NGPUS GPUs, $dtype" --out "$results/summary.png" \
     "${plots[@]}" || echo "perf: no summary plot (the CSVs are complete)"
 fi
 
-python3 "$repo/perf/results_md.py" "$results" summary.png >"$results/RESULTS.md" ||
+"$PERF_PYTHON" "$repo/perf/results_md.py" "$results" summary.png >"$results/RESULTS.md" ||
   echo "perf: no RESULTS.md (the CSVs are complete)"
 
 echo

@@ -110,7 +110,7 @@ def main():
             print(f"{name:40s} rc={open(rc_path).read().strip():>3} no CSV  <-- CHECK (see {name}.log)")
             bad += 1
     print(f"\nNCCL alone within 10% of BASELINE.md: {within} of {total} points; runs needing a look: {bad}")
-    return 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
