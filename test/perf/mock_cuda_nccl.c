@@ -271,6 +271,16 @@ static void deposit(const struct mockOp* o) {
 static ncclResult_t submit(int kind, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
   struct mockComm* mc = (struct mockComm*)comm;
+  /* Overlapping buffers must be NCCL's in-place layout, or NCCL's result is undefined. */
+  size_t elt = (size_t)perfTypeSize((int)type), n = (size_t)mc->clique->nranks;
+  size_t sendBytes = (kind == PERF_REDUCESCATTER ? count * n : count) * elt;
+  size_t recvBytes = (kind == PERF_ALLGATHER ? count * n : count) * elt;
+  const char *s0 = send, *r0 = recv;
+  if (count > 0 && s0 < r0 + recvBytes && r0 < s0 + sendBytes) {
+    const char* want = kind == PERF_ALLGATHER ? r0 + (size_t)mc->rank * count * elt : r0;
+    if (kind == PERF_REDUCESCATTER) want = r0 - (size_t)mc->rank * count * elt;
+    if (s0 != want) mockFatal("overlapping send/recv buffers that are not NCCL's in-place layout");
+  }
   struct mockOp o = {.kind = kind, .type = (int)type, .op = (int)op, .rank = mc->rank, .send = send, .recv = recv,
                      .count = count, .scalar = 1.0, .comm = mc, .stream = stream};
   if ((int)op >= ncclNumOps) {
