@@ -44,6 +44,15 @@ for bin in "$ar" "$ag" "$rs"; do
   rows=$(grep -c ",mock," "$tmp/$n.csv" 2>/dev/null)
   if [ "$rows" != 3 ]; then failed=$((failed + 1)); echo "FAILED: $n csv rows: $rows" >&2; fi
 done
+# compare mode: two child runs (SYMMCOLL_DISABLE=1, then not), the side-by-side table, one CSV
+expect "compare mode" 0 "AllReduce: libsymmcoll vs nccl" "$ar" -b 1K -e 4K -f 2 -w 0 -n 1 -g 2 -X "$tmp/cmp"
+checks=$((checks + 1))
+if [ "$(grep -c '^AllReduce,nccl,' "$tmp/cmp.csv" 2>/dev/null)" != 3 ] ||
+   [ "$(grep -c '^AllReduce,libsymmcoll,' "$tmp/cmp.csv" 2>/dev/null)" != 3 ] ||
+   ! grep -q "SYMMCOLL_DISABLE=1" "$tmp/out"; then
+  failed=$((failed + 1))
+  echo "FAILED: compare mode CSV or the NCCL-alone run" >&2
+fi
 # the table: header and one line per size, nccl-tests columns
 expect "table header" 0 "#       size         count      type   redop    root     time   algbw   busbw  #wrong" \
   "$ar" -b 1K -e 4K -f 2 -w 0 -n 1 -g 2
