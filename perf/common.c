@@ -531,17 +531,19 @@ static int deviceReport(struct perfRun* run, int firstDev, char* text, size_t ca
                             run->firstRank + i, 0, (int)getpid(), host, dev, prop.pciDomainID, prop.pciBusID,
                             prop.pciDeviceID, prop.name);
     if (run->opt.reportCputime && len < cap) {
-      int sms = 0, major = 0, minor = 0, memClock = 0, busWidth = 0, l2 = 0;
-      CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-      CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-      CUDA_TRY(cudaDeviceGetAttribute(&memClock, cudaDevAttrMemoryClockRate, dev));
-      CUDA_TRY(cudaDeviceGetAttribute(&busWidth, cudaDevAttrGlobalMemoryBusWidth, dev));
-      CUDA_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+      /* informational: an attribute this runtime does not report shows as -1 */
+      static const enum cudaDeviceAttr attrs[6] = {
+          cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor,
+          cudaDevAttrMemoryClockRate,     cudaDevAttrGlobalMemoryBusWidth,   cudaDevAttrL2CacheSize};
+      int v[6];
+      for (int k = 0; k < 6; k++)
+        if (cudaDeviceGetAttribute(&v[k], attrs[k], dev) != cudaSuccess) v[k] = -1;
+      (void)cudaGetLastError();
+      int sms = v[0], major = v[1], minor = v[2], memClock = v[3], busWidth = v[4], l2 = v[5];
       len += (size_t)snprintf(text + len, len < cap ? cap - len : 0,
                               "#          sm_%d%d, %d SMs, %.1f GiB, memory %d MHz x %d bit, L2 %d MiB\n", major,
-                              minor, sms, (double)prop.totalGlobalMem / (1 << 30), memClock / 1000, busWidth,
-                              l2 >> 20);
+                              minor, sms, (double)prop.totalGlobalMem / (1 << 30), memClock < 0 ? -1 : memClock / 1000,
+                              busWidth, l2 < 0 ? -1 : l2 >> 20);
     }
   }
   if (len >= cap) strcpy(text + cap - 5, "...\n");
