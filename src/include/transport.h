@@ -21,6 +21,13 @@ void symmTransportTeardown(struct symmComm* comm, int abort);
 /* The peer view a kernel launch needs; valid while comm->transport is non-NULL. */
 const struct symmPeers* symmTransportPeers(const struct symmComm* comm);
 
+/* Preferred by launchers: returns the peer view and holds the communicator's transport open
+ * (an abort or destroy on another thread waits) until symmTransportEndLaunch; NULL when the
+ * communicator has no symmetric memory or was aborted/revoked (then forward, and do not call
+ * End). End records the launch on `stream` when `launched` (see symmTransportNoteLaunch). */
+const struct symmPeers* symmTransportBeginLaunch(struct symmComm* comm);
+void symmTransportEndLaunch(struct symmComm* comm, cudaStream_t stream, int launched);
+
 /* If [ptr, ptr+bytes) lies inside a symmetric window registered on `comm` (ncclCommWindowRegister
  * with NCCL_WIN_COLL_SYMMETRIC, or ncclCommRegister of ncclMemAlloc memory on every rank),
  * fills peerPtrs[r] with rank r's address of the same offset and returns 1; otherwise 0. */

@@ -561,7 +561,9 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     struct symmComm* c = comms[i];
     finishServers(&ctx[i], 1);
     if (agreed[i]) {
+      pthread_rwlock_wrlock(&c->transportLock);
       c->transport = ctx[i].t;
+      pthread_rwlock_unlock(&c->transportLock);
       ctx[i].t = NULL;
       INFO(SYMM_INIT, "comm %p rank %d/%d: symmetric memory ready (%zu KiB staging, multicast %s)",
            (void*)c->real, c->rank, c->nranks, c->transport->peers.bufferBytes >> 10,
@@ -642,10 +644,30 @@ restore:
 }
 
 void symmTransportTeardown(struct symmComm* comm, int abort) {
-  if (comm == NULL || comm->transport == NULL) return;
+  if (comm == NULL) return;
+  /* Raise the flag before waiting for launches in flight, so their kernels can exit. */
+  if (abort) symmTransportSetAbort(comm);
+  pthread_rwlock_wrlock(&comm->transportLock);
   struct symmTransport* t = comm->transport;
   comm->transport = NULL;
-  freeTransport(t, abort);
+  pthread_rwlock_unlock(&comm->transportLock);
+  if (t != NULL) freeTransport(t, abort);
+}
+
+const struct symmPeers* symmTransportBeginLaunch(struct symmComm* comm) {
+  if (comm == NULL || comm->transport == NULL) return NULL;
+  pthread_rwlock_rdlock(&comm->transportLock);
+  struct symmTransport* t = comm->transport;
+  if (t == NULL || __atomic_load_n(&t->hostFlags[FLAG_ABORT], __ATOMIC_ACQUIRE) != 0) {
+    pthread_rwlock_unlock(&comm->transportLock);
+    return NULL;
+  }
+  return &t->peers;
+}
+
+void symmTransportEndLaunch(struct symmComm* comm, cudaStream_t stream, int launched) {
+  if (launched) symmTransportNoteLaunch(comm, stream);
+  pthread_rwlock_unlock(&comm->transportLock);
 }
 
 /* ---- queries ----------------------------------------------------------------------------- */
@@ -670,13 +692,21 @@ void symmTransportNoteLaunch(struct symmComm* comm, cudaStream_t stream) {
 }
 
 void symmTransportSetAbort(struct symmComm* comm) {
-  if (comm == NULL || comm->transport == NULL || comm->transport->hostFlags == NULL) return;
-  __atomic_store_n(&comm->transport->hostFlags[FLAG_ABORT], 1u, __ATOMIC_SEQ_CST);
+  if (comm == NULL) return;
+  pthread_rwlock_rdlock(&comm->transportLock);
+  struct symmTransport* t = comm->transport;
+  if (t != NULL && t->hostFlags != NULL)
+    __atomic_store_n(&t->hostFlags[FLAG_ABORT], 1u, __ATOMIC_SEQ_CST);
+  pthread_rwlock_unlock(&comm->transportLock);
 }
 
 ncclResult_t symmTransportAsyncError(const struct symmComm* comm) {
-  if (comm == NULL || comm->transport == NULL || comm->transport->hostFlags == NULL)
-    return ncclSuccess;
-  uint32_t err = __atomic_load_n(&comm->transport->hostFlags[FLAG_ERROR], __ATOMIC_ACQUIRE);
+  if (comm == NULL) return ncclSuccess;
+  struct symmComm* c = (struct symmComm*)comm; /* the lock is not part of the logical state */
+  pthread_rwlock_rdlock(&c->transportLock);
+  uint32_t err = 0;
+  if (c->transport != NULL && c->transport->hostFlags != NULL)
+    err = __atomic_load_n(&c->transport->hostFlags[FLAG_ERROR], __ATOMIC_ACQUIRE);
+  pthread_rwlock_unlock(&c->transportLock);
   return err ? ncclRemoteError : ncclSuccess;
 }

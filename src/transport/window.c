@@ -22,6 +22,35 @@ struct userAlloc {
 static pthread_mutex_t allocLock = PTHREAD_MUTEX_INITIALIZER;
 static struct userAlloc* allocs;
 
+/* Physical memory as the real ncclMemAlloc makes it (so the real NCCL's own window registration
+ * accepts it): GPUDirect RDMA capable where supported, and exportable as a fabric handle where
+ * the system allows it (else, as usual, only as a POSIX fd, which is what we need). */
+static ncclResult_t createLikeNccl(int dev, size_t bytes, CUmemGenericAllocationHandle* handle) {
+  CUdevice cuDev;
+  int rdma = 0, fabric = 0;
+  CUCHECK(cuDeviceGet, (&cuDev, dev));
+  (void)CU_CALL(SYMM_LOG_INFO, cuDeviceGetAttribute,
+                (&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, cuDev));
+  (void)CU_CALL(SYMM_LOG_INFO, cuDeviceGetAttribute,
+                (&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, cuDev));
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.allocFlags.gpuDirectRDMACapable = rdma ? 1 : 0;
+  if (fabric) {
+    /* Needs IMEX channels; without them the driver refuses, which is normal (INFO). */
+    prop.requestedHandleTypes =
+        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC;
+    if (CU_CALL(SYMM_LOG_INFO, cuMemCreate, (handle, bytes, &prop, 0)) == CUDA_SUCCESS)
+      return ncclSuccess;
+  }
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUCHECK(cuMemCreate, (handle, bytes, &prop, 0));
+  return ncclSuccess;
+}
+
 ncclResult_t symmTransportMemAlloc(void** ptr, size_t size, int* handled) {
   *handled = 0;
   if (size == 0 || symmCuLoad() != ncclSuccess) return ncclSuccess;
@@ -37,7 +66,7 @@ ncclResult_t symmTransportMemAlloc(void** ptr, size_t size, int* handled) {
   struct userAlloc* a = calloc(1, sizeof(*a));
   if (a == NULL) return ncclSuccess;
   /* Out of memory and friends: let the real NCCL try its own way (and report its own error). */
-  if (symmVmmCreate(dev, bytes, &a->handle) != ncclSuccess) goto free_record;
+  if (createLikeNccl(dev, bytes, &a->handle) != ncclSuccess) goto free_record;
   if (symmVmmMap(a->handle, bytes, dev, &a->base) != ncclSuccess) goto release_handle;
   /* Every device that can reach this one may map it later (windows, multi-GPU processes). */
   for (int d = 0; d < ndev && d < 64; d++) {
