@@ -695,29 +695,34 @@ BOOT_API(ncclResult_t, ncclMemFree, (void* ptr)) {
   return ncclSuccess;
 }
 
-/* Registration is a no-op that hands out a distinct, non-NULL token. */
-static char registrationTokens[1];
+/* Registration is a no-op that hands out a distinct token per registration (callers may key
+ * their own records by it). */
+static void* newToken(void) { return malloc(1); }
 
 BOOT_API(ncclResult_t, ncclCommRegister,
          (const ncclComm_t comm, void* buff, size_t size, void** handle)) {
   if (comm == NULL || handle == NULL) return ncclInvalidArgument;
-  *handle = registrationTokens;
-  return ncclSuccess;
+  *handle = newToken();
+  return *handle ? ncclSuccess : ncclSystemError;
 }
 
 BOOT_API(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle)) {
-  return comm == NULL ? ncclInvalidArgument : ncclSuccess;
+  if (comm == NULL || handle == NULL) return ncclInvalidArgument;
+  free(handle);
+  return ncclSuccess;
 }
 
 BOOT_API(ncclResult_t, ncclCommWindowRegister,
          (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags)) {
   if (comm == NULL || win == NULL) return ncclInvalidArgument;
-  *win = (ncclWindow_t)(void*)registrationTokens;
-  return ncclSuccess;
+  *win = newToken();
+  return *win ? ncclSuccess : ncclSystemError;
 }
 
 BOOT_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win)) {
-  return comm == NULL ? ncclInvalidArgument : ncclSuccess;
+  if (comm == NULL || win == NULL) return ncclInvalidArgument;
+  free(win);
+  return ncclSuccess;
 }
 
 /* Not part of NCCL: lets a test confirm it reached the bootstrap and not a real NCCL. */

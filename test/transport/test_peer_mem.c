@@ -104,6 +104,7 @@ struct rankCtx {
   cudaStream_t stream;
   struct verifyResult* vres; /* host-mapped, one per peer */
   struct pingResult* pres;   /* host-mapped */
+  int* barrierWord;          /* device scratch of worldBarrier */
 };
 
 static int usingBootstrap(void) {
@@ -114,18 +115,17 @@ static int usingBootstrap(void) {
  * (SYMM_CALL_REAL), never our kernels: those could write the staging buffers under test. */
 static void worldBarrier(struct rankCtx* local, int n) {
   ncclResult_t res = ncclSuccess, r;
-  int* scratch[MAX_LOCAL] = {0};
+  /* No allocation or free here: those may synchronize a device on which a peer's kernel (of
+   * another thread) already spins, waiting for a rank still inside this barrier. */
   for (int i = 0; i < n; i++) {
     CUDA_OK(cudaSetDevice(local[i].dev));
     CUDA_OK(cudaStreamSynchronize(local[i].stream));
-    CUDA_OK(cudaMalloc((void**)&scratch[i], sizeof(int)));
-    CUDA_OK(cudaMemset(scratch[i], 0, sizeof(int)));
   }
   if (n > 1) SYMM_CALL_REAL(r, ncclGroupStart, ());
   for (int i = 0; i < n; i++) {
     CUDA_OK(cudaSetDevice(local[i].dev));
-    SYMM_CALL_REAL(r, ncclAllReduce, (scratch[i], scratch[i], 1, ncclInt32, ncclSum, local[i].comm,
-                                      local[i].stream));
+    SYMM_CALL_REAL(r, ncclAllReduce, (local[i].barrierWord, local[i].barrierWord, 1, ncclInt32,
+                                      ncclSum, local[i].comm, local[i].stream));
     if (res == ncclSuccess) res = r;
   }
   if (n > 1) {
@@ -136,7 +136,6 @@ static void worldBarrier(struct rankCtx* local, int n) {
   for (int i = 0; i < n; i++) {
     CUDA_OK(cudaSetDevice(local[i].dev));
     CUDA_OK(cudaStreamSynchronize(local[i].stream));
-    CUDA_OK(cudaFree(scratch[i]));
   }
 }
 
@@ -158,7 +157,9 @@ static int attach(struct rankCtx* c) {
   CUDA_OK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   CUDA_OK(cudaHostAlloc((void**)&c->vres, MAX_LOCAL * sizeof(*c->vres), cudaHostAllocMapped));
   CUDA_OK(cudaHostAlloc((void**)&c->pres, sizeof(*c->pres), cudaHostAllocMapped));
-  return c->stream != NULL && c->vres != NULL && c->pres != NULL;
+  CUDA_OK(cudaMalloc((void**)&c->barrierWord, sizeof(int)));
+  CUDA_OK(cudaMemset(c->barrierWord, 0, sizeof(int)));
+  return c->stream != NULL && c->vres != NULL && c->pres != NULL && c->barrierWord != NULL;
 }
 
 static void detach(struct rankCtx* c) {
@@ -167,6 +168,7 @@ static void detach(struct rankCtx* c) {
   CUDA_OK(cudaStreamDestroy(c->stream));
   CUDA_OK(cudaFreeHost(c->vres));
   CUDA_OK(cudaFreeHost(c->pres));
+  CUDA_OK(cudaFree(c->barrierWord));
   c->stream = NULL;
 }
 
