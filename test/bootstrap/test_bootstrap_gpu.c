@@ -91,28 +91,65 @@ static double loadValue(const void* p, size_t i, ncclDataType_t t) {
 static int isUnsigned(ncclDataType_t t) { return t == ncclUint8 || t == ncclUint32 || t == ncclUint64; }
 static int isInt(ncclDataType_t t) { return t <= ncclUint64; }
 
-/* The expected reduction of element i, as the stored value decodes. */
-static double expected(int nranks, size_t i, ncclDataType_t t, ncclRedOp_t op) {
+/* An integer element as the type holds it: wrapped to its width, sign- or zero-extended. */
+static int64_t wrapInt(uint64_t v, ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return (int8_t)(uint8_t)v;
+    case ncclUint8: return (uint8_t)v;
+    case ncclInt32: return (int32_t)(uint32_t)v;
+    case ncclUint32: return (uint32_t)v;
+    default: return (int64_t)v; /* 64-bit: compared as raw bits */
+  }
+}
+
+static int lessInt(int64_t a, int64_t b, ncclDataType_t t) {
+  return isUnsigned(t) ? (uint64_t)a < (uint64_t)b : a < b;
+}
+
+/* Expected integer result of element i, wrapped like the device type. */
+static int64_t expectedInt(int nranks, size_t i, ncclDataType_t t, ncclRedOp_t op) {
+  int64_t acc = 0;
+  for (int r = 0; r < nranks; r++) {
+    int64_t v = wrapInt((uint64_t)(int64_t)inputValue(r, i, op), t);
+    if (r == 0) acc = v;
+    else if (op == ncclSum || op == ncclAvg) acc = wrapInt((uint64_t)acc + (uint64_t)v, t);
+    else if (op == ncclProd) acc = wrapInt((uint64_t)acc * (uint64_t)v, t);
+    else if (op == ncclMin) acc = lessInt(v, acc, t) ? v : acc;
+    else acc = lessInt(acc, v, t) ? v : acc;
+  }
+  if (op == ncclAvg) acc = isUnsigned(t) ? (int64_t)((uint64_t)acc / (uint64_t)nranks) : acc / nranks;
+  return wrapInt((uint64_t)acc, t);
+}
+
+static int64_t loadInt(const void* p, size_t i, ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return ((const int8_t*)p)[i];
+    case ncclUint8: return ((const uint8_t*)p)[i];
+    case ncclInt32: return ((const int32_t*)p)[i];
+    case ncclUint32: return ((const uint32_t*)p)[i];
+    default: return ((const int64_t*)p)[i];
+  }
+}
+
+/* The expected floating result of element i (exact but for avg). */
+static double expectedFloat(int nranks, size_t i, ncclRedOp_t op) {
   double acc = 0;
   for (int r = 0; r < nranks; r++) {
     double v = inputValue(r, i, op);
-    if (isUnsigned(t) && v < 0) v += ldexp(1.0, 8 * (int)typeSize(t)); /* wrapped input */
     if (r == 0) acc = v;
     else if (op == ncclSum || op == ncclAvg) acc += v;
     else if (op == ncclProd) acc *= v;
     else if (op == ncclMin) acc = v < acc ? v : acc;
     else acc = v > acc ? v : acc;
   }
-  if (op == ncclAvg) acc = isInt(t) ? trunc(acc / nranks) : acc / nranks;
-  if (isUnsigned(t) && (op == ncclSum || op == ncclProd)) acc = fmod(acc, ldexp(1.0, 8 * (int)typeSize(t)));
-  return acc;
+  return op == ncclAvg ? acc / nranks : acc;
 }
 
 static double tolerance(ncclDataType_t t, ncclRedOp_t op, double want) {
-  if (op != ncclAvg || isInt(t)) return 0;
+  if (op != ncclAvg) return 0;
   double rel = t == ncclFloat64 ? 1e-15 : t == ncclFloat32 ? 1e-7 : t == ncclFloat16 ? 1e-3
                : t == ncclBfloat16 ? 8e-3 : t == ncclFloat8e4m3 ? 0.07 : 0.13;
-  return fabs(want) * rel + 1e-300;
+  return fabs(want) * rel;
 }
 
 struct world {
@@ -152,8 +189,17 @@ static int checkAllReduce(struct world* w, int r, size_t n, ncclDataType_t t, nc
   cudaSetDevice(r % ndev);
   int bad = cudaMemcpy(host, w->recv[r], bytes, cudaMemcpyDeviceToHost) != cudaSuccess;
   for (size_t i = 0; i < n && !bad; i++) {
-    double want = expected(w->nranks, i, t, op), got = loadValue(host, i, t);
-    if (fabs(got - want) > tolerance(t, op, want)) {
+    if (isInt(t)) {
+      int64_t want = expectedInt(w->nranks, i, t, op), got = loadInt(host, i, t);
+      if (got != want) {
+        fprintf(stderr, "world %d rank %d type %d op %d count %zu [%zu]: got %lld want %lld\n",
+                w->nranks, r, (int)t, (int)op, n, i, (long long)got, (long long)want);
+        bad = 1;
+      }
+      continue;
+    }
+    double want = expectedFloat(w->nranks, i, op), got = loadValue(host, i, t);
+    if (!(fabs(got - want) <= tolerance(t, op, want))) {
       fprintf(stderr, "world %d rank %d type %d op %d count %zu [%zu]: got %g want %g\n", w->nranks,
               r, (int)t, (int)op, n, i, got, want);
       bad = 1;
