@@ -582,7 +582,9 @@ BOOT_API(ncclResult_t, ncclGroupEnd, (void)) {
       if (res == ncclSuccess) res = r;
     }
   free(runIt);
-  groupCount = 0;
+  free(groupItems); /* a thread's queue must not outlive the group (threads come and go) */
+  groupItems = NULL;
+  groupCount = groupCap = 0;
   return res;
 }
 

@@ -28,11 +28,13 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "debug.h"
 #include "eligibility.h"
 #include "fdpass.h"
 #include "forward.h"
 #include "gpu_kernels.h"
 #include "harness.h"
+#include "internal.h"
 #include "param.h"
 #include "transport.h"
 
@@ -92,6 +94,18 @@ static int ourSocketsListed(void) {
     if (strstr(line, "symmcoll-")) n++;
   fclose(f);
   return n;
+}
+
+/* Waits up to 5 s for every handle server of ours (this and the other rank processes) to be
+ * gone: a peer may still be finishing its setup when we look. Returns what is left. */
+static int ourSocketsLeft(void) {
+  int left = ourSocketsListed();
+  for (int i = 0; i < 100 && left != 0; i++) {
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    left = ourSocketsListed();
+  }
+  return left;
 }
 
 /* ---- the rank view every test works on ---------------------------------------------------- */
@@ -326,6 +340,8 @@ static void peerTest(struct rankCtx* local, int n, int windows) {
   if (ok) {
     for (int i = 0; i < n; i++) checkView(&local[i]);
     patternPhase(local, n);
+    /* Every rank's setup is over: no handle server (abstract socket) may remain anywhere. */
+    TCHECK_EQ_INT(ourSocketsLeft(), 0);
     pingPongPhase(local, n);
     if (windows) windowPhase(local, n);
   }
@@ -449,8 +465,6 @@ static void runProcesses(rankBody body, void* arg) {
         CHECK_EQ_INT(res, ncclSuccess);
         CHECK_EQ_INT(usingBootstrap(), 0);
         if (res == ncclSuccess) {
-          /* Setup is over: no handle server (abstract socket) of ours may remain. */
-          CHECK_EQ_INT(ourSocketsListed(), 0);
           body(&c, 1, arg);
           CHECK_EQ_INT(ncclCommDestroy(c.comm), ncclSuccess);
         }
@@ -552,7 +566,7 @@ static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
   int cycles = *(int*)arg;
   struct resources before, after;
   int ineligible = 0, failed = 0;
-  for (int i = -3; i < cycles; i++) {
+  for (int i = -5; i < cycles; i++) {
     if (i == 0) measure(&before);
     ncclComm_t child = NULL;
     ncclResult_t res = ncclCommSplit(local->comm, 0, local->rank, &child, NULL);
@@ -567,7 +581,7 @@ static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
   measure(&after);
   CHECK_EQ_INT(failed, 0);
   CHECK_EQ_INT(ineligible, 0);
-  CHECK_EQ_INT(ourSocketsListed(), 0);
+  CHECK_EQ_INT(ourSocketsLeft(), 0);
   char what[64];
   snprintf(what, sizeof(what), "rank %d Split(2 processes)", local->rank);
   compareResources(&before, &after, cycles, what);
@@ -590,7 +604,7 @@ static int attackStatus = -1; /* attacker's exit status */
 static void fillRendezvous(struct symmFdRendezvous* rv, int asRank) {
   memset(rv, 0, sizeof(*rv));
   memcpy(rv->secret, spyRecords[0].secret, sizeof(rv->secret));
-  rv->tag = 0; /* the staging allocation (SYMM_TAG_STAGING) */
+  rv->tag = SYMM_TAG_STAGING;
   rv->rank = asRank;
   rv->nranks = 2;
   rv->pids[0] = spyRecords[0].pid;
@@ -793,7 +807,7 @@ static void runSecurity(int mode) {
       } else {
         CHECK(!"ncclCommInitRank failed");
       }
-      CHECK_EQ_INT(ourSocketsListed(), 0);
+      CHECK_EQ_INT(ourSocketsLeft(), 0);
       int counts[2] = {harnessChecks, harnessFailures};
       (void)writeAll(resultPipe[1], counts, sizeof(counts));
       _exit(0);
@@ -869,6 +883,7 @@ int main(int argc, char** argv) {
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  (void)symmLogLevel(); /* logging initialised before parameters are re-read (param.c's lock) */
   symmParamResetAll();
   if (argc < 2) return usage();
   const char* what = argv[1];
