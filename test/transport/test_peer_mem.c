@@ -503,18 +503,23 @@ static void peerBody(struct rankCtx* local, int n, void* arg) {
 
 struct resources {
   int fds, maps;
-  size_t freeMem[8];
+  size_t freeMem[8]; /* per device; only `onlyDev` when that is >= 0 */
 };
 
-static void measure(struct resources* r) {
+static void measure(struct resources* r, int onlyDev) {
+  int prevDev = 0;
+  CUDA_OK(cudaGetDevice(&prevDev));
   r->fds = countDir("/proc/self/fd");
   r->maps = countLines("/proc/self/maps");
   for (int d = 0; d < ndev && d < 8; d++) {
     size_t total = 0;
+    r->freeMem[d] = 0;
+    if (onlyDev >= 0 && d != onlyDev) continue;
     CUDA_OK(cudaSetDevice(d));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemGetInfo(&r->freeMem[d], &total));
   }
+  CUDA_OK(cudaSetDevice(prevDev));
 }
 
 /* The driver may grow internal pools (page tables, stream/event pools) on first use and keep
@@ -527,12 +532,13 @@ static void compareResources(const struct resources* before, const struct resour
   printf("%s: %d cycles: fds %d -> %d, maps %d -> %d", what, cycles, before->fds, after->fds,
          before->maps, after->maps);
   for (int d = 0; d < ndev && d < 8; d++)
-    printf(", dev%d free %zu -> %zu MiB", d, before->freeMem[d] >> 20, after->freeMem[d] >> 20);
+    if (before->freeMem[d])
+      printf(", dev%d free %zu -> %zu MiB", d, before->freeMem[d] >> 20, after->freeMem[d] >> 20);
   printf("\n");
   CHECK_EQ_INT(after->fds, before->fds);
   CHECK_EQ_INT(after->maps, before->maps);
   for (int d = 0; d < ndev && d < 8; d++)
-    CHECK(after->freeMem[d] + DEVICE_SLACK >= before->freeMem[d]);
+    if (before->freeMem[d]) CHECK(after->freeMem[d] + DEVICE_SLACK >= before->freeMem[d]);
 }
 
 /* ncclCommInitAll of 2 ranks (one process, both GPUs), created and destroyed `cycles` times. */
@@ -541,7 +547,7 @@ static void cyclesInitAll(int cycles) {
   struct resources before, after;
   int ineligible = 0, failed = 0;
   for (int i = -3; i < cycles; i++) {
-    if (i == 0) measure(&before); /* after warm-up: the driver's one-time allocations are made */
+    if (i == 0) measure(&before, -1); /* after warm-up: the driver's one-time allocations are made */
     ncclResult_t res = ncclCommInitAll(comms, 2, NULL);
     if (res != ncclSuccess) {
       failed++;
@@ -553,7 +559,7 @@ static void cyclesInitAll(int cycles) {
     }
     for (int r = 0; r < 2; r++) failed += ncclCommDestroy(comms[r]) != ncclSuccess;
   }
-  measure(&after);
+  measure(&after, -1);
   CHECK_EQ_INT(failed, 0);
   CHECK_EQ_INT(ineligible, 0);
   CHECK_EQ_INT(symmCommCount(), 0);
@@ -562,12 +568,29 @@ static void cyclesInitAll(int cycles) {
 
 /* Two processes: a parent communicator, then `cycles` ncclCommSplit children, each set up (fds
  * passed between the processes) and destroyed. Measured in each process. */
+/* Both processes at the same point, every earlier child destroyed (imports of our memory
+ * included), through the real NCCL on the parent communicator. */
+static void processBarrier(struct rankCtx* c, int* word, cudaStream_t stream) {
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclAllReduce, (word, word, 1, ncclInt32, ncclSum, c->comm, stream));
+  CHECK_EQ_INT(res, ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(stream));
+}
+
 static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
   int cycles = *(int*)arg;
   struct resources before, after;
   int ineligible = 0, failed = 0;
+  int* word = NULL;
+  cudaStream_t stream = NULL;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&word, sizeof(int)));
+  CUDA_OK(cudaMemset(word, 0, sizeof(int)));
   for (int i = -5; i < cycles; i++) {
-    if (i == 0) measure(&before);
+    if (i == 0) {
+      processBarrier(local, word, stream);
+      measure(&before, local->dev); /* the other device is the other process's to change */
+    }
     ncclComm_t child = NULL;
     ncclResult_t res = ncclCommSplit(local->comm, 0, local->rank, &child, NULL);
     if (res != ncclSuccess || child == NULL) {
@@ -578,13 +601,16 @@ static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
     ineligible += e == NULL || symmTransportPeers(e) == NULL;
     failed += ncclCommDestroy(child) != ncclSuccess;
   }
-  measure(&after);
+  processBarrier(local, word, stream);
+  measure(&after, local->dev);
   CHECK_EQ_INT(failed, 0);
   CHECK_EQ_INT(ineligible, 0);
   CHECK_EQ_INT(ourSocketsLeft(), 0);
   char what[64];
   snprintf(what, sizeof(what), "rank %d Split(2 processes)", local->rank);
   compareResources(&before, &after, cycles, what);
+  CUDA_OK(cudaFree(word));
+  CUDA_OK(cudaStreamDestroy(stream));
 }
 
 /* ---- security: non-members and squatters (two processes, white-box spy on the exchange) -- */
