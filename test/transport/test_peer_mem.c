@@ -35,6 +35,7 @@
 #include "gpu_kernels.h"
 #include "harness.h"
 #include "internal.h"
+#include "multicast.h"
 #include "param.h"
 #include "transport.h"
 
@@ -879,6 +880,36 @@ static void mcGuardBody(struct rankCtx* local, int n, void* arg) {
   TCHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
 }
 
+/* Each kill switch alone keeps the device-level decision at "no", in a child that only QUERIES
+ * (forked before this process touched CUDA, so the child's driver calls are real ones;
+ * symmMulticastUsable reads the environment first, then at most a device attribute) and never
+ * creates a communicator or a multicast object, so no variable is ever missing where anything
+ * could be created. The decision with all three set is checked in this process too. */
+static void mcGuardEachAlone(void) {
+  static const char* const vars[][2] = {{"NCCL_NVLS_ENABLE", "0"},
+                                        {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
+                                        {"NVSHMEM_DISABLE_NVLS", "1"}};
+  for (int d = 0; d < ndev; d++) CHECK_EQ_INT(symmMulticastUsable(d), 0);
+  for (int v = 0; v < 3; v++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (int k = 0; k < 3; k++)
+        if (k != v) unsetenv(vars[k][0]);
+      setenv(vars[v][0], vars[v][1], 1);
+      symmParamResetAll();
+      int bad = symmMulticastEnvAllows() != 0;
+      for (int d = 0; d < ndev; d++) bad |= symmMulticastUsable(d) != 0;
+      bad |= symmMulticastAttempts() != 0;
+      _exit(bad ? 1 : 0);
+    }
+    int status = -1;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      fprintf(stderr, "%s=%s alone did not keep multicast off\n", vars[v][0], vars[v][1]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
 /* ---- main -------------------------------------------------------------------------------- */
 
 /* Counts GPUs in a child, so that this process stays CUDA-free until it forks its ranks. */
@@ -970,6 +1001,7 @@ int main(int argc, char** argv) {
     /* World sizes that would qualify for multicast by size; the variables must keep it off. */
     CHECK(getenv("NCCL_NVLS_ENABLE") && getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST") &&
           getenv("NVSHMEM_DISABLE_NVLS"));
+    mcGuardEachAlone(); /* first: its children must fork from a process without CUDA state */
     for (int nranks = 4; nranks <= SYMM_MAX_RANKS; nranks++) runThreads(nranks, mcGuardBody, NULL);
     CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
   } else {
