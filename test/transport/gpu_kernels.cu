@@ -96,6 +96,15 @@ __global__ void pingPongKernel(symmPeers p, int rounds, size_t dataWord,
   if (bad) atomicAdd(&res->badData, bad);
 }
 
+__global__ void waitForAbortKernel(symmPeers p, unsigned long long timeoutNs, pingResult* res) {
+  int peer = threadIdx.x / 32;
+  if ((threadIdx.x & 31) != 0 || peer >= p.nranks || peer == p.rank) return;
+  const uint32_t* inFlag = p.signals[p.rank] + peer;
+  uint32_t never = loadAcquire(inFlag) + 0x40000000u;
+  int w = waitFor(inFlag, never, p.abortFlag, nowNs() + timeoutNs);
+  atomicAdd(w == 2 ? &res->aborted : w == 1 ? &res->timeouts : &res->badData, 1u);
+}
+
 static unsigned gridFor(size_t words) {
   size_t blocks = (words + 255) / 256;
   return (unsigned)(blocks > 1024 ? 1024 : blocks < 1 ? 1 : blocks);
@@ -127,11 +136,18 @@ extern "C" cudaError_t testLaunchPingPong(symmPeers peers, int rounds, size_t da
   return cudaGetLastError();
 }
 
+extern "C" cudaError_t testLaunchWaitForAbort(symmPeers peers, unsigned long long timeoutNs,
+                                              pingResult* res, cudaStream_t s) {
+  waitForAbortKernel<<<1, 32 * SYMM_MAX_RANKS, 0, s>>>(peers, timeoutNs, res);
+  return cudaGetLastError();
+}
+
 extern "C" cudaError_t testPrewarmKernels(void) {
   cudaFuncAttributes attr;
   cudaError_t e;
   if ((e = cudaFuncGetAttributes(&attr, fillKernel)) != cudaSuccess) return e;
   if ((e = cudaFuncGetAttributes(&attr, verifyKernel)) != cudaSuccess) return e;
   if ((e = cudaFuncGetAttributes(&attr, countNonzeroKernel)) != cudaSuccess) return e;
+  if ((e = cudaFuncGetAttributes(&attr, waitForAbortKernel)) != cudaSuccess) return e;
   return cudaFuncGetAttributes(&attr, pingPongKernel);
 }

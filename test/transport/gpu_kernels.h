@@ -53,6 +53,10 @@ cudaError_t testLaunchCountNonzero(const uint32_t* src, size_t words, struct ver
  * polling the abort flag) and checks the payload. res zeroed by the caller. */
 cudaError_t testLaunchPingPong(struct symmPeers peers, int rounds, size_t dataWord,
                                unsigned long long timeoutNs, struct pingResult* res, cudaStream_t s);
+/* Every peer warp waits for a flag value nobody writes, polling the abort flag: returns only
+ * through abort (res->aborted) or the deadline (res->timeouts). */
+cudaError_t testLaunchWaitForAbort(struct symmPeers peers, unsigned long long timeoutNs,
+                                   struct pingResult* res, cudaStream_t s);
 /* Loads every kernel on the current device now (no lazy loading while peers spin). */
 cudaError_t testPrewarmKernels(void);
 

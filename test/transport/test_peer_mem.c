@@ -335,6 +335,46 @@ static void windowPhase(struct rankCtx* local, int n) {
   }
 }
 
+static double secondsSince(const struct timespec* t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+/* Last: a kernel spinning on signals that never come exits within 2 s of the host raising the
+ * abort flag (host-mapped, seen by the device), and the aborted communicator stops launching. */
+static void abortPhase(struct rankCtx* local, int n) {
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    memset(local[i].pres, 0, sizeof(*local[i].pres));
+    CUDA_OK(testLaunchWaitForAbort(*local[i].peers, WAIT_NS, local[i].pres, local[i].stream));
+  }
+  struct timespec pause = {0, 200 * 1000 * 1000}, t0;
+  nanosleep(&pause, NULL);
+  for (int i = 0; i < n; i++) {
+    /* Still spinning: nothing may have ended it before the flag. */
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    TCHECK_EQ_INT(cudaStreamQuery(local[i].stream), cudaErrorNotReady);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < n; i++) symmTransportSetAbort(local[i].entry);
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    CUDA_OK(cudaStreamSynchronize(local[i].stream));
+  }
+  double waited = secondsSince(&t0);
+  if (waited >= 2.0) fprintf(stderr, "rank %d: abort took %.3f s to drain\n", local[0].rank, waited);
+  TCHECK(waited < 2.0);
+  for (int i = 0; i < n; i++) {
+    TCHECK_EQ_INT(local[i].pres->aborted, (unsigned)(local[i].nranks - 1));
+    TCHECK_EQ_INT(local[i].pres->timeouts, 0);
+    TCHECK_EQ_INT(local[i].pres->badData, 0);
+    const struct symmPeers* view = symmTransportBeginLaunch(local[i].entry);
+    TCHECK(view == NULL);
+    if (view != NULL) symmTransportEndLaunch(local[i].entry, local[i].stream, 0);
+  }
+}
+
 static void peerTest(struct rankCtx* local, int n, int windows) {
   int ok = 1;
   for (int i = 0; i < n; i++) ok &= attach(&local[i]);
@@ -345,6 +385,7 @@ static void peerTest(struct rankCtx* local, int n, int windows) {
     TCHECK_EQ_INT(ourSocketsLeft(), 0);
     pingPongPhase(local, n);
     if (windows) windowPhase(local, n);
+    abortPhase(local, n);
   }
   for (int i = 0; i < n; i++) detach(&local[i]);
 }
