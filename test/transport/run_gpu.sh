@@ -58,7 +58,7 @@ for line in open(sys.argv[1]):
     out = t.get("stdout", "") or ""
     m = re.findall(r"(\d+) checks, (\d+) failed", out)
     checks = f"{m[-1][0]} checks, {m[-1][1]} failed" if m else "-"
-    rows.append((t["name"], t["result"], f'{t.get("duration", 0):.1f}s', checks))
+    rows.append((t["name"].split(" / ")[-1], t["result"], f'{t.get("duration", 0):.1f}s', checks))
 w = max((len(r[0]) for r in rows), default=10)
 print()
 print(f'{"test".ljust(w)}  {"result":8}  {"time":>7}  checks')
