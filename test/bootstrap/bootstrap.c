@@ -278,6 +278,22 @@ static ncclResult_t opPost(struct groupItem* item, struct bootOp** out, int* run
   return ncclSuccess;
 }
 
+/* One non-blocking stream per device for reading inputs: the legacy default stream would wait
+ * for the application's blocking streams, where a kernel may spin waiting for a rank that is
+ * still inside this call. */
+static pthread_mutex_t copyLock = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t copyStreams[BOOT_MAX_RANKS];
+
+static cudaError_t copyStream(int dev, cudaStream_t* out) {
+  cudaError_t err = cudaSuccess;
+  if (dev < 0 || dev >= BOOT_MAX_RANKS) return cudaErrorInvalidDevice;
+  pthread_mutex_lock(&copyLock);
+  if (copyStreams[dev] == NULL) err = cudaStreamCreateWithFlags(&copyStreams[dev], cudaStreamNonBlocking);
+  *out = copyStreams[dev];
+  pthread_mutex_unlock(&copyLock);
+  return err;
+}
+
 /* Synchronizes every rank's stream, reads inputs, computes, writes outputs. No lock held. */
 static ncclResult_t opRun(struct bootOp* op, int nranks) {
   ncclResult_t res = ncclSuccess;
@@ -314,9 +330,12 @@ static ncclResult_t opRun(struct bootOp* op, int nranks) {
       res = ncclSystemError;
       goto restore_device;
     }
+    cudaStream_t copy;
     BOOT_CUDA(cudaSetDevice(op->args[r].dev), res, restore_device);
-    BOOT_CUDA(cudaMemcpy(inputs[r], op->args[r].send, inCount * elt, cudaMemcpyDefault), res,
-              restore_device);
+    BOOT_CUDA(copyStream(op->args[r].dev, &copy), res, restore_device);
+    BOOT_CUDA(cudaMemcpyAsync(inputs[r], op->args[r].send, inCount * elt, cudaMemcpyDefault, copy),
+              res, restore_device);
+    BOOT_CUDA(cudaStreamSynchronize(copy), res, restore_device);
   }
   switch (op->kind) {
     case OP_ALLGATHER:
