@@ -30,6 +30,7 @@ ncclResult_t symmCommAdd(ncclComm_t real, int blocking, struct symmComm** out) {
   }
   comm->real = real;
   comm->blocking = blocking;
+  pthread_rwlock_init(&comm->transportLock, NULL);
   comm->rank = comm->nranks = comm->cudaDev = -1;
   unsigned b = bucketOf(real);
   pthread_rwlock_wrlock(&tableLock);
@@ -38,6 +39,7 @@ ncclResult_t symmCommAdd(ncclComm_t real, int blocking, struct symmComm** out) {
     if ((*it)->real == real) {
       struct symmComm* stale = *it;
       *it = stale->next;
+      pthread_rwlock_destroy(&stale->transportLock);
       free(stale);
       liveCount--;
       break;
@@ -77,6 +79,7 @@ void symmCommRemove(ncclComm_t real) {
     }
   }
   pthread_rwlock_unlock(&tableLock);
+  if (victim != NULL) pthread_rwlock_destroy(&victim->transportLock);
   free(victim);
 }
 

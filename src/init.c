@@ -130,7 +130,9 @@ static void commGone(ncclComm_t real, int abort) {
   symmCommRemove(real);
 }
 
+/* After finalize no collective may run: our memory goes now (the entry stays until destroy). */
 SYMM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (symmRealDepth == 0) symmTransportTeardown(symmCommFind(comm), 0);
   SYMM_FORWARD(ncclCommFinalize, (comm), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
@@ -146,3 +148,25 @@ SYMM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   SYMM_FORWARD(ncclCommAbort, (comm), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
+
+/* Revoke stops our spinning kernels too (the communicator stays until destroy/abort). */
+SYMM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  if (symmRealDepth == 0) symmTransportSetAbort(symmCommFind(comm));
+  SYMM_FORWARD(ncclCommRevoke, (comm, revokeFlags), ncclSystemError);
+}
+SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
+
+/* The real NCCL's answer, overridden by ours when one of our kernels gave up. */
+SYMM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommGetAsyncError, (comm, asyncError), ncclSystemError);
+  LOAD_OR_FAIL();
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm, asyncError));
+  if (res == ncclSuccess && asyncError != NULL &&
+      (*asyncError == ncclSuccess || *asyncError == ncclInProgress)) {
+    ncclResult_t ours = symmTransportAsyncError(symmCommFind(comm));
+    if (ours != ncclSuccess) *asyncError = ours;
+  }
+  return res;
+}
+SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError))

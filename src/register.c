@@ -1,13 +1,37 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Memory allocation and registration entry points (peer mapping of windows: src/transport). */
 #include "checks.h"
+#include "comm.h"
 #include "forward.h"
+#include "transport.h"
 
+/* Our VMM memory (shareable by POSIX fd, reachable from every peer-accessible device), or the
+ * real NCCL's when we cannot provide it. */
 SYMM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclMemAlloc, (ptr, size), ncclSystemError);
+  if (ptr == NULL) {
+    WARN("ncclMemAlloc: ptr is NULL");
+    return ncclInvalidArgument;
+  }
+  int handled = 0;
+  ncclResult_t res = symmTransportMemAlloc(ptr, size, &handled);
+  if (handled) return res;
   SYMM_FORWARD(ncclMemAlloc, (ptr, size), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size))
 
+/* Frees ours; anything else came from the real NCCL. */
+SYMM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclMemFree, (ptr), ncclSystemError);
+  int handled = 0;
+  ncclResult_t res = symmTransportMemFree(ptr, &handled);
+  if (handled) return res;
+  SYMM_FORWARD(ncclMemFree, (ptr), ncclSystemError);
+}
+SYMM_PROFILING_ALIAS(ncclResult_t, ncclMemFree, (void* ptr))
+
+/* Not collective in NCCL, so nothing can be exchanged here: forwarded only (kernels copy such
+ * buffers through the staging buffer; symmetric windows are the zero-copy path). */
 SYMM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
                                           void** handle) {
   SYMM_FORWARD(ncclCommRegister, (comm, buff, size, handle), ncclSystemError);
@@ -20,14 +44,24 @@ SYMM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle)
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
 
+/* The real NCCL registers first (its own window must keep working); then, for symmetric windows,
+ * we map the peers' windows (collective, like the registration). */
 SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
                                                 ncclWindow_t* win, int winFlags) {
-  SYMM_FORWARD(ncclCommWindowRegister, (comm, buff, size, win, winFlags), ncclSystemError);
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommWindowRegister, (comm, buff, size, win, winFlags),
+                              ncclSystemError);
+  if (symmRealLoad() != ncclSuccess) return ncclSystemError;
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclCommWindowRegister, (comm, buff, size, win, winFlags));
+  if (res == ncclSuccess && win != NULL)
+    symmTransportWindowRegistered(symmCommFind(comm), buff, size, *win, winFlags);
+  return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowRegister,
                      (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
 
 SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  if (symmRealDepth == 0) symmTransportWindowDeregister(symmCommFind(comm), win);
   SYMM_FORWARD(ncclCommWindowDeregister, (comm, win), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))

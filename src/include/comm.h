@@ -16,6 +16,9 @@ struct symmComm {
   int attrsKnown;  /* rank/nranks/cudaDev read from the real NCCL */
   int setupDone;   /* symmetric-memory setup attempted (successfully or not) */
   struct symmTransport* transport; /* non-NULL when eligible and set up */
+  /* Readers: launches in flight (symmTransportBeginLaunch..End). Writer: teardown, which detaches
+   * `transport` so an abort from another thread never frees memory under a launch. */
+  pthread_rwlock_t transportLock;
   struct symmComm* next;           /* hash chain, guarded by the table lock */
 };
 

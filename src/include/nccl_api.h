@@ -31,17 +31,12 @@ typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
 #define SYMM_FAIL_RESULT ncclSystemError
 
 #define SYMMCOLL_FORWARDED_FUNCS(X)                                                                  \
-  X(ncclResult_t, ncclMemFree, (void* ptr), (ptr), SYMM_FAIL_RESULT)                                 \
   X(ncclResult_t, ncclGetUniqueId, (ncclUniqueId* uniqueId), (uniqueId), SYMM_FAIL_RESULT)           \
   X(const char*, ncclGetLastError, (ncclComm_t comm), (comm), "libsymmcoll: no real NCCL loaded")     \
-  X(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError),                  \
-    (comm, asyncError), SYMM_FAIL_RESULT)                                                            \
   X(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int* count), (comm, count), SYMM_FAIL_RESULT) \
   X(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int* device), (comm, device),              \
     SYMM_FAIL_RESULT)                                                                                \
   X(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int* rank), (comm, rank), SYMM_FAIL_RESULT) \
-  X(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags), (comm, revokeFlags),             \
-    SYMM_FAIL_RESULT)                                                                                \
   X(ncclResult_t, ncclRedOpCreatePreMulSum,                                                          \
     (ncclRedOp_t* op, void* scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,        \
      ncclComm_t comm),                                                                               \
@@ -110,6 +105,11 @@ typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
   X(void, ncclResetDebugInit, (void), (), )                                                          \
   X(void, ncclResetDebugInitInternal, (void), (), )                                                  \
   X(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size), (ptr, size), SYMM_FAIL_RESULT)            \
+  X(ncclResult_t, ncclMemFree, (void* ptr), (ptr), SYMM_FAIL_RESULT)                                 \
+  X(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError),                  \
+    (comm, asyncError), SYMM_FAIL_RESULT)                                                            \
+  X(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags), (comm, revokeFlags),             \
+    SYMM_FAIL_RESULT)                                                                                \
   X(ncclResult_t, ncclCommInitRank,                                                                  \
     (ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank), (comm, nranks, commId, rank),     \
     SYMM_FAIL_RESULT)                                                                                \

@@ -3,6 +3,9 @@
 #ifndef SYMMCOLL_TRANSPORT_H
 #define SYMMCOLL_TRANSPORT_H
 
+#include <cuda_runtime.h>
+#include <stddef.h>
+
 #include "comm.h"
 #include "symm_peers.h"
 
@@ -18,6 +21,13 @@ void symmTransportTeardown(struct symmComm* comm, int abort);
 /* The peer view a kernel launch needs; valid while comm->transport is non-NULL. */
 const struct symmPeers* symmTransportPeers(const struct symmComm* comm);
 
+/* Preferred by launchers: returns the peer view and holds the communicator's transport open
+ * (an abort or destroy on another thread waits) until symmTransportEndLaunch; NULL when the
+ * communicator has no symmetric memory or was aborted/revoked (then forward, and do not call
+ * End). End records the launch on `stream` when `launched` (see symmTransportNoteLaunch). */
+const struct symmPeers* symmTransportBeginLaunch(struct symmComm* comm);
+void symmTransportEndLaunch(struct symmComm* comm, cudaStream_t stream, int launched);
+
 /* If [ptr, ptr+bytes) lies inside a symmetric window registered on `comm` (ncclCommWindowRegister
  * with NCCL_WIN_COLL_SYMMETRIC, or ncclCommRegister of ncclMemAlloc memory on every rank),
  * fills peerPtrs[r] with rank r's address of the same offset and returns 1; otherwise 0. */
@@ -28,5 +38,31 @@ int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t
  * and none of NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1,
  * SYMMCOLL_MULTIMEM=0 set). */
 int symmTransportMulticastReady(const struct symmComm* comm);
+
+/* How many times this process tried to create or import a multicast object (tests prove 0). */
+long symmTransportMulticastAttempts(void);
+
+/* Kernel launchers call this after launching on `stream` (outside graph capture), so teardown
+ * can wait for our kernels before unmapping memory they use. */
+void symmTransportNoteLaunch(struct symmComm* comm, cudaStream_t stream);
+
+/* ncclCommAbort/ncclCommRevoke: raise the abort flag that every spin loop polls. */
+void symmTransportSetAbort(struct symmComm* comm);
+
+/* Our part of ncclCommGetAsyncError: ncclSuccess, or ncclRemoteError when a kernel gave up
+ * (peer vanished or abort seen) and raised the error flag. */
+ncclResult_t symmTransportAsyncError(const struct symmComm* comm);
+
+/* ncclMemAlloc/ncclMemFree: VMM memory exportable as POSIX fds, accessible from every
+ * peer-accessible device. *handled = 0 means "not ours: forward to the real NCCL". */
+ncclResult_t symmTransportMemAlloc(void** ptr, size_t size, int* handled);
+ncclResult_t symmTransportMemFree(void* ptr, int* handled);
+
+/* After the real ncclCommWindowRegister succeeded: map the peers' windows (collective, like the
+ * registration itself). Never fails the user's call; an unmapped window is simply not used. */
+void symmTransportWindowRegistered(struct symmComm* comm, void* buff, size_t size,
+                                   ncclWindow_t win, int winFlags);
+/* Before the real ncclCommWindowDeregister: unmap the peers' windows of `win`. */
+void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win);
 
 #endif

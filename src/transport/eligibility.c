@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Eligibility: a pure function of the all-gathered records, so every rank reaches the same verdict. */
+#include "eligibility.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void setReason(struct symmVerdict* v, const char* fmt, int a, int b) {
+  v->eligible = 0;
+  v->multicast = 0;
+  snprintf(v->reason, sizeof(v->reason), fmt, a, b);
+}
+
+int symmDecideFromRecords(const struct symmPeerRecord* records, int nranks, int maxRanks,
+                          struct symmVerdict* verdict) {
+  memset(verdict, 0, sizeof(*verdict));
+  if (maxRanks > SYMM_MAX_RANKS) maxRanks = SYMM_MAX_RANKS;
+  if (nranks < 2) {
+    setReason(verdict, "world size %d is below 2", nranks, 0);
+    return 0;
+  }
+  if (nranks > maxRanks) {
+    setReason(verdict, "world size %d exceeds the limit %d (SYMMCOLL_MAX_RANKS)", nranks, maxRanks);
+    return 0;
+  }
+  int allMulticast = 1, distinctDevices = 1;
+  for (int r = 0; r < nranks; r++) {
+    const struct symmPeerRecord* rec = &records[r];
+    if (rec->version != SYMM_RECORD_VERSION) {
+      setReason(verdict, "rank %d runs a different libsymmcoll record version (%d)", r,
+                (int)rec->version);
+      return 0;
+    }
+    if (rec->rank != r) {
+      setReason(verdict, "record %d claims rank %d", r, rec->rank);
+      return 0;
+    }
+    if (rec->flags & SYMM_REC_DISABLED) {
+      setReason(verdict, "SYMMCOLL_DISABLE is set on rank %d", r, 0);
+      return 0;
+    }
+    if (rec->flags & SYMM_REC_SETUP_FAILED) {
+      setReason(verdict, "rank %d could not prepare its local state", r, 0);
+      return 0;
+    }
+    if (rec->hostHash != records[0].hostHash || rec->hostHash == 0) {
+      setReason(verdict, "rank %d is not on the same host as rank 0", r, 0);
+      return 0;
+    }
+    if (rec->uid != records[0].uid) {
+      setReason(verdict, "rank %d runs as another user than rank 0", r, 0);
+      return 0;
+    }
+    if (rec->pid <= 0) {
+      setReason(verdict, "rank %d reported no process id", r, 0);
+      return 0;
+    }
+    if (!(rec->flags & SYMM_REC_VMM)) {
+      setReason(verdict, "rank %d has no CUDA VMM with POSIX file descriptor handles", r, 0);
+      return 0;
+    }
+    if (rec->ccMajor < 8) {
+      setReason(verdict, "rank %d has compute capability %d.x, below 8.0", r, rec->ccMajor);
+      return 0;
+    }
+    if (!(rec->flags & SYMM_REC_MULTICAST)) allMulticast = 0;
+    for (int q = 0; q < r; q++)
+      if (strncmp(records[q].busId, rec->busId, sizeof(rec->busId)) == 0) distinctDevices = 0;
+  }
+  verdict->eligible = 1;
+  verdict->multicast = allMulticast && distinctDevices && nranks >= 4;
+  snprintf(verdict->reason, sizeof(verdict->reason), "%d ranks on one host", nranks);
+  return 1;
+}
+
+int symmDecideFromAccess(const uint32_t* accessMasks, int nranks, struct symmVerdict* verdict) {
+  for (int r = 0; r < nranks; r++) {
+    for (int q = 0; q < nranks; q++) {
+      if (q == r) continue;
+      if (!(accessMasks[r] & (1u << q))) {
+        setReason(verdict, "rank %d cannot access the memory of rank %d (no peer access)", r, q);
+        return 0;
+      }
+    }
+  }
+  return verdict->eligible;
+}
+
+/* FNV-1a, good enough to tell hosts apart; not a security boundary (SO_PEERCRED is). */
+static uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const unsigned char* p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+uint64_t symmHostHash(void) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  int any = 0;
+  char buf[256];
+  if (gethostname(buf, sizeof(buf)) == 0) {
+    buf[sizeof(buf) - 1] = '\0';
+    h = fnv1a(h, buf, strlen(buf));
+    any = 1;
+  }
+  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      h = fnv1a(h, buf, (size_t)n);
+      any = 1;
+    }
+    close(fd);
+  }
+  return any ? (h ? h : 1) : 0;
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The per-rank record exchanged at setup and the pure decision made from the table of records. */
+#ifndef SYMMCOLL_TRANSPORT_ELIGIBILITY_H
+#define SYMMCOLL_TRANSPORT_ELIGIBILITY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "symm_peers.h"
+
+#define SYMM_RECORD_VERSION 1u
+#define SYMM_SECRET_BYTES 32 /* first half names sockets, second half authenticates requests */
+
+/* Flags a rank reports about itself. */
+enum {
+  SYMM_REC_DISABLED = 1u << 0,       /* SYMMCOLL_DISABLE set on this rank */
+  SYMM_REC_VMM = 1u << 1,            /* driver loaded; VMM + POSIX fd handles supported */
+  SYMM_REC_MULTICAST = 1u << 2,      /* multicast env guards pass AND device reports support */
+  SYMM_REC_SETUP_FAILED = 1u << 3,   /* something local failed before the exchange */
+};
+
+/* Fixed layout, all-gathered as bytes over the real communicator (identical binaries on a node). */
+struct symmPeerRecord {
+  uint32_t version;
+  int32_t rank;
+  uint64_t hostHash; /* hostname + boot id */
+  int32_t pid;
+  uint32_t uid;
+  int32_t cudaDev;
+  int32_t ccMajor, ccMinor;
+  uint32_t flags;
+  uint64_t granularity; /* VMM allocation granularity of this rank's device */
+  char busId[16];
+  uint8_t secret[SYMM_SECRET_BYTES]; /* meaningful in rank 0's record only; never logged */
+};
+
+/* Outcome of the decision; identical on every rank given identical inputs. */
+struct symmVerdict {
+  int eligible;
+  int multicast; /* all ranks capable, >= 4 ranks, distinct devices */
+  char reason[160];
+};
+
+/* Stage 1: from the all-gathered records alone. `maxRanks` is SYMMCOLL_MAX_RANKS (already capped).
+ * Returns verdict->eligible. */
+int symmDecideFromRecords(const struct symmPeerRecord* records, int nranks, int maxRanks,
+                          struct symmVerdict* verdict);
+
+/* Stage 2: every rank's bit mask of peers its device can access (bit r = rank r reachable).
+ * Eligible only if every pair is accessible in both directions. */
+int symmDecideFromAccess(const uint32_t* accessMasks, int nranks, struct symmVerdict* verdict);
+
+/* Hash of the hostname and /proc/sys/kernel/random/boot_id (0 if neither can be read). */
+uint64_t symmHostHash(void);
+
+#endif

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Passing one file descriptor per (communicator, tag, rank) to member processes over abstract
+ * unix sockets, with SO_PEERCRED checks both ways. Plain POSIX: testable without a GPU. */
+#ifndef SYMMCOLL_TRANSPORT_FDPASS_H
+#define SYMMCOLL_TRANSPORT_FDPASS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eligibility.h"
+#include "nccl_api.h"
+
+/* What both ends agree on, all learned from the setup all-gather. */
+struct symmFdRendezvous {
+  uint8_t secret[SYMM_SECRET_BYTES]; /* never logged */
+  uint32_t tag;                      /* which object: staging memory, a window, multicast */
+  int rank, nranks;                  /* this end's rank */
+  int32_t pids[SYMM_MAX_RANKS];      /* member pids, as seen by each member */
+  uint32_t uid;                      /* everyone's uid (checked equal at eligibility) */
+  int timeoutMs;                     /* overall budget of one serve or one fetch */
+};
+
+struct symmFdServer;
+
+/* Binds rank rv->rank's socket now (fails closed with a WARN if the name is already taken) and
+ * serves a duplicate of `fd` from a thread, once to each rank in `clientMask`. */
+ncclResult_t symmFdServerStart(const struct symmFdRendezvous* rv, int fd, uint32_t clientMask,
+                               struct symmFdServer** out);
+/* Waits for the server to finish (served everyone, or timed out); with `cancel` it stops at once.
+ * Returns ncclSuccess only if every expected client was served. Closes everything. */
+ncclResult_t symmFdServerFinish(struct symmFdServer* server, int cancel);
+
+/* Connects to rank `fromRank`'s server, checks its credentials and obtains its descriptor
+ * (close-on-exec). Retries until the server appears or rv->timeoutMs passes. */
+ncclResult_t symmFdFetch(const struct symmFdRendezvous* rv, int fromRank, int* fdOut);
+
+/* The abstract socket name of `rank` (without the leading NUL); for tests. Returns its length. */
+int symmFdSocketName(const struct symmFdRendezvous* rv, int rank, char* out, size_t outBytes);
+
+#endif

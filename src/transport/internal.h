@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* State src/transport keeps per communicator (behind comm->transport); private to this folder. */
+#ifndef SYMMCOLL_TRANSPORT_INTERNAL_H
+#define SYMMCOLL_TRANSPORT_INTERNAL_H
+
+#include <pthread.h>
+
+#include "comm.h"
+#include "cudriver.h"
+#include "eligibility.h"
+#include "symm_peers.h"
+#include "vmm.h"
+
+/* Tags name the shared objects of one communicator in socket names and the registry. */
+#define SYMM_TAG_STAGING 0u
+#define SYMM_TAG_MULTICAST 1u
+#define SYMM_TAG_WINDOW_BASE 16u /* + window sequence number */
+
+/* A peer-mapped NCCL_WIN_COLL_SYMMETRIC window. */
+struct symmWindow {
+  ncclWindow_t win;
+  uintptr_t userPtr; /* this rank's registered range */
+  size_t bytes;
+  void* peerPtrs[SYMM_MAX_RANKS]; /* rank r's address of userPtr's offset, mapped here */
+  struct symmMapping* maps[SYMM_MAX_RANKS];
+  struct symmWindow* next;
+};
+
+struct symmTransport {
+  struct symmPeers peers; /* what kernels get (by value) */
+  /* From the setup exchange; the secret never leaves this process except in socket names (first
+   * half) and authenticated requests (second half), and is never logged. */
+  uint8_t secret[SYMM_SECRET_BYTES];
+  int32_t pids[SYMM_MAX_RANKS];
+  uint32_t uid;
+  int cudaDev;
+  int timeoutMs;
+  /* Staging allocation: [buffer | signal pad], one per rank, allocBytes each. */
+  size_t allocBytes;
+  struct symmMapping* maps[SYMM_MAX_RANKS]; /* maps[rank] is our own (published) allocation */
+  void* localState;                         /* cudaMalloc */
+  uint32_t* hostFlags;                      /* cudaHostAlloc: [0] abort, [32] error */
+  cudaEvent_t lastLaunch;
+  int launched;
+  /* Multicast (never on machines where it is forbidden). */
+  CUmemGenericAllocationHandle mcHandle;
+  int mcCreated, mcBound;
+  CUdeviceptr mcBase;
+  size_t mcBytes;
+  /* Windows, guarded by lock. */
+  pthread_mutex_t lock;
+  struct symmWindow* windows;
+  uint32_t windowSeq;
+};
+
+/* One all-gather over the real communicator, for every comm of `comms` that takes part
+ * (`take[i]`); one thread may drive all of them (grouped). Each sends `bytes` from send[i] and
+ * receives nranks*bytes into recv[i]. A failed exchange clears take[i]. */
+ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void* const* send,
+                          void* const* recv, size_t bytes);
+
+/* Registry key of (comm, tag, rank). */
+void symmKeyOf(const struct symmTransport* t, uint32_t tag, int rank, struct symmMapKey* key);
+
+void symmWindowsTeardown(struct symmTransport* t);
+
+#endif

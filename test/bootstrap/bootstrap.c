@@ -1,0 +1,750 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A test-only stand-in for libnccl.so.2: ranks are threads of one process, several per GPU.
+ *
+ * Rendezvous: ranks of one communicator meet in a process-wide registry keyed by the unique id.
+ * Collectives: each rank posts its arguments to the k-th operation of its communicator; the rank
+ * that posts last runs the operation for everyone (inputs synchronized and read to the host,
+ * reduced there in rank order, written back with cudaMemcpyAsync on each rank's stream, which it
+ * then synchronizes), and the others wait for it. Inside ncclGroupStart/End, posts are queued and
+ * made at the outermost GroupEnd before anyone waits, so one thread may drive several ranks.
+ * Correctness over speed: every call is synchronous with the host; graph capture is refused. */
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "boot_types.h"
+#include "nccl_api.h"
+
+#define BOOT_MAX_RANKS 64
+
+/* --- errors ----------------------------------------------------------------------------------- */
+
+static __thread char lastError[256];
+
+static void bootWarn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bootWarn(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(lastError, sizeof(lastError), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "nccl-bootstrap: %s\n", lastError);
+}
+
+#define BOOT_CUDA(call, res, label)                                                         \
+  do {                                                                                      \
+    cudaError_t err_ = (call);                                                              \
+    if (err_ != cudaSuccess) {                                                              \
+      bootWarn("%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      (res) = ncclUnhandledCudaError;                                                       \
+      goto label;                                                                           \
+    }                                                                                       \
+  } while (0)
+
+/* Seconds a rank waits for its peers before giving up (a test that forgot a rank must not hang). */
+static int waitLimitSeconds(void) {
+  const char* s = getenv("SYMM_BOOTSTRAP_TIMEOUT");
+  int v = s ? atoi(s) : 0;
+  return v > 0 ? v : 300;
+}
+
+/* --- worlds, communicators, operations ---------------------------------------------------------- */
+
+enum opKind { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE };
+static const char* const opKindName[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
+                                         "Reduce"};
+
+struct rankArgs {
+  const void* send;
+  void* recv;
+  cudaStream_t stream;
+  int dev;
+};
+
+struct bootOp {
+  uint64_t seq;
+  enum opKind kind;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t redOp;
+  int root;
+  int posted, finished; /* ranks that posted / that saw the result */
+  int state;            /* 0 collecting, 1 running, 2 done */
+  ncclResult_t result;
+  struct bootOp* next;
+  struct rankArgs args[];
+};
+
+struct bootWorld {
+  ncclUniqueId id;
+  int nranks, arrived, complete, aborted, refs;
+  struct ncclComm* ranks[BOOT_MAX_RANKS];
+  struct bootOp* ops;
+  struct bootWorld* next; /* registry chain while collecting ranks */
+};
+
+struct ncclComm {
+  struct bootWorld* world;
+  int rank, nranks, dev;
+  uint64_t nextSeq;
+};
+
+/* One lock and one condition for everything: simple, and the bootstrap is not about speed. */
+static pthread_mutex_t bootLock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bootCond;
+static pthread_once_t condOnce = PTHREAD_ONCE_INIT;
+static struct bootWorld* collecting;
+
+static void condInit(void) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&bootCond, &attr);
+  pthread_condattr_destroy(&attr);
+}
+
+static struct timespec deadlineFromNow(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += waitLimitSeconds();
+  return ts;
+}
+
+static void worldUnref(struct bootWorld* w) { /* caller holds bootLock */
+  if (--w->refs > 0) return;
+  while (w->ops) {
+    struct bootOp* op = w->ops;
+    w->ops = op->next;
+    free(op);
+  }
+  free(w);
+}
+
+/* Drops `comm` from its world; an abort, or leaving before every rank arrived, fails the others. */
+static void worldLeave(struct ncclComm* comm, int abort) {
+  struct bootWorld* w = comm->world;
+  if (w == NULL) return;
+  pthread_mutex_lock(&bootLock);
+  if (!w->complete) {
+    struct bootWorld** link = &collecting;
+    while (*link && *link != w) link = &(*link)->next;
+    if (*link) *link = w->next;
+    abort = 1;
+  }
+  if (abort) w->aborted = 1;
+  w->ranks[comm->rank] = NULL;
+  pthread_cond_broadcast(&bootCond);
+  worldUnref(w);
+  pthread_mutex_unlock(&bootLock);
+  comm->world = NULL;
+}
+
+/* --- communicator creation -------------------------------------------------------------------- */
+
+static ncclResult_t initPost(struct ncclComm* comm, int nranks, const ncclUniqueId* id, int rank) {
+  pthread_once(&condOnce, condInit);
+  pthread_mutex_lock(&bootLock);
+  struct bootWorld* w = collecting;
+  while (w && memcmp(&w->id, id, sizeof(*id)) != 0) w = w->next;
+  if (w == NULL) {
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+      pthread_mutex_unlock(&bootLock);
+      return ncclSystemError;
+    }
+    w->id = *id;
+    w->nranks = nranks;
+    w->next = collecting;
+    collecting = w;
+  }
+  if (w->nranks != nranks || w->ranks[rank] != NULL) {
+    pthread_mutex_unlock(&bootLock);
+    bootWarn("ncclCommInitRank: rank %d of %d does not fit this id (nranks %d, rank %s)", rank,
+             nranks, w->nranks, w->ranks[rank] ? "taken" : "free");
+    return ncclInvalidUsage;
+  }
+  w->ranks[rank] = comm;
+  w->refs++;
+  comm->world = w;
+  if (++w->arrived == nranks) {
+    struct bootWorld** link = &collecting;
+    while (*link != w) link = &(*link)->next;
+    *link = w->next;
+    w->complete = 1;
+    pthread_cond_broadcast(&bootCond);
+  }
+  pthread_mutex_unlock(&bootLock);
+  return ncclSuccess;
+}
+
+static ncclResult_t initWait(struct ncclComm* comm) {
+  struct timespec deadline = deadlineFromNow();
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&bootLock);
+  struct bootWorld* w = comm->world;
+  while (!w->complete && !w->aborted && res == ncclSuccess)
+    if (pthread_cond_timedwait(&bootCond, &bootLock, &deadline) == ETIMEDOUT) res = ncclSystemError;
+  if (res == ncclSuccess && w->aborted) res = ncclRemoteError;
+  int arrived = w->arrived;
+  pthread_mutex_unlock(&bootLock);
+  if (res == ncclSystemError)
+    bootWarn("rank %d: only %d of %d ranks arrived within %d s", comm->rank, arrived, comm->nranks,
+             waitLimitSeconds());
+  return res;
+}
+
+/* --- groups: queued posts, made at the outermost GroupEnd ----------------------------------- */
+
+enum itemKind { ITEM_INIT, ITEM_OP };
+struct groupItem {
+  enum itemKind kind;
+  struct ncclComm* comm;
+  /* ITEM_INIT */
+  int nranks, rank;
+  ncclUniqueId id;
+  /* ITEM_OP */
+  enum opKind opKind;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t redOp;
+  int root;
+  struct rankArgs args;
+  struct bootOp* posted;
+};
+
+static __thread int groupDepth;
+static __thread struct groupItem* groupItems;
+static __thread int groupCount, groupCap;
+static __thread ncclResult_t groupError;
+
+static ncclResult_t groupQueue(const struct groupItem* item) {
+  if (groupCount == groupCap) {
+    int cap = groupCap ? 2 * groupCap : 16;
+    struct groupItem* grown = realloc(groupItems, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) return ncclSystemError;
+    groupItems = grown;
+    groupCap = cap;
+  }
+  groupItems[groupCount++] = *item;
+  return ncclSuccess;
+}
+
+/* --- collectives ------------------------------------------------------------------------------ */
+
+static ncclResult_t opPost(struct groupItem* item, struct bootOp** out, int* runIt) {
+  struct ncclComm* comm = item->comm;
+  struct bootWorld* w = comm->world;
+  *runIt = 0;
+  pthread_mutex_lock(&bootLock);
+  uint64_t seq = comm->nextSeq++;
+  struct bootOp* op = w->ops;
+  while (op && op->seq != seq) op = op->next;
+  if (op == NULL) {
+    op = calloc(1, sizeof(*op) + (size_t)w->nranks * sizeof(struct rankArgs));
+    if (op == NULL) {
+      pthread_mutex_unlock(&bootLock);
+      return ncclSystemError;
+    }
+    op->seq = seq;
+    op->kind = item->opKind;
+    op->count = item->count;
+    op->type = item->type;
+    op->redOp = item->redOp;
+    op->root = item->root;
+    op->next = w->ops;
+    w->ops = op;
+  } else if (op->kind != item->opKind || op->count != item->count || op->type != item->type ||
+             op->redOp != item->redOp || op->root != item->root) {
+    bootWarn("rank %d: operation #%llu is %s count %zu type %d op %d root %d here but %s count %zu "
+             "type %d op %d root %d on another rank",
+             comm->rank, (unsigned long long)seq, opKindName[item->opKind], item->count,
+             (int)item->type, (int)item->redOp, item->root, opKindName[op->kind], op->count,
+             (int)op->type, (int)op->redOp, op->root);
+    op->result = ncclInvalidUsage;
+  }
+  op->args[comm->rank] = item->args;
+  if (++op->posted == w->nranks) {
+    op->state = 1;
+    *runIt = 1;
+  }
+  pthread_mutex_unlock(&bootLock);
+  *out = op;
+  return ncclSuccess;
+}
+
+/* One non-blocking stream per device for reading inputs: the legacy default stream would wait
+ * for the application's blocking streams, where a kernel may spin waiting for a rank that is
+ * still inside this call. */
+static pthread_mutex_t copyLock = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t copyStreams[BOOT_MAX_RANKS];
+
+static cudaError_t copyStream(int dev, cudaStream_t* out) {
+  cudaError_t err = cudaSuccess;
+  if (dev < 0 || dev >= BOOT_MAX_RANKS) return cudaErrorInvalidDevice;
+  pthread_mutex_lock(&copyLock);
+  if (copyStreams[dev] == NULL) err = cudaStreamCreateWithFlags(&copyStreams[dev], cudaStreamNonBlocking);
+  *out = copyStreams[dev];
+  pthread_mutex_unlock(&copyLock);
+  return err;
+}
+
+/* Synchronizes every rank's stream, reads inputs, computes, writes outputs. No lock held. */
+static ncclResult_t opRun(struct bootOp* op, int nranks) {
+  ncclResult_t res = ncclSuccess;
+  size_t elt = bootTypeSize(op->type);
+  size_t inCount = op->count, outCount = op->count; /* per rank, in elements */
+  if (op->kind == OP_ALLGATHER) outCount = op->count * (size_t)nranks;
+  if (op->kind == OP_REDUCESCATTER) inCount = op->count * (size_t)nranks;
+  if (op->count == 0) return ncclSuccess;
+  int savedDev = -1;
+  void** inputs = calloc((size_t)nranks, sizeof(void*));
+  void* result = malloc(outCount * elt > inCount * elt ? outCount * elt : inCount * elt);
+  if (inputs == NULL || result == NULL) {
+    res = ncclSystemError;
+    goto free_host;
+  }
+  BOOT_CUDA(cudaGetDevice(&savedDev), res, free_host);
+  for (int r = 0; r < nranks; r++) {
+    enum cudaStreamCaptureStatus capture;
+    BOOT_CUDA(cudaSetDevice(op->args[r].dev), res, restore_device);
+    BOOT_CUDA(cudaStreamIsCapturing(op->args[r].stream, &capture), res, restore_device);
+    if (capture != cudaStreamCaptureStatusNone) {
+      bootWarn("%s: graph capture is not supported by the test bootstrap", opKindName[op->kind]);
+      res = ncclInvalidUsage;
+      goto restore_device;
+    }
+    BOOT_CUDA(cudaStreamSynchronize(op->args[r].stream), res, restore_device);
+  }
+  /* Inputs first (some may alias outputs: in-place operations). */
+  for (int r = 0; r < nranks; r++) {
+    int needed = op->kind == OP_BROADCAST ? r == op->root : 1;
+    if (!needed) continue;
+    inputs[r] = malloc(inCount * elt);
+    if (inputs[r] == NULL) {
+      res = ncclSystemError;
+      goto restore_device;
+    }
+    cudaStream_t copy;
+    BOOT_CUDA(cudaSetDevice(op->args[r].dev), res, restore_device);
+    BOOT_CUDA(copyStream(op->args[r].dev, &copy), res, restore_device);
+    BOOT_CUDA(cudaMemcpyAsync(inputs[r], op->args[r].send, inCount * elt, cudaMemcpyDefault, copy),
+              res, restore_device);
+    BOOT_CUDA(cudaStreamSynchronize(copy), res, restore_device);
+  }
+  switch (op->kind) {
+    case OP_ALLGATHER:
+      for (int r = 0; r < nranks; r++)
+        memcpy((char*)result + (size_t)r * inCount * elt, inputs[r], inCount * elt);
+      break;
+    case OP_BROADCAST: memcpy(result, inputs[op->root], inCount * elt); break;
+    default:
+      res = bootReduce(result, (const void* const*)inputs, nranks, inCount, op->type, op->redOp);
+      if (res != ncclSuccess) goto restore_device;
+      break;
+  }
+  for (int r = 0; r < nranks; r++) {
+    if (op->kind == OP_REDUCE && r != op->root) continue;
+    const char* src = result;
+    if (op->kind == OP_REDUCESCATTER) src += (size_t)r * outCount * elt;
+    BOOT_CUDA(cudaSetDevice(op->args[r].dev), res, restore_device);
+    BOOT_CUDA(cudaMemcpyAsync(op->args[r].recv, src, outCount * elt, cudaMemcpyDefault,
+                              op->args[r].stream),
+              res, restore_device);
+    /* The source is pageable host memory freed below. */
+    BOOT_CUDA(cudaStreamSynchronize(op->args[r].stream), res, restore_device);
+  }
+restore_device:
+  if (savedDev >= 0) (void)cudaSetDevice(savedDev);
+free_host:
+  if (inputs)
+    for (int r = 0; r < nranks; r++) free(inputs[r]);
+  free(inputs);
+  free(result);
+  return res;
+}
+
+/* Runs `op` if this rank posted last; then waits for it to be done and drops our reference. */
+static ncclResult_t opFinish(struct ncclComm* comm, struct bootOp* op, int runIt) {
+  struct bootWorld* w = comm->world;
+  ncclResult_t res = ncclSuccess;
+  if (runIt) {
+    ncclResult_t ran = op->result == ncclSuccess ? opRun(op, w->nranks) : op->result;
+    pthread_mutex_lock(&bootLock);
+    op->result = ran;
+    op->state = 2;
+    pthread_cond_broadcast(&bootCond);
+  } else {
+    struct timespec deadline = deadlineFromNow();
+    pthread_mutex_lock(&bootLock);
+    while (op->state != 2 && !w->aborted && res == ncclSuccess)
+      if (pthread_cond_timedwait(&bootCond, &bootLock, &deadline) == ETIMEDOUT) res = ncclSystemError;
+    if (res == ncclSystemError)
+      bootWarn("rank %d: %s #%llu: only %d of %d ranks posted within %d s", comm->rank,
+               opKindName[op->kind], (unsigned long long)op->seq, op->posted, w->nranks,
+               waitLimitSeconds());
+    else if (op->state != 2)
+      res = ncclRemoteError;
+  }
+  if (res == ncclSuccess) res = op->result;
+  /* The last rank to leave frees the record (a timed-out or aborted one is left to the world). */
+  if (op->state == 2 && ++op->finished == w->nranks) {
+    struct bootOp** link = &w->ops;
+    while (*link != op) link = &(*link)->next;
+    *link = op->next;
+    free(op);
+  }
+  pthread_mutex_unlock(&bootLock);
+  return res;
+}
+
+static ncclResult_t collective(struct groupItem* item) {
+  struct ncclComm* comm = item->comm;
+  if (comm == NULL || comm->world == NULL) {
+    bootWarn("%s: invalid communicator", opKindName[item->opKind]);
+    return ncclInvalidArgument;
+  }
+  if (bootTypeSize(item->type) == 0) {
+    bootWarn("%s: invalid datatype %d", opKindName[item->opKind], (int)item->type);
+    return ncclInvalidArgument;
+  }
+  if ((item->opKind == OP_ALLREDUCE || item->opKind == OP_REDUCESCATTER || item->opKind == OP_REDUCE) &&
+      ((int)item->redOp < 0 || (int)item->redOp >= (int)ncclNumOps)) {
+    bootWarn("%s: invalid (or unsupported) reduction op %d", opKindName[item->opKind],
+             (int)item->redOp);
+    return ncclInvalidArgument;
+  }
+  if ((item->opKind == OP_BROADCAST || item->opKind == OP_REDUCE) &&
+      (item->root < 0 || item->root >= comm->nranks)) {
+    bootWarn("%s: invalid root %d", opKindName[item->opKind], item->root);
+    return ncclInvalidArgument;
+  }
+  item->args.dev = comm->dev; /* NCCL uses the communicator's device, whatever is current */
+  item->kind = ITEM_OP;
+  if (groupDepth > 0) return groupQueue(item);
+  int runIt;
+  struct bootOp* op;
+  ncclResult_t res = opPost(item, &op, &runIt);
+  if (res != ncclSuccess) return res;
+  return opFinish(comm, op, runIt);
+}
+
+/* --- exported entry points -------------------------------------------------------------------- */
+
+#define BOOT_API(ret, name, params) SYMM_EXPORT ret name params; ret name params
+
+BOOT_API(ncclResult_t, ncclGetVersion, (int* version)) {
+  if (version == NULL) return ncclInvalidArgument;
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+BOOT_API(const char*, ncclGetErrorString, (ncclResult_t result)) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+BOOT_API(const char*, ncclGetLastError, (ncclComm_t comm)) { return lastError; }
+
+BOOT_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId* uniqueId)) {
+  if (uniqueId == NULL) return ncclInvalidArgument;
+  size_t got = 0;
+  while (got < sizeof(*uniqueId)) {
+    ssize_t n = getrandom(uniqueId->internal + got, sizeof(*uniqueId) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      bootWarn("getrandom: %s", strerror(errno));
+      return ncclSystemError;
+    }
+    got += (size_t)n;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t commCreate(ncclComm_t* out, int nranks, const ncclUniqueId* id, int rank,
+                               int dev) {
+  if (out == NULL || id == NULL) return ncclInvalidArgument;
+  *out = NULL;
+  if (nranks < 1 || nranks > BOOT_MAX_RANKS || rank < 0 || rank >= nranks) {
+    bootWarn("ncclCommInitRank: invalid rank %d of %d (at most %d ranks)", rank, nranks,
+             BOOT_MAX_RANKS);
+    return ncclInvalidArgument;
+  }
+  struct ncclComm* comm = calloc(1, sizeof(*comm));
+  if (comm == NULL) return ncclSystemError;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->dev = dev;
+  if (groupDepth > 0) {
+    /* Posted at GroupEnd, so that one thread can create several ranks. */
+    struct groupItem item = {.kind = ITEM_INIT, .comm = comm, .nranks = nranks, .rank = rank,
+                             .id = *id};
+    ncclResult_t res = groupQueue(&item);
+    if (res != ncclSuccess) {
+      free(comm);
+      return res;
+    }
+    *out = comm;
+    return ncclSuccess;
+  }
+  ncclResult_t res = initPost(comm, nranks, id, rank);
+  if (res == ncclSuccess) res = initWait(comm);
+  if (res != ncclSuccess) {
+    worldLeave(comm, 1);
+    free(comm);
+    return res;
+  }
+  *out = comm;
+  return ncclSuccess;
+}
+
+/* The current device, or -1 where there is none (the CPU tests run rendezvous without a GPU). */
+static int currentDevice(void) {
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return dev;
+}
+
+BOOT_API(ncclResult_t, ncclCommInitRank,
+         (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank)) {
+  return commCreate(comm, nranks, &commId, rank, currentDevice());
+}
+
+BOOT_API(ncclResult_t, ncclCommInitRankConfig,
+         (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config)) {
+  /* Non-blocking configs complete at once: NCCL allows ncclSuccess there. */
+  return commCreate(comm, nranks, &commId, rank, currentDevice());
+}
+
+BOOT_API(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int ndev, const int* devlist)) {
+  if (comms == NULL || ndev < 1 || ndev > BOOT_MAX_RANKS) return ncclInvalidArgument;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    (void)cudaGetLastError();
+    devices = 0;
+  }
+  for (int i = 0; i < ndev; i++) {
+    comms[i] = NULL;
+    if (devlist != NULL && (devlist[i] < 0 || (devices > 0 && devlist[i] >= devices))) {
+      bootWarn("ncclCommInitAll: invalid device %d", devlist[i]);
+      return ncclInvalidArgument;
+    }
+  }
+  ncclUniqueId id;
+  ncclResult_t res = ncclGetUniqueId(&id);
+  if (res != ncclSuccess) return res;
+  /* Rank i on devlist[i], or on device i modulo the devices present (several ranks per GPU). */
+  ncclResult_t groupRes = ncclGroupStart();
+  if (groupRes != ncclSuccess) return groupRes;
+  for (int i = 0; i < ndev && res == ncclSuccess; i++) {
+    int dev = devlist ? devlist[i] : (devices > 0 ? i % devices : -1);
+    res = commCreate(&comms[i], ndev, &id, i, dev);
+  }
+  groupRes = ncclGroupEnd();
+  if (res == ncclSuccess) res = groupRes;
+  if (res != ncclSuccess)
+    for (int i = 0; i < ndev; i++)
+      if (comms[i] != NULL) {
+        (void)ncclCommAbort(comms[i]);
+        comms[i] = NULL;
+      }
+  return res;
+}
+
+BOOT_API(ncclResult_t, ncclGroupStart, (void)) {
+  if (groupDepth == 0) groupError = ncclSuccess;
+  groupDepth++;
+  return ncclSuccess;
+}
+
+BOOT_API(ncclResult_t, ncclGroupEnd, (void)) {
+  if (groupDepth <= 0) {
+    bootWarn("ncclGroupEnd without ncclGroupStart");
+    return ncclInvalidUsage;
+  }
+  if (--groupDepth > 0) return ncclSuccess;
+  ncclResult_t res = groupError;
+  int n = groupCount;
+  int* runIt = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+  if (runIt == NULL) res = ncclSystemError;
+  /* Post everything first (never blocks), then wait: ranks of this thread meet each other. */
+  int postedUpTo = 0;
+  for (; postedUpTo < n && res == ncclSuccess; postedUpTo++) {
+    struct groupItem* it = &groupItems[postedUpTo];
+    if (it->kind == ITEM_INIT) res = initPost(it->comm, it->nranks, &it->id, it->rank);
+    else res = opPost(it, &it->posted, &runIt[postedUpTo]);
+  }
+  /* Operations this thread completed run first: a later wait of ours may be for one of them. */
+  for (int pass = 1; pass >= 0; pass--)
+    for (int i = 0; i < postedUpTo; i++) {
+      struct groupItem* it = &groupItems[i];
+      if ((it->kind == ITEM_OP && runIt[i]) != pass) continue;
+      ncclResult_t r = it->kind == ITEM_INIT ? initWait(it->comm)
+                                             : opFinish(it->comm, it->posted, runIt[i]);
+      if (res == ncclSuccess) res = r;
+    }
+  free(runIt);
+  free(groupItems); /* a thread's queue must not outlive the group (threads come and go) */
+  groupItems = NULL;
+  groupCount = groupCap = 0;
+  return res;
+}
+
+BOOT_API(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int* count)) {
+  if (comm == NULL || count == NULL) return ncclInvalidArgument;
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+BOOT_API(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int* rank)) {
+  if (comm == NULL || rank == NULL) return ncclInvalidArgument;
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+BOOT_API(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int* device)) {
+  if (comm == NULL || device == NULL) return ncclInvalidArgument;
+  *device = comm->dev;
+  return ncclSuccess;
+}
+
+static ncclResult_t commFree(ncclComm_t comm, int abort) {
+  if (comm == NULL) return ncclInvalidArgument;
+  worldLeave(comm, abort);
+  free(comm);
+  return ncclSuccess;
+}
+
+BOOT_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm)) {
+  return comm == NULL ? ncclInvalidArgument : ncclSuccess;
+}
+BOOT_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm)) { return commFree(comm, 0); }
+BOOT_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm)) { return commFree(comm, 1); }
+
+BOOT_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError)) {
+  if (comm == NULL || asyncError == NULL) return ncclInvalidArgument;
+  pthread_mutex_lock(&bootLock);
+  *asyncError = comm->world && comm->world->aborted ? ncclRemoteError : ncclSuccess;
+  pthread_mutex_unlock(&bootLock);
+  return ncclSuccess;
+}
+
+BOOT_API(ncclResult_t, ncclAllReduce,
+         (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)) {
+  struct groupItem it = {.comm = comm, .opKind = OP_ALLREDUCE, .count = count, .type = datatype,
+                         .redOp = op, .args = {sendbuff, recvbuff, stream, -1}};
+  return collective(&it);
+}
+
+BOOT_API(ncclResult_t, ncclReduceScatter,
+         (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)) {
+  struct groupItem it = {.comm = comm, .opKind = OP_REDUCESCATTER, .count = recvcount,
+                         .type = datatype, .redOp = op, .args = {sendbuff, recvbuff, stream, -1}};
+  return collective(&it);
+}
+
+BOOT_API(ncclResult_t, ncclReduce,
+         (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+          ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)) {
+  struct groupItem it = {.comm = comm, .opKind = OP_REDUCE, .count = count, .type = datatype,
+                         .redOp = op, .root = root, .args = {sendbuff, recvbuff, stream, -1}};
+  return collective(&it);
+}
+
+BOOT_API(ncclResult_t, ncclAllGather,
+         (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+          ncclComm_t comm, cudaStream_t stream)) {
+  struct groupItem it = {.comm = comm, .opKind = OP_ALLGATHER, .count = sendcount, .type = datatype,
+                         .args = {sendbuff, recvbuff, stream, -1}};
+  return collective(&it);
+}
+
+BOOT_API(ncclResult_t, ncclBroadcast,
+         (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+          ncclComm_t comm, cudaStream_t stream)) {
+  struct groupItem it = {.comm = comm, .opKind = OP_BROADCAST, .count = count, .type = datatype,
+                         .root = root, .args = {sendbuff, recvbuff, stream, -1}};
+  return collective(&it);
+}
+
+BOOT_API(ncclResult_t, ncclBcast,
+         (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+          cudaStream_t stream)) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+/* Plain device memory: the bootstrap stands in for NCCL's control plane, not its allocator. */
+BOOT_API(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size)) {
+  if (ptr == NULL) return ncclInvalidArgument;
+  *ptr = NULL;
+  if (size == 0) return ncclSuccess;
+  cudaError_t err = cudaMalloc(ptr, size);
+  if (err != cudaSuccess) {
+    bootWarn("ncclMemAlloc(%zu): %s", size, cudaGetErrorString(err));
+    *ptr = NULL;
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+BOOT_API(ncclResult_t, ncclMemFree, (void* ptr)) {
+  if (ptr == NULL) return ncclSuccess;
+  cudaError_t err = cudaFree(ptr);
+  if (err != cudaSuccess) {
+    bootWarn("ncclMemFree: %s", cudaGetErrorString(err));
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+/* Registration is a no-op that hands out a distinct token per registration (callers may key
+ * their own records by it). */
+static void* newToken(void) { return malloc(1); }
+
+BOOT_API(ncclResult_t, ncclCommRegister,
+         (const ncclComm_t comm, void* buff, size_t size, void** handle)) {
+  if (comm == NULL || handle == NULL) return ncclInvalidArgument;
+  *handle = newToken();
+  return *handle ? ncclSuccess : ncclSystemError;
+}
+
+BOOT_API(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle)) {
+  if (comm == NULL || handle == NULL) return ncclInvalidArgument;
+  free(handle);
+  return ncclSuccess;
+}
+
+BOOT_API(ncclResult_t, ncclCommWindowRegister,
+         (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags)) {
+  if (comm == NULL || win == NULL) return ncclInvalidArgument;
+  *win = newToken();
+  return *win ? ncclSuccess : ncclSystemError;
+}
+
+BOOT_API(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win)) {
+  if (comm == NULL || win == NULL) return ncclInvalidArgument;
+  free(win);
+  return ncclSuccess;
+}
+
+/* Not part of NCCL: lets a test confirm it reached the bootstrap and not a real NCCL. */
+BOOT_API(int, symmTestBootstrapIsFake, (void)) { return 1; }

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The test bootstrap without a GPU: rendezvous, groups, argument checks, timeouts, abort. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <nccl.h>
+
+#include "harness.h"
+
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+int symmTestBootstrapIsFake(void);
+
+#define MAX_WORLD 8
+
+struct threadArg {
+  int rank, nranks;
+  ncclUniqueId id;
+  ncclComm_t comm;
+  ncclResult_t initRes, opRes, mismatchRes;
+  int count, userRank;
+};
+
+static void* rankThread(void* p) {
+  struct threadArg* a = p;
+  a->initRes = ncclCommInitRank(&a->comm, a->nranks, a->id, a->rank);
+  if (a->initRes != ncclSuccess) return NULL;
+  ncclCommCount(a->comm, &a->count);
+  ncclCommUserRank(a->comm, &a->userRank);
+  /* Count 0 touches no device memory: the rendezvous alone is exercised. */
+  a->opRes = ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, a->comm, NULL);
+  /* Rank 0 disagrees on the datatype: every rank must get ncclInvalidUsage. */
+  a->mismatchRes = ncclAllGather(NULL, NULL, 0, a->rank == 0 ? ncclInt32 : ncclFloat32, a->comm, NULL);
+  return NULL;
+}
+
+static void threadedWorld(int nranks) {
+  struct threadArg args[MAX_WORLD];
+  pthread_t tids[MAX_WORLD];
+  ncclUniqueId id;
+  CHECK_EQ_INT(ncclGetUniqueId(&id), ncclSuccess);
+  for (int r = 0; r < nranks; r++) {
+    memset(&args[r], 0, sizeof(args[r]));
+    args[r].rank = r;
+    args[r].nranks = nranks;
+    args[r].id = id;
+    CHECK_EQ_INT(pthread_create(&tids[r], NULL, rankThread, &args[r]), 0);
+  }
+  for (int r = 0; r < nranks; r++) {
+    pthread_join(tids[r], NULL);
+    CHECK_EQ_INT(args[r].initRes, ncclSuccess);
+    CHECK_EQ_INT(args[r].count, nranks);
+    CHECK_EQ_INT(args[r].userRank, r);
+    CHECK_EQ_INT(args[r].opRes, ncclSuccess);
+    CHECK_EQ_INT(args[r].mismatchRes, nranks > 1 ? ncclInvalidUsage : ncclSuccess);
+    if (args[r].comm) CHECK_EQ_INT(ncclCommDestroy(args[r].comm), ncclSuccess);
+  }
+}
+
+/* One thread creates and drives every rank through groups (ncclCommInitAll, -g style). */
+static void groupedWorld(int nranks) {
+  ncclComm_t comms[MAX_WORLD] = {0};
+  ncclUniqueId id;
+  CHECK_EQ_INT(ncclGetUniqueId(&id), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < nranks; r++) CHECK_EQ_INT(ncclCommInitRank(&comms[r], nranks, id, r), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < nranks; r++)
+    CHECK_EQ_INT(ncclBroadcast(NULL, NULL, 0, ncclInt8, 1 % nranks, comms[r], NULL), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < nranks; r++) {
+    int rank = -1;
+    CHECK_EQ_INT(ncclCommUserRank(comms[r], &rank), ncclSuccess);
+    CHECK_EQ_INT(rank, r);
+    CHECK_EQ_INT(ncclCommDestroy(comms[r]), ncclSuccess);
+  }
+  ncclComm_t all[MAX_WORLD] = {0};
+  CHECK_EQ_INT(ncclCommInitAll(all, nranks, NULL), ncclSuccess);
+  for (int r = 0; r < nranks; r++) {
+    int count = 0, rank = -1;
+    CHECK(all[r] != NULL);
+    if (all[r] == NULL) continue;
+    CHECK_EQ_INT(ncclCommCount(all[r], &count), ncclSuccess);
+    CHECK_EQ_INT(ncclCommUserRank(all[r], &rank), ncclSuccess);
+    CHECK_EQ_INT(count, nranks);
+    CHECK_EQ_INT(rank, r);
+  }
+  for (int r = 0; r < nranks; r++)
+    if (all[r]) CHECK_EQ_INT(ncclCommDestroy(all[r]), ncclSuccess);
+}
+
+static void* lonelyWaiter(void* p) {
+  struct threadArg* a = p;
+  a->opRes = ncclAllReduce(NULL, NULL, 0, ncclInt32, ncclSum, a->comm, NULL);
+  return NULL;
+}
+
+int main(void) {
+  int version = 0;
+  CHECK_EQ_INT(ncclGetVersion(&version), ncclSuccess);
+  CHECK_EQ_INT(version, NCCL_VERSION_CODE);
+  CHECK_EQ_INT(symmTestBootstrapIsFake(), 1);
+  CHECK(ncclGetErrorString(ncclInvalidUsage) != NULL);
+
+  ncclUniqueId a, b;
+  CHECK_EQ_INT(ncclGetUniqueId(&a), ncclSuccess);
+  CHECK_EQ_INT(ncclGetUniqueId(&b), ncclSuccess);
+  CHECK(memcmp(&a, &b, sizeof(a)) != 0);
+
+  for (int n = 1; n <= MAX_WORLD; n++) threadedWorld(n);
+  for (int n = 1; n <= MAX_WORLD; n++) groupedWorld(n);
+
+  /* Argument checks and unsupported entry points. */
+  ncclComm_t comms[2] = {0};
+  CHECK_EQ_INT(ncclCommInitAll(comms, 2, NULL), ncclSuccess);
+  CHECK_EQ_INT(ncclAllReduce(NULL, NULL, 0, (ncclDataType_t)99, ncclSum, comms[0], NULL),
+               ncclInvalidArgument);
+  CHECK_EQ_INT(ncclAllReduce(NULL, NULL, 0, ncclInt32, (ncclRedOp_t)77, comms[0], NULL),
+               ncclInvalidArgument);
+  CHECK_EQ_INT(ncclBroadcast(NULL, NULL, 0, ncclInt32, 2, comms[0], NULL), ncclInvalidArgument);
+  CHECK_EQ_INT(ncclAllReduce(NULL, NULL, 0, ncclInt32, ncclSum, NULL, NULL), ncclInvalidArgument);
+  CHECK_EQ_INT(ncclSend(NULL, 0, ncclInt32, 1, comms[0], NULL), ncclInvalidUsage);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInvalidUsage);
+  ncclComm_t bad = NULL;
+  CHECK_EQ_INT(ncclCommInitRank(&bad, 2, a, 2), ncclInvalidArgument);
+  CHECK(bad == NULL);
+  void* handle = NULL;
+  CHECK_EQ_INT(ncclCommRegister(comms[0], NULL, 0, &handle), ncclSuccess);
+  CHECK(handle != NULL);
+  CHECK_EQ_INT(ncclCommDeregister(comms[0], handle), ncclSuccess);
+
+  /* Abort wakes a rank that waits for its peer, with ncclRemoteError. */
+  struct threadArg waiter = {.comm = comms[0]};
+  pthread_t tid;
+  CHECK_EQ_INT(pthread_create(&tid, NULL, lonelyWaiter, &waiter), 0);
+  usleep(100 * 1000);
+  CHECK_EQ_INT(ncclCommAbort(comms[1]), ncclSuccess);
+  pthread_join(tid, NULL);
+  CHECK_EQ_INT(waiter.opRes, ncclRemoteError);
+  ncclResult_t async = ncclSuccess;
+  CHECK_EQ_INT(ncclCommGetAsyncError(comms[0], &async), ncclSuccess);
+  CHECK_EQ_INT(async, ncclRemoteError);
+  CHECK_EQ_INT(ncclCommDestroy(comms[0]), ncclSuccess);
+
+  /* A rank whose peers never come gives up after SYMM_BOOTSTRAP_TIMEOUT seconds. */
+  setenv("SYMM_BOOTSTRAP_TIMEOUT", "1", 1);
+  ncclComm_t alone = NULL;
+  CHECK_EQ_INT(ncclCommInitRank(&alone, 2, b, 0), ncclSystemError);
+  CHECK(alone == NULL);
+  return harnessReport("bootstrap_cpu");
+}

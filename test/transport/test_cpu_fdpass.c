@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* CPU test: descriptor passing between forked processes, credential checks, squatting, cleanup. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fdpass.h"
+#include "harness.h"
+
+static int countFds(void) {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1; /* the directory's own descriptor */
+}
+
+/* 1 if /proc/net/unix lists a socket whose name contains `name`. */
+static int socketListed(const char* name) {
+  FILE* f = fopen("/proc/net/unix", "r");
+  if (f == NULL) return -1;
+  char line[512];
+  int found = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strstr(line, name)) found = 1;
+  fclose(f);
+  return found;
+}
+
+static void freshRendezvous(struct symmFdRendezvous* rv, int nranks, int timeoutMs) {
+  memset(rv, 0, sizeof(*rv));
+  if (getrandom(rv->secret, sizeof(rv->secret), 0) != (ssize_t)sizeof(rv->secret)) abort();
+  rv->tag = 7;
+  rv->nranks = nranks;
+  rv->uid = (uint32_t)getuid();
+  rv->timeoutMs = timeoutMs;
+}
+
+static int makeMemfd(const char* content) {
+  int fd = memfd_create("symmcoll-test", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (write(fd, content, strlen(content)) != (ssize_t)strlen(content)) return -1;
+  return fd;
+}
+
+/* What the parent tells a forked fetcher once every pid is known. */
+struct gateMessage {
+  struct symmFdRendezvous rv;
+  int rank;
+  int forgeFirst; /* first try with a wrong authenticator (must fail), then the right one */
+};
+
+/* Child side: wait for the gate message, fetch from rank 0 and compare the memfd's contents.
+ * Exit 0 = got the expected content, 1 = fetch failed, 2 = wrong content, 4 = not cloexec,
+ * 5 = a forged request succeeded. */
+static int childFetch(int gate, const char* expect) {
+  struct gateMessage m;
+  if (read(gate, &m, sizeof(m)) != (ssize_t)sizeof(m)) return 3;
+  m.rv.rank = m.rank;
+  int fd = -1;
+  if (m.forgeFirst) {
+    struct symmFdRendezvous forged = m.rv;
+    forged.secret[SYMM_SECRET_BYTES - 1] ^= 0x5a; /* same socket name, wrong authenticator */
+    if (symmFdFetch(&forged, 0, &fd) == ncclSuccess) return 5;
+  }
+  if (symmFdFetch(&m.rv, 0, &fd) != ncclSuccess) return 1;
+  char buf[128] = {0};
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  int flags = fcntl(fd, F_GETFD);
+  close(fd);
+  if (n < 0 || strcmp(buf, expect) != 0) return 2;
+  if (!(flags & FD_CLOEXEC)) return 4;
+  return 0;
+}
+
+static int waitExit(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* Forks a fetcher (before any server thread exists); returns its pid and its gate. */
+static pid_t spawnFetcher(const char* expect, int* gateOut) {
+  int gate[2];
+  if (pipe(gate) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(gate[1]);
+    _exit(childFetch(gate[0], expect));
+  }
+  close(gate[0]);
+  *gateOut = gate[1];
+  return pid;
+}
+
+static void openGate(int gate, const struct symmFdRendezvous* rv, int rank, int forgeFirst) {
+  struct gateMessage m;
+  memset(&m, 0, sizeof(m));
+  m.rv = *rv;
+  m.rank = rank;
+  m.forgeFirst = forgeFirst;
+  if (write(gate, &m, sizeof(m)) != (ssize_t)sizeof(m)) abort();
+  close(gate);
+}
+
+static void testPassAndCleanup(void) {
+  int fdsBefore = countFds();
+  struct symmFdRendezvous rv;
+  freshRendezvous(&rv, 3, 10000);
+  rv.rank = 0;
+  int memfd = makeMemfd("hello from rank 0");
+  CHECK(memfd >= 0);
+  int gate1, gate2;
+  pid_t c1 = spawnFetcher("hello from rank 0", &gate1);
+  pid_t c2 = spawnFetcher("hello from rank 0", &gate2);
+  rv.pids[0] = getpid();
+  rv.pids[1] = c1;
+  rv.pids[2] = c2;
+  struct symmFdServer* server = NULL;
+  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, (1u << 1) | (1u << 2), &server), ncclSuccess);
+  close(memfd); /* the server holds its own duplicate */
+  char name[108];
+  symmFdSocketName(&rv, 0, name, sizeof(name));
+  CHECK_EQ_INT(socketListed(name), 1);
+  openGate(gate1, &rv, 1, 0);
+  openGate(gate2, &rv, 2, 0);
+  CHECK_EQ_INT(symmFdServerFinish(server, 0), ncclSuccess);
+  CHECK_EQ_INT(waitExit(c1), 0);
+  CHECK_EQ_INT(waitExit(c2), 0);
+  CHECK_EQ_INT(socketListed(name), 0); /* abstract: nothing left anywhere */
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+/* A process whose pid is not a member's is refused even with the right secret and rank; a
+ * member's forged request (wrong authenticator) is refused without using up its turn; the
+ * member is then served. */
+static void testNonMemberRejected(void) {
+  int fdsBefore = countFds();
+  struct symmFdRendezvous rv;
+  freshRendezvous(&rv, 2, 10000);
+  rv.rank = 0;
+  int memfd = makeMemfd("member only");
+  int gateIntruder, gateMember;
+  pid_t intruder = spawnFetcher("member only", &gateIntruder);
+  pid_t member = spawnFetcher("member only", &gateMember);
+  rv.pids[0] = getpid();
+  rv.pids[1] = member;
+  struct symmFdServer* server = NULL;
+  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, 1u << 1, &server), ncclSuccess);
+  close(memfd);
+  openGate(gateIntruder, &rv, 1, 0);
+  CHECK_EQ_INT(waitExit(intruder), 1); /* no descriptor for a non-member */
+  openGate(gateMember, &rv, 1, 1);
+  CHECK_EQ_INT(waitExit(member), 0);
+  CHECK_EQ_INT(symmFdServerFinish(server, 0), ncclSuccess);
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+/* Someone else bound our name first: the server refuses to start (fail closed). A client whose
+ * peer's name is held by a stranger refuses to talk to it. */
+static void testSquatted(void) {
+  int fdsBefore = countFds();
+  struct symmFdRendezvous rv;
+  freshRendezvous(&rv, 2, 1000);
+  rv.rank = 0;
+  int ready[2], release[2];
+  CHECK(pipe(ready) == 0 && pipe(release) == 0);
+  pid_t squatter = fork();
+  if (squatter == 0) {
+    close(ready[0]);
+    close(release[1]);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    int len = symmFdSocketName(&rv, 0, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+    if (s < 0 || bind(s, (struct sockaddr*)&addr, alen) != 0 || listen(s, 4) != 0) _exit(2);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(3);
+    if (read(release[0], &c, 1) != 1) _exit(4);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(release[0]);
+  char c;
+  CHECK(read(ready[0], &c, 1) == 1);
+  close(ready[0]);
+  int memfd = makeMemfd("never served");
+  rv.pids[0] = getpid();
+  rv.pids[1] = squatter + 100000; /* irrelevant */
+  struct symmFdServer* server = NULL;
+  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, 1u << 1, &server), ncclSystemError);
+  CHECK(server == NULL);
+  /* Client side: rank 0 is recorded with our pid, but the squatter listens there. */
+  struct symmFdRendezvous client = rv;
+  client.rank = 1;
+  client.pids[1] = getpid();
+  client.pids[0] = getpid() + 1; /* the member we expect; the squatter is someone else */
+  int fd = -1;
+  CHECK_EQ_INT(symmFdFetch(&client, 0, &fd), ncclSystemError);
+  CHECK_EQ_INT(fd, -1);
+  CHECK(write(release[1], &c, 1) == 1);
+  close(release[1]);
+  CHECK_EQ_INT(waitExit(squatter), 0);
+  close(memfd);
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+/* A server that answers with two descriptors (one unexpected): the fetch fails and closes both. */
+static void testUnexpectedDescriptors(void) {
+  int fdsBefore = countFds();
+  struct symmFdRendezvous rv;
+  freshRendezvous(&rv, 2, 3000);
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  pid_t rogue = fork();
+  if (rogue == 0) {
+    close(ready[0]);
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    int len = symmFdSocketName(&rv, 0, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+    if (s < 0 || bind(s, (struct sockaddr*)&addr, alen) != 0 || listen(s, 4) != 0) _exit(2);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(3);
+    int conn = accept(s, NULL, NULL);
+    char req[64];
+    if (conn < 0 || recv(conn, req, sizeof(req), 0) <= 0) _exit(4);
+    struct {
+      uint32_t magic;
+      int32_t status;
+    } reply = {0x53594d41u, 0};
+    int fds[2] = {makeMemfd("a"), makeMemfd("b")};
+    union {
+      struct cmsghdr align;
+      char buf[CMSG_SPACE(sizeof(fds))];
+    } control;
+    memset(&control, 0, sizeof(control));
+    struct iovec iov = {.iov_base = &reply, .iov_len = sizeof(reply)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                         .msg_controllen = sizeof(control.buf)};
+    struct cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(fds));
+    memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+    if (sendmsg(conn, &msg, 0) < 0) _exit(5);
+    char wait;
+    (void)!read(conn, &wait, 1); /* until the client closes */
+    _exit(0);
+  }
+  close(ready[1]);
+  char c;
+  CHECK(read(ready[0], &c, 1) == 1);
+  close(ready[0]);
+  rv.rank = 1;
+  rv.pids[0] = rogue; /* credentials pass: only the message is wrong */
+  rv.pids[1] = getpid();
+  int fd = -1;
+  CHECK_EQ_INT(symmFdFetch(&rv, 0, &fd), ncclSystemError);
+  CHECK_EQ_INT(waitExit(rogue), 0);
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+/* Nobody serves / nobody fetches: both sides give up within their time budget. */
+static void testTimeouts(void) {
+  int fdsBefore = countFds();
+  struct symmFdRendezvous rv;
+  freshRendezvous(&rv, 2, 300);
+  rv.rank = 1;
+  rv.pids[0] = getpid();
+  rv.pids[1] = getpid();
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int fd = -1;
+  CHECK_EQ_INT(symmFdFetch(&rv, 0, &fd), ncclSystemError);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  CHECK(waited >= 0.25 && waited < 3.0);
+  rv.rank = 0;
+  int memfd = makeMemfd("nobody comes");
+  struct symmFdServer* server = NULL;
+  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, 1u << 1, &server), ncclSuccess);
+  close(memfd);
+  CHECK_EQ_INT(symmFdServerFinish(server, 0), ncclSystemError);
+  CHECK_EQ_INT(symmFdFetch(&rv, 0, &fd), ncclInternalError); /* from ourselves: a bug */
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  testPassAndCleanup();
+  testNonMemberRejected();
+  testSquatted();
+  testUnexpectedDescriptors();
+  testTimeouts();
+  return harnessReport("transport_cpu_fdpass");
+}

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* CPU test: setup paths decided without any exchange (non-blocking, world size) and the
+ * transport queries on communicators without symmetric memory. No GPU, no real NCCL needed. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "comm.h"
+#include "debug.h"
+#include "harness.h"
+#include "param.h"
+#include "transport.h"
+#include "vmm.h"
+
+static struct symmComm* fakeComm(uintptr_t id, int rank, int nranks, int blocking) {
+  struct symmComm* c = NULL;
+  if (symmCommAdd((ncclComm_t)id, blocking, &c) != ncclSuccess) return NULL;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->cudaDev = 0;
+  c->attrsKnown = 1;
+  return c;
+}
+
+int main(void) {
+  /* Any exchange would call into the real NCCL, which this test never loads: reaching one would
+   * crash (NULL entry point), so returning proves the decision was taken locally. */
+  struct symmComm* nonBlocking = fakeComm(0x1000, 0, 2, 0);
+  struct symmComm* tooSmall = fakeComm(0x2000, 0, 1, 1);
+  struct symmComm* tooLarge = fakeComm(0x3000, 3, SYMM_MAX_RANKS + 1, 1);
+  CHECK(nonBlocking && tooSmall && tooLarge);
+  struct symmComm* all[3] = {nonBlocking, tooSmall, tooLarge};
+  CHECK_EQ_INT(symmTransportSetup(all, 3), ncclSuccess);
+  for (int i = 0; i < 3; i++) {
+    CHECK(all[i]->transport == NULL);
+    CHECK(symmTransportPeers(all[i]) == NULL);
+    CHECK(symmTransportBeginLaunch(all[i]) == NULL);
+    void* peers[SYMM_MAX_RANKS];
+    int x = 0;
+    CHECK_EQ_INT(symmTransportFindWindow(all[i], &x, sizeof(x), peers), 0);
+    CHECK_EQ_INT(symmTransportMulticastReady(all[i]), 0);
+    CHECK_EQ_INT(symmTransportAsyncError(all[i]), ncclSuccess);
+    symmTransportSetAbort(all[i]);
+    symmTransportWindowDeregister(all[i], NULL);
+    symmTransportTeardown(all[i], 1);
+    symmTransportTeardown(all[i], 0);
+  }
+  CHECK_EQ_INT(symmTransportSetup(all, 0), ncclSuccess);
+  /* SYMMCOLL_MAX_RANKS narrows the limit. */
+  (void)symmLogLevel(); /* logging first: param.c logs under its own lock */
+  setenv("SYMMCOLL_MAX_RANKS", "3", 1);
+  symmParamResetAll();
+  struct symmComm* four = fakeComm(0x4000, 1, 4, 1);
+  CHECK_EQ_INT(symmTransportSetup(&four, 1), ncclSuccess);
+  CHECK(four->transport == NULL);
+  CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
+  CHECK_EQ_INT(symmRegistryCount(), 0);
+
+  /* ncclMemAlloc without a GPU is not ours: the caller forwards. */
+  void* ptr = NULL;
+  int handled = 1;
+  CHECK_EQ_INT(symmTransportMemAlloc(&ptr, 1 << 20, &handled), ncclSuccess);
+  CHECK_EQ_INT(handled, 0);
+  CHECK(ptr == NULL);
+  handled = 1;
+  int local = 0;
+  CHECK_EQ_INT(symmTransportMemFree(&local, &handled), ncclSuccess);
+  CHECK_EQ_INT(handled, 0);
+
+  symmCommRemove((ncclComm_t)0x1000);
+  symmCommRemove((ncclComm_t)0x2000);
+  symmCommRemove((ncclComm_t)0x3000);
+  symmCommRemove((ncclComm_t)0x4000);
+  CHECK_EQ_INT(symmCommCount(), 0);
+  return harnessReport("transport_cpu_setup_paths");
+}

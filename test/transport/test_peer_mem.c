@@ -1,0 +1,1051 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* GPU test of peer-mapped memory: patterns read through every peer's mapping, signal ping-pong,
+ * registered windows, create/destroy cycles, handle-exchange security and the multicast guard,
+ * for every way ranks are created (two processes, ncclCommInitAll, threads, the test bootstrap).
+ *
+ * Usage: test_peer_mem peers procs|initall|threads|bootstrap [nranks]
+ *        test_peer_mem cycles bootstrap|procs <count>
+ *        test_peer_mem security nonmember|squat
+ *        test_peer_mem mcguard
+ * White-box: linked with the internal library, so its nccl* entry points are libsymmcoll's and
+ * SYMMCOLL_NCCL_LIB picks the real NCCL or the bootstrap. Exits 77 without (enough) GPUs. */
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "debug.h"
+#include "eligibility.h"
+#include "fdpass.h"
+#include "forward.h"
+#include "gpu_kernels.h"
+#include "harness.h"
+#include "internal.h"
+#include "multicast.h"
+#include "param.h"
+#include "transport.h"
+
+#define MAX_LOCAL SYMM_MAX_RANKS
+#define PING_ROUNDS 300
+#define WAIT_NS (20ull * 1000 * 1000 * 1000)
+
+/* ---- checks from several threads; counts from child processes ---------------------------- */
+
+static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
+#define TCHECK(cond)                   \
+  do {                                 \
+    pthread_mutex_lock(&checkLock);    \
+    CHECK(cond);                       \
+    pthread_mutex_unlock(&checkLock);  \
+  } while (0)
+#define TCHECK_EQ_INT(a, b)            \
+  do {                                 \
+    pthread_mutex_lock(&checkLock);    \
+    CHECK_EQ_INT(a, b);                \
+    pthread_mutex_unlock(&checkLock);  \
+  } while (0)
+#define CUDA_OK(call) TCHECK_EQ_INT((call), cudaSuccess)
+
+static int ndev;
+static uint32_t runSeed;
+
+/* ---- process resources ------------------------------------------------------------------- */
+
+static int countDir(const char* path) {
+  DIR* d = opendir(path);
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1; /* opendir's own descriptor */
+}
+
+static int countLines(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return -1;
+  int n = 0, c;
+  while ((c = fgetc(f)) != EOF) n += c == '\n';
+  fclose(f);
+  return n;
+}
+
+/* Sockets of ours still listed by the kernel (abstract names show as "@symmcoll-..."). */
+static int ourSocketsListed(void) {
+  FILE* f = fopen("/proc/net/unix", "r");
+  if (f == NULL) return -1;
+  char line[512];
+  int n = 0;
+  while (fgets(line, sizeof(line), f))
+    if (strstr(line, "symmcoll-")) n++;
+  fclose(f);
+  return n;
+}
+
+/* Waits up to 5 s for every handle server of ours (this and the other rank processes) to be
+ * gone: a peer may still be finishing its setup when we look. Returns what is left. */
+static int ourSocketsLeft(void) {
+  int left = ourSocketsListed();
+  for (int i = 0; i < 100 && left != 0; i++) {
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    left = ourSocketsListed();
+  }
+  return left;
+}
+
+/* ---- the rank view every test works on ---------------------------------------------------- */
+
+struct rankCtx {
+  int rank, nranks, dev;
+  ncclComm_t comm;
+  struct symmComm* entry;
+  const struct symmPeers* peers;
+  cudaStream_t stream;
+  struct verifyResult* vres; /* host-mapped, one per peer */
+  struct pingResult* pres;   /* host-mapped */
+  int* barrierWord;          /* device scratch of worldBarrier */
+};
+
+static int usingBootstrap(void) {
+  return symmRealLoad() == ncclSuccess && dlsym(symmReal.handle, "symmTestBootstrapIsFake") != NULL;
+}
+
+/* Waits until every rank of the world got here with its stream drained. Uses the real NCCL
+ * (SYMM_CALL_REAL), never our kernels: those could write the staging buffers under test. */
+static void worldBarrier(struct rankCtx* local, int n) {
+  ncclResult_t res = ncclSuccess, r;
+  /* No allocation or free here: those may synchronize a device on which a peer's kernel (of
+   * another thread) already spins, waiting for a rank still inside this barrier. */
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    CUDA_OK(cudaStreamSynchronize(local[i].stream));
+  }
+  if (n > 1) SYMM_CALL_REAL(r, ncclGroupStart, ());
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    SYMM_CALL_REAL(r, ncclAllReduce, (local[i].barrierWord, local[i].barrierWord, 1, ncclInt32,
+                                      ncclSum, local[i].comm, local[i].stream));
+    if (res == ncclSuccess) res = r;
+  }
+  if (n > 1) {
+    SYMM_CALL_REAL(r, ncclGroupEnd, ());
+    if (res == ncclSuccess) res = r;
+  }
+  TCHECK_EQ_INT(res, ncclSuccess);
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    CUDA_OK(cudaStreamSynchronize(local[i].stream));
+  }
+}
+
+/* Fills in the symmetric view of a freshly created communicator; eligibility is REQUIRED. */
+static int attach(struct rankCtx* c) {
+  c->entry = symmCommFind(c->comm);
+  TCHECK(c->entry != NULL);
+  if (c->entry == NULL) return 0;
+  c->peers = symmTransportPeers(c->entry);
+  if (c->peers == NULL) {
+    pthread_mutex_lock(&checkLock);
+    fprintf(stderr, "rank %d/%d: communicator is NOT eligible (transport NULL); run with "
+            "SYMMCOLL_DEBUG=INFO for the reason\n", c->rank, c->nranks);
+    CHECK(c->peers != NULL);
+    pthread_mutex_unlock(&checkLock);
+    return 0;
+  }
+  CUDA_OK(cudaSetDevice(c->dev));
+  CUDA_OK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaHostAlloc((void**)&c->vres, MAX_LOCAL * sizeof(*c->vres), cudaHostAllocMapped));
+  CUDA_OK(cudaHostAlloc((void**)&c->pres, sizeof(*c->pres), cudaHostAllocMapped));
+  CUDA_OK(cudaMalloc((void**)&c->barrierWord, sizeof(int)));
+  CUDA_OK(cudaMemset(c->barrierWord, 0, sizeof(int)));
+  return c->stream != NULL && c->vres != NULL && c->pres != NULL && c->barrierWord != NULL;
+}
+
+static void detach(struct rankCtx* c) {
+  if (c->stream == NULL) return;
+  CUDA_OK(cudaSetDevice(c->dev));
+  CUDA_OK(cudaStreamDestroy(c->stream));
+  CUDA_OK(cudaFreeHost(c->vres));
+  CUDA_OK(cudaFreeHost(c->pres));
+  CUDA_OK(cudaFree(c->barrierWord));
+  c->stream = NULL;
+}
+
+static void resetResults(struct rankCtx* c) {
+  for (int p = 0; p < MAX_LOCAL; p++) {
+    c->vres[p].mismatches = c->vres[p].nonzero = 0;
+    c->vres[p].firstBad = ~0ull;
+  }
+  memset(c->pres, 0, sizeof(*c->pres));
+}
+
+/* ---- the peer-memory test body (any mode; `local` = ranks this thread drives) ----------- */
+
+static void checkView(struct rankCtx* c) {
+  const struct symmPeers* p = c->peers;
+  TCHECK_EQ_INT(p->rank, c->rank);
+  TCHECK_EQ_INT(p->nranks, c->nranks);
+  TCHECK(p->bufferBytes >= 4096 && p->bufferBytes % 4 == 0);
+  TCHECK(p->signalBytes >= (size_t)SYMM_MAX_RANKS * 4);
+  TCHECK(p->localState != NULL && p->localStateBytes > 0);
+  TCHECK(p->abortFlag != NULL && p->errorFlag != NULL);
+  for (int r = 0; r < c->nranks; r++) {
+    TCHECK(p->buffers[r] != NULL && p->signals[r] != NULL);
+    for (int q = 0; q < r; q++) TCHECK(p->buffers[q] != p->buffers[r]);
+  }
+  /* Multicast never exists where the safety variables are set (they always are here). */
+  TCHECK(p->multicastBuffer == NULL);
+  TCHECK_EQ_INT(symmTransportMulticastReady(c->entry), 0);
+  TCHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
+}
+
+static void hostSpotCheck(struct rankCtx* c, int peer, uint32_t seed) {
+  enum { SPOT = 1024 };
+  uint32_t host[SPOT];
+  size_t words = c->peers->bufferBytes / 4;
+  size_t starts[2] = {0, words - SPOT};
+  for (int k = 0; k < 2; k++) {
+    /* Copy engine through the peer mapping (a different path from the kernels). */
+    CUDA_OK(cudaMemcpy(host, (const uint32_t*)c->peers->buffers[peer] + starts[k], sizeof(host),
+                       cudaMemcpyDefault));
+    int bad = 0;
+    for (int i = 0; i < SPOT; i++) bad += host[i] != testPattern(seed, (uint32_t)peer, starts[k] + (size_t)i);
+    if (bad) fprintf(stderr, "rank %d: %d words of peer %d at %zu differ (host copy)\n", c->rank, bad, peer, starts[k]);
+    TCHECK_EQ_INT(bad, 0);
+  }
+}
+
+static void patternPhase(struct rankCtx* local, int n) {
+  uint32_t seed = runSeed ^ 0x1234u;
+  for (int i = 0; i < n; i++) {
+    struct rankCtx* c = &local[i];
+    CUDA_OK(cudaSetDevice(c->dev));
+    resetResults(c);
+    /* Signal pads start zeroed on every rank: counted before anyone signals. */
+    CUDA_OK(testLaunchFill((uint32_t*)c->peers->buffers[c->rank], c->peers->bufferBytes / 4, seed,
+                           (uint32_t)c->rank, c->stream));
+  }
+  worldBarrier(local, n);
+  for (int i = 0; i < n; i++) {
+    struct rankCtx* c = &local[i];
+    CUDA_OK(cudaSetDevice(c->dev));
+    for (int p = 0; p < c->nranks; p++) {
+      CUDA_OK(testLaunchVerify((const uint32_t*)c->peers->buffers[p], c->peers->bufferBytes / 4,
+                               seed, (uint32_t)p, 0, &c->vres[p], c->stream));
+      CUDA_OK(testLaunchCountNonzero(c->peers->signals[p], c->peers->signalBytes / 4, &c->vres[p],
+                                     c->stream));
+    }
+    CUDA_OK(cudaStreamSynchronize(c->stream));
+    for (int p = 0; p < c->nranks; p++) {
+      if (c->vres[p].mismatches)
+        fprintf(stderr, "rank %d/%d: %llu words of peer %d's buffer differ (first at word %llu)\n",
+                c->rank, c->nranks, c->vres[p].mismatches, p, c->vres[p].firstBad);
+      TCHECK_EQ_INT(c->vres[p].mismatches, 0);
+      TCHECK_EQ_INT(c->vres[p].nonzero, 0);
+      hostSpotCheck(c, p, seed);
+    }
+  }
+  worldBarrier(local, n);
+}
+
+static void pingPongPhase(struct rankCtx* local, int n) {
+  /* Launch every local rank's kernel before waiting on any: one thread may drive all ranks. */
+  for (int i = 0; i < n; i++) {
+    struct rankCtx* c = &local[i];
+    CUDA_OK(cudaSetDevice(c->dev));
+    memset(c->pres, 0, sizeof(*c->pres));
+    CUDA_OK(testLaunchPingPong(*c->peers, PING_ROUNDS, 64, WAIT_NS, c->pres, c->stream));
+  }
+  for (int i = 0; i < n; i++) {
+    struct rankCtx* c = &local[i];
+    CUDA_OK(cudaSetDevice(c->dev));
+    CUDA_OK(cudaStreamSynchronize(c->stream));
+    TCHECK_EQ_INT(c->pres->rounds, (unsigned)PING_ROUNDS * (unsigned)(c->nranks - 1));
+    TCHECK_EQ_INT(c->pres->badData, 0);
+    TCHECK_EQ_INT(c->pres->timeouts, 0);
+    TCHECK_EQ_INT(c->pres->aborted, 0);
+  }
+  worldBarrier(local, n);
+}
+
+/* Registered windows: peers read each other's ncclMemAlloc memory through the window mapping.
+ * Needs one thread per rank (registration inside a group is not peer-mapped, by design). */
+static void windowPhase(struct rankCtx* local, int n) {
+  const size_t bytes = (3u << 20) + 4096 * 3; /* not a granularity multiple */
+  uint32_t seed = runSeed ^ 0xabcdu;
+  void* buf[MAX_LOCAL] = {0};
+  ncclWindow_t win[MAX_LOCAL] = {0};
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    TCHECK_EQ_INT(ncclMemAlloc(&buf[i], bytes), ncclSuccess);
+    if (buf[i] == NULL) return;
+    CUDA_OK(testLaunchFill(buf[i], bytes / 4, seed, (uint32_t)local[i].rank, local[i].stream));
+    CUDA_OK(cudaStreamSynchronize(local[i].stream));
+    TCHECK_EQ_INT(ncclCommWindowRegister(local[i].comm, buf[i], bytes, &win[i], NCCL_WIN_COLL_SYMMETRIC),
+                  ncclSuccess);
+  }
+  worldBarrier(local, n);
+  for (int i = 0; i < n; i++) {
+    struct rankCtx* c = &local[i];
+    void* ptrs[SYMM_MAX_RANKS] = {0};
+    const size_t off = 4096 + 12, len = bytes - off - 40;
+    int found = symmTransportFindWindow(c->entry, (char*)buf[i] + off, len, ptrs);
+    TCHECK_EQ_INT(found, 1);
+    if (!found) continue;
+    TCHECK(ptrs[c->rank] == (char*)buf[i] + off);
+    CUDA_OK(cudaSetDevice(c->dev));
+    resetResults(c);
+    for (int p = 0; p < c->nranks; p++) {
+      TCHECK(ptrs[p] != NULL);
+      if (ptrs[p] == NULL) continue;
+      CUDA_OK(testLaunchVerify(ptrs[p], len / 4, seed, (uint32_t)p, off / 4, &c->vres[p], c->stream));
+    }
+    CUDA_OK(cudaStreamSynchronize(c->stream));
+    for (int p = 0; p < c->nranks; p++) TCHECK_EQ_INT(c->vres[p].mismatches, 0);
+    /* Ranges not (wholly) inside the window. */
+    TCHECK_EQ_INT(symmTransportFindWindow(c->entry, (char*)buf[i] + bytes - 8, 16, ptrs), 0);
+    TCHECK_EQ_INT(symmTransportFindWindow(c->entry, c->peers->buffers[c->rank], 64, ptrs), 0);
+  }
+  worldBarrier(local, n);
+  for (int i = 0; i < n; i++) {
+    void* ptrs[SYMM_MAX_RANKS];
+    TCHECK_EQ_INT(ncclCommWindowDeregister(local[i].comm, win[i]), ncclSuccess);
+    TCHECK_EQ_INT(symmTransportFindWindow(local[i].entry, buf[i], 64, ptrs), 0);
+  }
+  worldBarrier(local, n);
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    TCHECK_EQ_INT(ncclMemFree(buf[i]), ncclSuccess);
+  }
+}
+
+static double secondsSince(const struct timespec* t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+/* Last: a kernel spinning on signals that never come exits within 2 s of the host raising the
+ * abort flag (host-mapped, seen by the device), and the aborted communicator stops launching. */
+static void abortPhase(struct rankCtx* local, int n) {
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    memset(local[i].pres, 0, sizeof(*local[i].pres));
+    CUDA_OK(testLaunchWaitForAbort(*local[i].peers, WAIT_NS, local[i].pres, local[i].stream));
+  }
+  struct timespec pause = {0, 200 * 1000 * 1000}, t0;
+  nanosleep(&pause, NULL);
+  for (int i = 0; i < n; i++) {
+    /* Still spinning: nothing may have ended it before the flag. */
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    TCHECK_EQ_INT(cudaStreamQuery(local[i].stream), cudaErrorNotReady);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < n; i++) symmTransportSetAbort(local[i].entry);
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
+    CUDA_OK(cudaStreamSynchronize(local[i].stream));
+  }
+  double waited = secondsSince(&t0);
+  if (waited >= 2.0) fprintf(stderr, "rank %d: abort took %.3f s to drain\n", local[0].rank, waited);
+  TCHECK(waited < 2.0);
+  for (int i = 0; i < n; i++) {
+    TCHECK_EQ_INT(local[i].pres->aborted, (unsigned)(local[i].nranks - 1));
+    TCHECK_EQ_INT(local[i].pres->timeouts, 0);
+    TCHECK_EQ_INT(local[i].pres->badData, 0);
+    const struct symmPeers* view = symmTransportBeginLaunch(local[i].entry);
+    TCHECK(view == NULL);
+    if (view != NULL) symmTransportEndLaunch(local[i].entry, local[i].stream, 0);
+  }
+}
+
+static void peerTest(struct rankCtx* local, int n, int windows) {
+  int ok = 1;
+  for (int i = 0; i < n; i++) ok &= attach(&local[i]);
+  if (ok) {
+    for (int i = 0; i < n; i++) checkView(&local[i]);
+    patternPhase(local, n);
+    /* Every rank's setup is over: no handle server (abstract socket) may remain anywhere. */
+    TCHECK_EQ_INT(ourSocketsLeft(), 0);
+    pingPongPhase(local, n);
+    if (windows) windowPhase(local, n);
+    abortPhase(local, n);
+  }
+  for (int i = 0; i < n; i++) detach(&local[i]);
+}
+
+/* ---- ways of creating ranks -------------------------------------------------------------- */
+
+typedef void (*rankBody)(struct rankCtx* local, int n, void* arg);
+
+struct threadArg {
+  int rank, nranks;
+  ncclUniqueId id;
+  rankBody body;
+  void* arg;
+};
+
+static void* rankThread(void* p) {
+  struct threadArg* a = p;
+  struct rankCtx c = {.rank = a->rank, .nranks = a->nranks, .dev = a->rank % ndev};
+  CUDA_OK(cudaSetDevice(c.dev));
+  CUDA_OK(testPrewarmKernels());
+  ncclResult_t res = ncclCommInitRank(&c.comm, a->nranks, a->id, a->rank);
+  TCHECK_EQ_INT(res, ncclSuccess);
+  if (res != ncclSuccess) return NULL;
+  a->body(&c, 1, a->arg);
+  TCHECK_EQ_INT(ncclCommDestroy(c.comm), ncclSuccess);
+  return NULL;
+}
+
+/* Threads in this process, one rank each, rank r on device r % ndev. */
+static void runThreads(int nranks, rankBody body, void* arg) {
+  struct threadArg args[MAX_LOCAL];
+  pthread_t tids[MAX_LOCAL];
+  ncclUniqueId id;
+  TCHECK_EQ_INT(ncclGetUniqueId(&id), ncclSuccess);
+  for (int r = 0; r < nranks; r++) {
+    args[r] = (struct threadArg){.rank = r, .nranks = nranks, .id = id, .body = body, .arg = arg};
+    TCHECK_EQ_INT(pthread_create(&tids[r], NULL, rankThread, &args[r]), 0);
+  }
+  for (int r = 0; r < nranks; r++) pthread_join(tids[r], NULL);
+}
+
+/* One thread, every rank: ncclCommInitAll (nccl-tests -g style). */
+static void runInitAll(int nranks, rankBody body, void* arg) {
+  ncclComm_t comms[MAX_LOCAL] = {0};
+  struct rankCtx local[MAX_LOCAL];
+  for (int d = 0; d < ndev; d++) {
+    CUDA_OK(cudaSetDevice(d));
+    CUDA_OK(testPrewarmKernels());
+  }
+  ncclResult_t res = ncclCommInitAll(comms, nranks, NULL);
+  TCHECK_EQ_INT(res, ncclSuccess);
+  if (res != ncclSuccess) return;
+  for (int r = 0; r < nranks; r++) {
+    local[r] = (struct rankCtx){.rank = r, .nranks = nranks, .comm = comms[r]};
+    TCHECK_EQ_INT(ncclCommCuDevice(comms[r], &local[r].dev), ncclSuccess);
+  }
+  body(local, nranks, arg);
+  for (int r = 0; r < nranks; r++) TCHECK_EQ_INT(ncclCommDestroy(comms[r]), ncclSuccess);
+}
+
+static int writeAll(int fd, const void* buf, size_t n) {
+  const char* p = buf;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int readAll(int fd, void* buf, size_t n) {
+  char* p = buf;
+  while (n > 0) {
+    ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* Two processes, one GPU each, the real NCCL: rank 0 makes the id and pipes it to rank 1. Each
+ * child sends back its check counts. The parent never touches CUDA. */
+static void runProcesses(rankBody body, void* arg) {
+  int idPipe[2], resultPipe[2];
+  if (pipe(idPipe) != 0 || pipe(resultPipe) != 0) {
+    CHECK(0);
+    return;
+  }
+  pid_t pids[2];
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    if (pids[r] < 0) {
+      CHECK(0);
+      return;
+    }
+    if (pids[r] == 0) {
+      close(resultPipe[0]);
+      ncclUniqueId id;
+      int ok = 1;
+      if (r == 0) {
+        close(idPipe[0]);
+        ok = ncclGetUniqueId(&id) == ncclSuccess && writeAll(idPipe[1], &id, sizeof(id)) == 0;
+        close(idPipe[1]);
+      } else {
+        close(idPipe[1]);
+        ok = readAll(idPipe[0], &id, sizeof(id)) == 0;
+        close(idPipe[0]);
+      }
+      CHECK(ok);
+      if (ok) {
+        struct rankCtx c = {.rank = r, .nranks = 2, .dev = r};
+        CUDA_OK(cudaSetDevice(r));
+        CUDA_OK(testPrewarmKernels());
+        ncclResult_t res = ncclCommInitRank(&c.comm, 2, id, r);
+        CHECK_EQ_INT(res, ncclSuccess);
+        CHECK_EQ_INT(usingBootstrap(), 0);
+        if (res == ncclSuccess) {
+          body(&c, 1, arg);
+          CHECK_EQ_INT(ncclCommDestroy(c.comm), ncclSuccess);
+        }
+      }
+      int counts[2] = {harnessChecks, harnessFailures};
+      (void)writeAll(resultPipe[1], counts, sizeof(counts));
+      close(resultPipe[1]);
+      _exit(0);
+    }
+  }
+  close(idPipe[0]);
+  close(idPipe[1]);
+  close(resultPipe[1]);
+  for (int r = 0; r < 2; r++) {
+    int counts[2];
+    if (readAll(resultPipe[0], counts, sizeof(counts)) == 0) {
+      harnessChecks += counts[0];
+      harnessFailures += counts[1];
+    } else {
+      CHECK(!"a rank process died before reporting");
+    }
+  }
+  close(resultPipe[0]);
+  for (int r = 0; r < 2; r++) {
+    int status = 0;
+    CHECK_EQ_INT(waitpid(pids[r], &status, 0), pids[r]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
+static void peerBody(struct rankCtx* local, int n, void* arg) {
+  peerTest(local, n, *(int*)arg);
+}
+
+/* ---- create/destroy cycles --------------------------------------------------------------- */
+
+struct resources {
+  int fds, maps;
+  size_t freeMem[8]; /* per device; only `onlyDev` when that is >= 0 */
+};
+
+static void measure(struct resources* r, int onlyDev) {
+  int prevDev = 0;
+  CUDA_OK(cudaGetDevice(&prevDev));
+  r->fds = countDir("/proc/self/fd");
+  r->maps = countLines("/proc/self/maps");
+  for (int d = 0; d < ndev && d < 8; d++) {
+    size_t total = 0;
+    r->freeMem[d] = 0;
+    if (onlyDev >= 0 && d != onlyDev) continue;
+    CUDA_OK(cudaSetDevice(d));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemGetInfo(&r->freeMem[d], &total));
+  }
+  CUDA_OK(cudaSetDevice(prevDev));
+}
+
+/* The driver may grow internal pools (page tables, stream/event pools) on first use and keep
+ * them until the context goes; one 2 MiB granule per device covers that. A per-cycle leak of
+ * even one granule would show as cycles x 2 MiB, far beyond this. */
+#define DEVICE_SLACK (2u << 20)
+
+static void compareResources(const struct resources* before, const struct resources* after,
+                             int cycles, const char* what) {
+  printf("%s: %d cycles: fds %d -> %d, maps %d -> %d", what, cycles, before->fds, after->fds,
+         before->maps, after->maps);
+  for (int d = 0; d < ndev && d < 8; d++)
+    if (before->freeMem[d])
+      printf(", dev%d free %zu -> %zu MiB", d, before->freeMem[d] >> 20, after->freeMem[d] >> 20);
+  printf("\n");
+  CHECK_EQ_INT(after->fds, before->fds);
+  CHECK_EQ_INT(after->maps, before->maps);
+  for (int d = 0; d < ndev && d < 8; d++)
+    if (before->freeMem[d]) CHECK(after->freeMem[d] + DEVICE_SLACK >= before->freeMem[d]);
+}
+
+/* ncclCommInitAll of 2 ranks (one process, both GPUs), created and destroyed `cycles` times. */
+static void cyclesInitAll(int cycles) {
+  ncclComm_t comms[2];
+  struct resources before, after;
+  int ineligible = 0, failed = 0;
+  for (int i = -3; i < cycles; i++) {
+    if (i == 0) measure(&before, -1); /* after warm-up: the driver's one-time allocations are made */
+    ncclResult_t res = ncclCommInitAll(comms, 2, NULL);
+    if (res != ncclSuccess) {
+      failed++;
+      continue;
+    }
+    for (int r = 0; r < 2; r++) {
+      struct symmComm* e = symmCommFind(comms[r]);
+      ineligible += e == NULL || symmTransportPeers(e) == NULL;
+    }
+    for (int r = 0; r < 2; r++) failed += ncclCommDestroy(comms[r]) != ncclSuccess;
+  }
+  measure(&after, -1);
+  CHECK_EQ_INT(failed, 0);
+  CHECK_EQ_INT(ineligible, 0);
+  CHECK_EQ_INT(symmCommCount(), 0);
+  compareResources(&before, &after, cycles, "InitAll(2)");
+}
+
+/* Two processes: a parent communicator, then `cycles` ncclCommSplit children, each set up (fds
+ * passed between the processes) and destroyed. Measured in each process. */
+/* Both processes at the same point, every earlier child destroyed (imports of our memory
+ * included), through the real NCCL on the parent communicator. */
+static void processBarrier(struct rankCtx* c, int* word, cudaStream_t stream) {
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclAllReduce, (word, word, 1, ncclInt32, ncclSum, c->comm, stream));
+  CHECK_EQ_INT(res, ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(stream));
+}
+
+static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
+  int cycles = *(int*)arg;
+  struct resources before, after;
+  int ineligible = 0, failed = 0;
+  int* word = NULL;
+  cudaStream_t stream = NULL;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&word, sizeof(int)));
+  CUDA_OK(cudaMemset(word, 0, sizeof(int)));
+  for (int i = -5; i < cycles; i++) {
+    if (i == 0) {
+      processBarrier(local, word, stream);
+      measure(&before, local->dev); /* the other device is the other process's to change */
+    }
+    ncclComm_t child = NULL;
+    ncclResult_t res = ncclCommSplit(local->comm, 0, local->rank, &child, NULL);
+    if (res != ncclSuccess || child == NULL) {
+      failed++;
+      continue;
+    }
+    struct symmComm* e = symmCommFind(child);
+    ineligible += e == NULL || symmTransportPeers(e) == NULL;
+    failed += ncclCommDestroy(child) != ncclSuccess;
+  }
+  processBarrier(local, word, stream);
+  measure(&after, local->dev);
+  CHECK_EQ_INT(failed, 0);
+  CHECK_EQ_INT(ineligible, 0);
+  CHECK_EQ_INT(ourSocketsLeft(), 0);
+  char what[64];
+  snprintf(what, sizeof(what), "rank %d Split(2 processes)", local->rank);
+  compareResources(&before, &after, cycles, what);
+  CUDA_OK(cudaFree(word));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+/* ---- security: non-members and squatters (two processes, white-box spy on the exchange) -- */
+
+/* The spy wraps the real ncclAllGather this process's libsymmcoll calls during setup: it reads
+ * rank 0's secret from the exchanged records (as only members can) and acts at a chosen stage. */
+static ncclResult_t (*realAllGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t,
+                                     cudaStream_t);
+static int spyMode; /* 1 non-member attack, 2 squat */
+static int spyRank;
+static int spyExchanges;
+static struct symmPeerRecord spyRecords[2];
+static int spyHaveRecords;
+static int squatFd = -1;
+static int attackStatus = -1; /* attacker's exit status */
+
+static void fillRendezvous(struct symmFdRendezvous* rv, int asRank) {
+  memset(rv, 0, sizeof(*rv));
+  memcpy(rv->secret, spyRecords[0].secret, sizeof(rv->secret));
+  rv->tag = SYMM_TAG_STAGING;
+  rv->rank = asRank;
+  rv->nranks = 2;
+  rv->pids[0] = spyRecords[0].pid;
+  rv->pids[1] = spyRecords[1].pid;
+  rv->uid = spyRecords[0].uid;
+  rv->timeoutMs = 3000;
+}
+
+/* Connects to rank `target`'s handle server as a stranger; 1 if a descriptor came back. */
+static int rawAttempt(int target, int* connected) {
+  struct symmFdRendezvous rv;
+  fillRendezvous(&rv, 1 - target);
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  int len = symmFdSocketName(&rv, target, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
+  socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  *connected = s >= 0 && connect(s, (struct sockaddr*)&addr, alen) == 0;
+  int gotFd = 0;
+  if (*connected) {
+    /* A request that copies the member's layout is not known here: send the secret's halves
+     * and a rank, the most a stranger who learned the name could try. */
+    (void)send(s, rv.secret, sizeof(rv.secret), MSG_NOSIGNAL);
+    char buf[256];
+    char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+    struct iovec iov = {buf, sizeof(buf)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof(cbuf)};
+    struct timeval tv = {3, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (recvmsg(s, &msg, MSG_CMSG_CLOEXEC) >= 0)
+      for (struct cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) gotFd = 1;
+  }
+  if (s >= 0) close(s);
+  return gotFd;
+}
+
+/* The non-member process: exit bits 1 = raw connection got a descriptor, 2 = the proper client
+ * protocol got one, 4 = could not even connect (name derivation wrong: the test would be void),
+ * 8 = same as 1|2 after dropping to another uid (only when started as root). */
+static void attacker(int target) {
+  int status = 0, connected = 0;
+  if (rawAttempt(target, &connected)) status |= 1;
+  if (!connected) status |= 4;
+  struct symmFdRendezvous rv;
+  fillRendezvous(&rv, 1 - target);
+  int fd = -1;
+  if (symmFdFetch(&rv, target, &fd) == ncclSuccess) {
+    status |= 2;
+    close(fd);
+  }
+  if (geteuid() == 0 && setgid(65534) == 0 && setuid(65534) == 0) {
+    if (rawAttempt(target, &connected)) status |= 8;
+    fillRendezvous(&rv, 1 - target);
+    rv.uid = (uint32_t)getuid();
+    if (symmFdFetch(&rv, target, &fd) == ncclSuccess) {
+      status |= 8;
+      close(fd);
+    }
+  }
+  _exit(status);
+}
+
+static ncclResult_t spyAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                 ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t res = realAllGather(send, recv, count, type, comm, stream);
+  if (res != ncclSuccess) return res;
+  int exchange = spyExchanges++;
+  if (count == sizeof(struct symmPeerRecord) && !spyHaveRecords) {
+    /* Stage 1 (records): every member learns the secret here. */
+    if (cudaStreamSynchronize(stream) != cudaSuccess ||
+        cudaMemcpy(spyRecords, recv, sizeof(spyRecords), cudaMemcpyDeviceToHost) != cudaSuccess)
+      return ncclUnhandledCudaError;
+    spyHaveRecords = 1;
+    if (spyMode == 2 && spyRank == 0) {
+      /* Take rank 1's socket name before it binds (it cannot pass stage 2 without us). */
+      struct symmFdRendezvous rv;
+      fillRendezvous(&rv, 0);
+      struct sockaddr_un addr;
+      memset(&addr, 0, sizeof(addr));
+      addr.sun_family = AF_UNIX;
+      int len = symmFdSocketName(&rv, 1, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
+      socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+      squatFd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+      if (squatFd < 0 || bind(squatFd, (struct sockaddr*)&addr, alen) != 0 || listen(squatFd, 4) != 0) {
+        fprintf(stderr, "squatter: cannot take the name: %s\n", strerror(errno));
+        CHECK(!"squatter could not bind");
+      }
+    }
+    return ncclSuccess;
+  }
+  /* Exchanges after the records: 1 = access masks, 2 = "built" agreement (servers listening). */
+  if (spyMode == 1 && spyRank == 0 && spyHaveRecords && exchange == 2 && attackStatus < 0) {
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return ncclUnhandledCudaError;
+    pid_t pid = fork();
+    if (pid == 0) attacker(1);
+    int status = 0;
+    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+      attackStatus = WEXITSTATUS(status);
+    else
+      attackStatus = 255;
+  }
+  return ncclSuccess;
+}
+
+static void securityBody(struct rankCtx* local, int n, void* arg) {
+  /* The communicator was created with the spy in place (installed before InitRank). */
+  struct rankCtx* c = local;
+  struct symmComm* e = symmCommFind(c->comm);
+  CHECK(e != NULL);
+  const struct symmPeers* peers = e ? symmTransportPeers(e) : NULL;
+  CHECK(spyHaveRecords);
+  if (spyMode == 1) {
+    /* The stranger got nothing, reached the real socket, and the members still set up. */
+    if (c->rank == 0) {
+      printf("non-member attacker exit status %d\n", attackStatus);
+      CHECK(attackStatus >= 0);
+      CHECK_EQ_INT(attackStatus & (1 | 2 | 8), 0);
+      CHECK_EQ_INT(attackStatus & 4, 0);
+    }
+    CHECK(peers != NULL);
+  } else {
+    /* Squatted name: fail closed on every rank, communicator forwards and still works. */
+    CHECK(peers == NULL);
+    if (c->rank == 0 && squatFd >= 0) close(squatFd);
+    int* d = NULL;
+    int host = 0;
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    CUDA_OK(cudaMalloc((void**)&d, sizeof(int)));
+    int v = c->rank + 5;
+    CUDA_OK(cudaMemcpy(d, &v, sizeof(int), cudaMemcpyHostToDevice));
+    CHECK_EQ_INT(ncclAllReduce(d, d, 1, ncclInt32, ncclSum, c->comm, s), ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(&host, d, sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK_EQ_INT(host, 5 + 6);
+    CUDA_OK(cudaFree(d));
+    CUDA_OK(cudaStreamDestroy(s));
+    if (c->rank == 1) {
+      /* Rank 1's own log must name the problem. */
+      fflush(stderr);
+      char* log = (char*)arg;
+      FILE* f = fopen(log, "r");
+      char line[1024];
+      int named = 0;
+      while (f && fgets(line, sizeof(line), f)) named |= strstr(line, "already taken") != NULL;
+      if (f) fclose(f);
+      CHECK(named);
+    }
+  }
+}
+
+/* Runs in each rank process before its communicator exists. */
+static char squatLog[256];
+static void installSpy(int rank) {
+  spyRank = rank;
+  if (symmRealLoad() != ncclSuccess) return;
+  realAllGather = symmReal.ncclAllGather;
+  symmReal.ncclAllGather = spyAllGather;
+  if (spyMode == 2 && rank == 1) {
+    /* Keep a copy of this rank's stderr to look for the WARN line. */
+    int fd = open(squatLog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      dup2(fd, 2);
+      close(fd);
+    }
+  }
+}
+
+/* Like runProcesses, but the spy goes in before ncclCommInitRank. */
+static void runSecurity(int mode) {
+  spyMode = mode;
+  snprintf(squatLog, sizeof(squatLog), "/tmp/symmcoll-squat-%d.log", (int)getpid());
+  int idPipe[2], resultPipe[2];
+  if (pipe(idPipe) != 0 || pipe(resultPipe) != 0) {
+    CHECK(0);
+    return;
+  }
+  pid_t pids[2];
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      close(resultPipe[0]);
+      ncclUniqueId id;
+      installSpy(r);
+      int ok;
+      if (r == 0) ok = ncclGetUniqueId(&id) == ncclSuccess && writeAll(idPipe[1], &id, sizeof(id)) == 0;
+      else ok = readAll(idPipe[0], &id, sizeof(id)) == 0;
+      close(idPipe[0]);
+      close(idPipe[1]);
+      CHECK(ok);
+      struct rankCtx c = {.rank = r, .nranks = 2, .dev = r};
+      CUDA_OK(cudaSetDevice(r));
+      if (ok && ncclCommInitRank(&c.comm, 2, id, r) == ncclSuccess) {
+        CHECK_EQ_INT(usingBootstrap(), 0);
+        securityBody(&c, 1, squatLog);
+        CHECK_EQ_INT(ncclCommDestroy(c.comm), ncclSuccess);
+      } else {
+        CHECK(!"ncclCommInitRank failed");
+      }
+      CHECK_EQ_INT(ourSocketsLeft(), 0);
+      int counts[2] = {harnessChecks, harnessFailures};
+      (void)writeAll(resultPipe[1], counts, sizeof(counts));
+      _exit(0);
+    }
+  }
+  close(idPipe[0]);
+  close(idPipe[1]);
+  close(resultPipe[1]);
+  for (int r = 0; r < 2; r++) {
+    int counts[2];
+    if (readAll(resultPipe[0], counts, sizeof(counts)) == 0) {
+      harnessChecks += counts[0];
+      harnessFailures += counts[1];
+    } else {
+      CHECK(!"a rank process died before reporting");
+    }
+  }
+  close(resultPipe[0]);
+  for (int r = 0; r < 2; r++) {
+    int status = 0;
+    CHECK_EQ_INT(waitpid(pids[r], &status, 0), pids[r]);
+  }
+  if (mode == 2) {
+    /* Show what rank 1 logged (its check failures too), then clean up. */
+    FILE* f = fopen(squatLog, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof(line), f)) fprintf(stderr, "rank 1 logged: %s", line);
+    if (f) fclose(f);
+    unlink(squatLog);
+  }
+}
+
+/* ---- multicast guard --------------------------------------------------------------------- */
+
+static void mcGuardBody(struct rankCtx* local, int n, void* arg) {
+  struct rankCtx* c = local;
+  c->entry = symmCommFind(c->comm);
+  const struct symmPeers* p = c->entry ? symmTransportPeers(c->entry) : NULL;
+  TCHECK(p != NULL); /* eligible, so only the guard can keep multicast off */
+  TCHECK_EQ_INT(symmTransportMulticastReady(c->entry), 0);
+  TCHECK(p == NULL || p->multicastBuffer == NULL);
+  TCHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
+}
+
+/* Each kill switch alone keeps the device-level decision at "no", in a child that only QUERIES
+ * (forked before this process touched CUDA, so the child's driver calls are real ones;
+ * symmMulticastUsable reads the environment first, then at most a device attribute) and never
+ * creates a communicator or a multicast object, so no variable is ever missing where anything
+ * could be created. The decision with all three set is checked in this process too. */
+static void mcGuardEachAlone(void) {
+  static const char* const vars[][2] = {{"NCCL_NVLS_ENABLE", "0"},
+                                        {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
+                                        {"NVSHMEM_DISABLE_NVLS", "1"}};
+  for (int d = 0; d < ndev; d++) CHECK_EQ_INT(symmMulticastUsable(d), 0);
+  for (int v = 0; v < 3; v++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (int k = 0; k < 3; k++)
+        if (k != v) unsetenv(vars[k][0]);
+      setenv(vars[v][0], vars[v][1], 1);
+      symmParamResetAll();
+      int bad = symmMulticastEnvAllows() != 0;
+      for (int d = 0; d < ndev; d++) bad |= symmMulticastUsable(d) != 0;
+      bad |= symmMulticastAttempts() != 0;
+      _exit(bad ? 1 : 0);
+    }
+    int status = -1;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      fprintf(stderr, "%s=%s alone did not keep multicast off\n", vars[v][0], vars[v][1]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+/* Counts GPUs in a child, so that this process stays CUDA-free until it forks its ranks. */
+static int probeDevices(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    _exit(n > 100 ? 100 : n);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
+  return WEXITSTATUS(status);
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: test_peer_mem peers procs|initall|threads|bootstrap [nranks]\n"
+                  "       test_peer_mem cycles bootstrap|procs <count>\n"
+                  "       test_peer_mem security nonmember|squat\n"
+                  "       test_peer_mem mcguard\n");
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  /* Safety first: multicast is forbidden on the machines these tests run on. Set here, always,
+   * before anything can read them; never unset. */
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
+  setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  (void)symmLogLevel(); /* logging initialised before parameters are re-read (param.c's lock) */
+  symmParamResetAll();
+  if (argc < 2) return usage();
+  const char* what = argv[1];
+  const char* mode = argc > 2 ? argv[2] : "";
+  ndev = probeDevices();
+  int needed = 2;
+  if (strcmp(what, "mcguard") == 0 || strcmp(mode, "bootstrap") == 0) needed = 1;
+  if (ndev < needed) {
+    printf("test_peer_mem %s %s: needs %d GPU(s), found %d: skipped\n", what, mode, needed, ndev);
+    return TEST_SKIP_CODE;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  runSeed = (uint32_t)ts.tv_nsec ^ (uint32_t)getpid();
+  char name[96];
+  snprintf(name, sizeof(name), "peer_mem %s %s%s%s", what, mode, argc > 3 ? " " : "", argc > 3 ? argv[3] : "");
+
+  int wantBootstrap = strcmp(mode, "bootstrap") == 0 || strcmp(what, "mcguard") == 0;
+  if (strcmp(mode, "procs") != 0 && strcmp(what, "security") != 0) {
+    /* This process is a rank (or several): the NCCL it forwards to must be the intended one. */
+    CHECK_EQ_INT(symmRealLoad(), ncclSuccess);
+    CHECK_EQ_INT(usingBootstrap(), wantBootstrap);
+    if (usingBootstrap() != wantBootstrap) {
+      fprintf(stderr, "SYMMCOLL_NCCL_LIB must name %s\n", wantBootstrap ? "the test bootstrap" : "a real NCCL");
+      return harnessReport(name);
+    }
+  }
+
+  if (strcmp(what, "peers") == 0) {
+    int windows = 1;
+    if (strcmp(mode, "procs") == 0) {
+      runProcesses(peerBody, &windows);
+    } else if (strcmp(mode, "initall") == 0) {
+      windows = 0; /* one thread registering for all ranks = a group: not peer-mapped by design */
+      runInitAll(2, peerBody, &windows);
+    } else if (strcmp(mode, "threads") == 0) {
+      runThreads(2, peerBody, &windows);
+    } else if (strcmp(mode, "bootstrap") == 0) {
+      int nranks = argc > 3 ? atoi(argv[3]) : 4;
+      if (nranks < 2 || nranks > SYMM_MAX_RANKS) return usage();
+      runThreads(nranks, peerBody, &windows);
+    } else {
+      return usage();
+    }
+  } else if (strcmp(what, "cycles") == 0) {
+    int cycles = argc > 3 ? atoi(argv[3]) : 1000;
+    /* A small staging buffer keeps 1,000 cycles fast; a leak still shows (cycles x buffer). */
+    setenv("SYMMCOLL_BUFFER_BYTES", "8388608", 0);
+    symmParamResetAll();
+    if (strcmp(mode, "bootstrap") == 0) cyclesInitAll(cycles);
+    else if (strcmp(mode, "procs") == 0) runProcesses(cyclesSplitBody, &cycles);
+    else return usage();
+  } else if (strcmp(what, "security") == 0) {
+    if (strcmp(mode, "nonmember") == 0) runSecurity(1);
+    else if (strcmp(mode, "squat") == 0) runSecurity(2);
+    else return usage();
+  } else if (strcmp(what, "mcguard") == 0) {
+    /* World sizes that would qualify for multicast by size; the variables must keep it off. */
+    CHECK(getenv("NCCL_NVLS_ENABLE") && getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST") &&
+          getenv("NVSHMEM_DISABLE_NVLS"));
+    mcGuardEachAlone(); /* first: its children must fork from a process without CUDA state */
+    for (int nranks = 4; nranks <= SYMM_MAX_RANKS; nranks++) runThreads(nranks, mcGuardBody, NULL);
+    CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
+  } else {
+    return usage();
+  }
+  return harnessReport(name);
+}
