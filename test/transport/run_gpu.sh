@@ -31,12 +31,14 @@ setup_opts=("$@")
 if [ -n "${NCCL_LIB:-}" ]; then
   export SYMMCOLL_NCCL_LIB="$NCCL_LIB" # tests of the bootstrap override it in their own env
   setup_opts+=("-Dnccl_lib=$NCCL_LIB")
+  inc=$(dirname "$(dirname "$NCCL_LIB")")/include
+  [ -f "$inc/nccl.h" ] && setup_opts+=("-Dnccl_include=$inc")
   echo "real NCCL: $NCCL_LIB"
 fi
 if [ -f build/build.ninja ]; then
-  meson setup --reconfigure build "${setup_opts[@]}" >/dev/null || exit 1
+  meson setup --reconfigure build "${setup_opts[@]}" >/dev/null || meson setup --wipe build -Dgpu_archs=90a "${setup_opts[@]}" || exit 1
 else
-  meson setup build -Dgpu_archs=90a "${setup_opts[@]}" >/dev/null || exit 1
+  meson setup build -Dgpu_archs=90a "${setup_opts[@]}" | tail -3 || exit 1
 fi
 ninja -C build || exit 1
 nvidia-smi -L 2>/dev/null || echo "nvidia-smi: no GPU listed"
