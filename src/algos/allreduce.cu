@@ -1,0 +1,570 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* All-reduce kernels (one-shot, two-shot, multimem and its emulation) and their C launcher. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "algos.h"
+#include "reduce.cuh"
+#include "sync.cuh"
+
+extern "C" {
+#include "debug.h"
+#include "param.h"
+}
+
+SYMMCOLL_PARAM(SpinTimeoutMs, "SPIN_TIMEOUT_MS", 10000,
+               "ms a kernel waits for a peer before giving up (sets the async error); 0 = forever")
+SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 32,
+               "most thread blocks per all-reduce kernel (1..64); must match on all ranks")
+SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 16384,
+               "all-reduce bytes per thread block before another block is added; same on all ranks")
+
+namespace symm {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ size_t divUp(size_t a, size_t b) { return (a + b - 1) / b; }
+__device__ __forceinline__ size_t roundUp(size_t a, size_t b) { return divUp(a, b) * b; }
+__device__ __forceinline__ size_t minSize(size_t a, size_t b) { return a < b ? a : b; }
+__device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Loads that bypass L1: staging memory is written by other GPUs between our reads. */
+__device__ __forceinline__ uint4 loadStaging16(const char* p) { return __ldcg((const uint4*)p); }
+template <typename T> __device__ __forceinline__ T loadStaging(const char* p) {
+  if constexpr (sizeof(T) == 1) {
+    unsigned char v = __ldcg((const unsigned char*)p);
+    T r;
+    memcpy(&r, &v, 1);
+    return r;
+  } else if constexpr (sizeof(T) == 2) {
+    unsigned short v = __ldcg((const unsigned short*)p);
+    T r;
+    memcpy(&r, &v, 2);
+    return r;
+  } else if constexpr (sizeof(T) == 4) {
+    unsigned int v = __ldcg((const unsigned int*)p);
+    T r;
+    memcpy(&r, &v, 4);
+    return r;
+  } else {
+    unsigned long long v = __ldcg((const unsigned long long*)p);
+    T r;
+    memcpy(&r, &v, 8);
+    return r;
+  }
+}
+
+template <typename E> struct Vec {
+  typedef typename E::T T;
+  static constexpr int N = 16 / sizeof(T);
+  union Pack {
+    uint4 v;
+    T e[N];
+  };
+};
+
+/* dst[i] = src[i] for elements [lo, hi): 16-byte vectors when `vec` (lo is a multiple of the
+ * vector width and both bases are 16-byte aligned), scalar tail. */
+template <typename E>
+__device__ __forceinline__ void copyRange(char* dst, const char* src, size_t lo, size_t hi,
+                                          bool vec, bool srcIsStaging) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  if (lo >= hi) return;
+  size_t first = lo;
+  if (vec) {
+    const size_t nvec = (hi - lo) / N;
+    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+      const size_t off = (lo + v * N) * sizeof(T);
+      uint4 x = srcIsStaging ? loadStaging16(src + off) : *(const uint4*)(src + off);
+      *(uint4*)(dst + off) = x;
+    }
+    first = lo + nvec * N;
+  }
+  for (size_t i = first + threadIdx.x; i < hi; i += blockDim.x) {
+    const size_t off = i * sizeof(T);
+    T x = srcIsStaging ? loadStaging<T>(src + off) : *(const T*)(src + off);
+    *(T*)(dst + off) = x;
+  }
+}
+
+/* Element-wise reduction of 16 bytes from every rank, in rank order. */
+template <typename E, int Kind>
+__device__ __forceinline__ uint4 reducePacks(const uint4* packs, int n, bool avg) {
+  typedef typename Vec<E>::Pack Pack;
+  Pack acc, x;
+  acc.v = packs[0];
+  for (int r = 1; r < n; r++) {
+    x.v = packs[r];
+#pragma unroll
+    for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+  }
+  if (avg) {
+#pragma unroll
+    for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Arith<E>::avgFinish(acc.e[k], n);
+  }
+  return acc.v;
+}
+
+/* dst[i] = reduce over ranks r of srcs[r][i], for elements [lo, hi). Sources are staging
+ * buffers or (zero-copy) peers' user buffers; both are read with L1-bypassing loads. */
+template <typename E, int Kind>
+__device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char* dst, size_t lo,
+                                            size_t hi, bool vec, bool avg) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  if (lo >= hi) return;
+  size_t first = lo;
+  if (vec) {
+    const size_t nvec = (hi - lo) / N;
+    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+      const size_t off = (lo + v * N) * sizeof(T);
+      uint4 packs[SYMM_MAX_RANKS];
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < n) packs[r] = loadStaging16(srcs[r] + off);
+      *(uint4*)(dst + off) = reducePacks<E, Kind>(packs, n, avg);
+    }
+    first = lo + nvec * N;
+  }
+  for (size_t i = first + threadIdx.x; i < hi; i += blockDim.x) {
+    const size_t off = i * sizeof(T);
+    T vals[SYMM_MAX_RANKS];
+#pragma unroll
+    for (int r = 0; r < SYMM_MAX_RANKS; r++)
+      if (r < n) vals[r] = loadStaging<T>(srcs[r] + off);
+    *(T*)(dst + off) = reduceInOrder<E, Kind>(vals, n, avg);
+  }
+}
+
+/* Two-shot/multimem layout: rank q owns slice [q*S, (q+1)*S); block b handles the part
+ * [b*B, (b+1)*B) of every slice, so block b pairs with block b on every peer. S and B are
+ * multiples of the vector width, which keeps every part 16-byte aligned in staging. */
+struct SliceLayout {
+  size_t S, B, count;
+  __device__ SliceLayout(size_t cnt, int nranks, int vecElems) : count(cnt) {
+    S = roundUp(divUp(cnt, (size_t)nranks), (size_t)vecElems);
+    B = roundUp(divUp(S, (size_t)gridDim.x), (size_t)vecElems);
+  }
+  __device__ size_t lo(int q) const {
+    return minSize(q * S + minSize((size_t)blockIdx.x * B, S), count);
+  }
+  __device__ size_t hi(int q) const {
+    return minSize(q * S + minSize(((size_t)blockIdx.x + 1) * B, S), count);
+  }
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Staging double-buffering (no end barrier): call k uses staging half (epoch & 1). A rank writes
+ * a half again only in call k+2, after its call k+1 waited for every peer to arrive in call k+1;
+ * a peer arriving in k+1 has finished its whole kernel k (same stream, kernels in order), so no
+ * reader of call k's half remains. The same holds across algorithms: every kernel uses the same
+ * epoch counter and waits for all peers at least once before it returns. */
+
+/* One-shot: copy our input into staging, barrier, every rank reduces everything. */
+template <typename E, int Kind>
+__global__ void __launch_bounds__(kThreads) oneShotKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  uint32_t epoch;
+  if (!beginCall(a, &epoch, &failed)) return;
+  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
+  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
+  const size_t hi = minSize(lo + per, a.count);
+  const bool vec = aligned16(a.send) && aligned16(a.recv);
+  copyRange<E>(a.staging[a.rank] + half, (const char*)a.send, lo, hi, vec, false);
+  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  const char* srcs[SYMM_MAX_RANKS];
+#pragma unroll
+  for (int r = 0; r < SYMM_MAX_RANKS; r++) srcs[r] = r < a.nranks ? a.staging[r] + half : nullptr;
+  reduceRange<E, Kind>(srcs, a.nranks, (char*)a.recv, lo, hi, vec, a.avg != 0);
+  (void)sizeof(T);
+  endCall(a, epoch);
+}
+
+/* Two-shot: reduce-scatter (each rank reduces its slice into its own staging), barrier,
+ * all-gather (each rank copies every slice from its owner's staging). With a zero-copy input
+ * the reduce-scatter reads peers' user buffers directly; the middle barrier also guarantees
+ * that every peer finished reading our input before we write recvbuff (in-place safe). */
+template <typename E, int Kind>
+__global__ void __launch_bounds__(kThreads) twoShotKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  uint32_t epoch;
+  if (!beginCall(a, &epoch, &failed)) return;
+  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  const SliceLayout L(a.count, a.nranks, N);
+  char* mine = a.staging[a.rank] + half;
+  bool vec = aligned16(a.send) && aligned16(a.recv);
+  const char* srcs[SYMM_MAX_RANKS];
+#pragma unroll
+  for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+    srcs[r] = nullptr;
+    if (r < a.nranks) {
+      srcs[r] = a.zeroCopy ? a.inputs[r] : a.staging[r] + half;
+      if (a.zeroCopy) vec = vec && aligned16(a.inputs[r]);
+    }
+  }
+  if (!a.zeroCopy) {
+    for (int q = 0; q < a.nranks; q++)
+      copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), vec, false);
+  }
+  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  reduceRange<E, Kind>(srcs, a.nranks, mine, L.lo(a.rank), L.hi(a.rank), vec, a.avg != 0);
+  if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
+  for (int q = 0; q < a.nranks; q++)
+    copyRange<E>((char*)a.recv, a.staging[q] + half, L.lo(q), L.hi(q), vec, true);
+  (void)sizeof(T);
+  endCall(a, epoch);
+}
+
+/* multimem.ld_reduce / multimem.st on 16 bytes, for the types and ops the instruction has.
+ * Mm<E,Kind>::kOk says whether a kernel exists (real and emulated alike). */
+template <typename E, int Kind> struct Mm {
+  static constexpr bool kOk = false;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SYMM_MULTIMEM_ASM 1
+#endif
+
+__device__ __forceinline__ void multimemStore16(char* mc, uint4 v) {
+#ifdef SYMM_MULTIMEM_ASM
+  asm volatile("multimem.st.relaxed.sys.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(mc),
+               "f"(__uint_as_float(v.x)), "f"(__uint_as_float(v.y)), "f"(__uint_as_float(v.z)),
+               "f"(__uint_as_float(v.w))
+               : "memory");
+#else
+  (void)mc;
+  (void)v;
+  __trap();
+#endif
+}
+
+#ifdef SYMM_MULTIMEM_ASM
+#define SYMM_MM_V4(name, ptxop)                                                              \
+  __device__ __forceinline__ uint4 name(const char* mc) {                                    \
+    uint4 v;                                                                                 \
+    asm volatile("multimem.ld_reduce.relaxed.sys.global." ptxop " {%0, %1, %2, %3}, [%4];"   \
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                \
+                 : "l"(mc)                                                                   \
+                 : "memory");                                                                \
+    return v;                                                                                \
+  }
+#define SYMM_MM_S32(name, ptxop)                                                             \
+  __device__ __forceinline__ uint4 name(const char* mc) {                                    \
+    uint4 v;                                                                                 \
+    asm volatile("multimem.ld_reduce.relaxed.sys.global." ptxop " %0, [%4];\n\t"             \
+                 "multimem.ld_reduce.relaxed.sys.global." ptxop " %1, [%5];\n\t"             \
+                 "multimem.ld_reduce.relaxed.sys.global." ptxop " %2, [%6];\n\t"             \
+                 "multimem.ld_reduce.relaxed.sys.global." ptxop " %3, [%7];"                 \
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                \
+                 : "l"(mc), "l"(mc + 4), "l"(mc + 8), "l"(mc + 12)                           \
+                 : "memory");                                                                \
+    return v;                                                                                \
+  }
+#define SYMM_MM_S64(name, ptxop)                                                             \
+  __device__ __forceinline__ uint4 name(const char* mc) {                                    \
+    unsigned long long lo, hi;                                                               \
+    asm volatile("multimem.ld_reduce.relaxed.sys.global." ptxop " %0, [%2];\n\t"             \
+                 "multimem.ld_reduce.relaxed.sys.global." ptxop " %1, [%3];"                 \
+                 : "=l"(lo), "=l"(hi)                                                        \
+                 : "l"(mc), "l"(mc + 8)                                                      \
+                 : "memory");                                                                \
+    uint4 v;                                                                                 \
+    v.x = (unsigned)lo;                                                                      \
+    v.y = (unsigned)(lo >> 32);                                                              \
+    v.z = (unsigned)hi;                                                                      \
+    v.w = (unsigned)(hi >> 32);                                                              \
+    return v;                                                                                \
+  }
+#else
+#define SYMM_MM_STUB(name)                                \
+  __device__ __forceinline__ uint4 name(const char* mc) { \
+    (void)mc;                                             \
+    __trap();                                             \
+    return make_uint4(0, 0, 0, 0);                        \
+  }
+#define SYMM_MM_V4(name, ptxop) SYMM_MM_STUB(name)
+#define SYMM_MM_S32(name, ptxop) SYMM_MM_STUB(name)
+#define SYMM_MM_S64(name, ptxop) SYMM_MM_STUB(name)
+#endif
+
+SYMM_MM_V4(mmAddF32, "add.v4.f32")
+SYMM_MM_V4(mmAddF16, "add.acc::f32.v4.f16x2")
+SYMM_MM_V4(mmMinF16, "min.v4.f16x2")
+SYMM_MM_V4(mmMaxF16, "max.v4.f16x2")
+SYMM_MM_V4(mmAddBF16, "add.acc::f32.v4.bf16x2")
+SYMM_MM_V4(mmMinBF16, "min.v4.bf16x2")
+SYMM_MM_V4(mmMaxBF16, "max.v4.bf16x2")
+SYMM_MM_S32(mmAddS32, "add.s32")
+SYMM_MM_S32(mmMinS32, "min.s32")
+SYMM_MM_S32(mmMaxS32, "max.s32")
+SYMM_MM_S32(mmAddU32, "add.u32")
+SYMM_MM_S32(mmMinU32, "min.u32")
+SYMM_MM_S32(mmMaxU32, "max.u32")
+SYMM_MM_S64(mmAddU64, "add.u64")
+SYMM_MM_S64(mmMinS64, "min.s64")
+SYMM_MM_S64(mmMaxS64, "max.s64")
+SYMM_MM_S64(mmMinU64, "min.u64")
+SYMM_MM_S64(mmMaxU64, "max.u64")
+
+#define SYMM_MM_OK(E, Kind, fn)                                                      \
+  template <> struct Mm<E, Kind> {                                                   \
+    static constexpr bool kOk = true;                                                \
+    static __device__ __forceinline__ uint4 ldReduce(const char* mc) { return fn(mc); } \
+  };
+SYMM_MM_OK(F32, kSum, mmAddF32)
+SYMM_MM_OK(F16, kSum, mmAddF16)
+SYMM_MM_OK(F16, kMin, mmMinF16)
+SYMM_MM_OK(F16, kMax, mmMaxF16)
+SYMM_MM_OK(BF16, kSum, mmAddBF16)
+SYMM_MM_OK(BF16, kMin, mmMinBF16)
+SYMM_MM_OK(BF16, kMax, mmMaxBF16)
+SYMM_MM_OK(I32, kSum, mmAddS32)
+SYMM_MM_OK(I32, kMin, mmMinS32)
+SYMM_MM_OK(I32, kMax, mmMaxS32)
+SYMM_MM_OK(U32, kSum, mmAddU32)
+SYMM_MM_OK(U32, kMin, mmMinU32)
+SYMM_MM_OK(U32, kMax, mmMaxU32)
+SYMM_MM_OK(I64, kSum, mmAddU64)
+SYMM_MM_OK(I64, kMin, mmMinS64)
+SYMM_MM_OK(I64, kMax, mmMaxS64)
+SYMM_MM_OK(U64, kSum, mmAddU64)
+SYMM_MM_OK(U64, kMin, mmMinU64)
+SYMM_MM_OK(U64, kMax, mmMaxU64)
+
+/* Orders writes made through the multicast alias against unicast accesses to the same memory. */
+__device__ __forceinline__ void fenceProxyAlias() {
+#ifdef SYMM_MULTIMEM_ASM
+  asm volatile("fence.proxy.alias;" ::: "memory");
+#endif
+}
+
+/* Multimem: copy our input into staging, barrier, each rank reduces its slice across all ranks
+ * with one multimem.ld_reduce per 16 bytes and broadcasts it with multimem.st into every rank's
+ * staging, barrier, each rank copies the whole result out of its own staging. The last 16-byte
+ * unit may run past `count`: staging has room, the extra lanes are never copied out.
+ * Emulate: the same structure, the multicast load/store replaced by loops over peer pointers
+ * (rank-order reduction, so bit-identical to the other kernels). */
+template <typename E, int Kind, bool Emulate>
+__global__ void __launch_bounds__(kThreads) multimemKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  uint32_t epoch;
+  if (!beginCall(a, &epoch, &failed)) return;
+  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  const SliceLayout L(a.count, a.nranks, N);
+  char* mine = a.staging[a.rank] + half;
+  const bool sendVec = aligned16(a.send), recvVec = aligned16(a.recv);
+  for (int q = 0; q < a.nranks; q++)
+    copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), sendVec, false);
+  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  const size_t ulo = L.lo(a.rank) * sizeof(T) / 16;
+  const size_t uhi = divUp(L.hi(a.rank) * sizeof(T), 16);
+  for (size_t u = ulo + threadIdx.x; u < uhi; u += blockDim.x) {
+    const size_t off = half + u * 16;
+    uint4 v;
+    if constexpr (Emulate) {
+      uint4 packs[SYMM_MAX_RANKS];
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < a.nranks) packs[r] = loadStaging16(a.staging[r] + off);
+      v = reducePacks<E, Kind>(packs, a.nranks, a.avg != 0);
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < a.nranks) *(uint4*)(a.staging[r] + off) = v;
+    } else {
+      v = Mm<E, Kind>::ldReduce(a.multicast + off);
+      if (a.avg) {
+        typename Vec<E>::Pack p;
+        p.v = v;
+#pragma unroll
+        for (int k = 0; k < N; k++) p.e[k] = Arith<E>::avgFinish(p.e[k], a.nranks);
+        v = p.v;
+      }
+      multimemStore16(a.multicast + off, v);
+    }
+  }
+  if (!Emulate) fenceProxyAlias();
+  if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
+  if (!Emulate) fenceProxyAlias();
+  for (int q = 0; q < a.nranks; q++)
+    copyRange<E>((char*)a.recv, mine, L.lo(q), L.hi(q), recvVec, true);
+  endCall(a, epoch);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Host side. */
+
+template <typename E, int Kind>
+static cudaError_t launchTyped(enum symmArAlgo algo, bool emulate, int blocks, cudaStream_t stream,
+                               const KernelArgs& args) {
+  switch (algo) {
+    case SYMM_AR_ONESHOT:
+      oneShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
+      break;
+    case SYMM_AR_TWOSHOT:
+      twoShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
+      break;
+    case SYMM_AR_MULTIMEM:
+      if constexpr (Mm<E, Kind>::kOk) {
+        if (emulate)
+          multimemKernel<E, Kind, true><<<blocks, kThreads, 0, stream>>>(args);
+        else
+          multimemKernel<E, Kind, false><<<blocks, kThreads, 0, stream>>>(args);
+        break;
+      } else {
+        return cudaErrorInvalidValue;
+      }
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+template <typename E>
+static cudaError_t launchOp(ncclRedOp_t op, enum symmArAlgo algo, bool emulate, int blocks,
+                            cudaStream_t stream, const KernelArgs& args) {
+  switch (op) {
+    case ncclSum:
+    case ncclAvg:
+      return launchTyped<E, kSum>(algo, emulate, blocks, stream, args);
+    case ncclProd:
+      return launchTyped<E, kProd>(algo, emulate, blocks, stream, args);
+    case ncclMin:
+      return launchTyped<E, kMin>(algo, emulate, blocks, stream, args);
+    case ncclMax:
+      return launchTyped<E, kMax>(algo, emulate, blocks, stream, args);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+template <typename E> static bool multimemOk(ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum:
+    case ncclAvg:
+      return Mm<E, kSum>::kOk;
+    case ncclProd:
+      return Mm<E, kProd>::kOk;
+    case ncclMin:
+      return Mm<E, kMin>::kOk;
+    case ncclMax:
+      return Mm<E, kMax>::kOk;
+    default:
+      return false;
+  }
+}
+
+static size_t typeSize(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+}  // namespace symm
+
+extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t datatype,
+                                         ncclRedOp_t op) {
+  if (symm::typeSize(datatype) == 0 || (int)op < 0 || (int)op >= (int)ncclNumOps) return 0;
+  switch (algo) {
+    case SYMM_AR_ONESHOT:
+    case SYMM_AR_TWOSHOT:
+      return 1;
+    case SYMM_AR_MULTIMEM: {
+      bool ok = false;
+      SYMM_DISPATCH_DTYPE(datatype, ok = symm::multimemOk<E>(op));
+      return ok ? 1 : 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+extern "C" size_t symmAllReduceChunkBytes(const struct symmPeers* peers) {
+  return (peers->bufferBytes / 2) & ~(size_t)15;
+}
+
+extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call,
+                                            const struct symmPeers* peers, cudaStream_t stream) {
+  const size_t esize = symm::typeSize(call->datatype);
+  if (esize == 0 || !symmAllReduceKernelExists(call->algo, call->datatype, call->op)) {
+    WARN("all-reduce: no %d kernel for datatype %d op %d", (int)call->algo, (int)call->datatype,
+         (int)call->op);
+    return ncclInvalidArgument;
+  }
+  if (call->count == 0) return ncclSuccess;
+  if (peers->nranks < 1 || peers->nranks > SYMM_MAX_RANKS ||
+      peers->signalBytes < SYMM_AR_SIGNAL_WORDS * sizeof(uint32_t) ||
+      peers->localStateBytes < SYMM_AR_STATE_WORDS * sizeof(uint32_t)) {
+    WARN("all-reduce: peer memory too small or bad rank count (%d ranks)", peers->nranks);
+    return ncclInternalError;
+  }
+  const bool realMultimem = call->algo == SYMM_AR_MULTIMEM && !call->emulateMultimem;
+  if (realMultimem && peers->multicastBuffer == NULL) {
+    WARN("all-reduce: multimem requested without a multicast mapping");
+    return ncclInternalError;
+  }
+  const size_t chunkBytes = symmAllReduceChunkBytes(peers);
+  const size_t chunkElems = chunkBytes / esize; /* multiple of 16/esize: chunks stay aligned */
+  if (chunkElems == 0) {
+    WARN("all-reduce: staging buffer of %zu bytes is too small", peers->bufferBytes);
+    return ncclInternalError;
+  }
+
+  symm::KernelArgs args;
+  memset(&args, 0, sizeof(args));
+  for (int r = 0; r < peers->nranks; r++) {
+    args.staging[r] = (char*)peers->buffers[r];
+    args.signals[r] = peers->signals[r];
+  }
+  args.localState = peers->localState;
+  args.abortFlag = peers->abortFlag;
+  args.errorFlag = peers->errorFlag;
+  args.multicast = (char*)peers->multicastBuffer;
+  args.halfBytes = chunkBytes;
+  args.timeoutNs = (uint64_t)(symmParamSpinTimeoutMs() > 0 ? symmParamSpinTimeoutMs() : 0) * 1000000ull;
+  args.rank = peers->rank;
+  args.nranks = peers->nranks;
+  args.avg = call->op == ncclAvg;
+  args.zeroCopy = call->algo == SYMM_AR_TWOSHOT && call->inputPeers != NULL;
+
+  int64_t maxBlocks = symmParamArMaxBlocks();
+  if (maxBlocks < 1) maxBlocks = 1;
+  if (maxBlocks > SYMM_AR_MAX_BLOCKS) maxBlocks = SYMM_AR_MAX_BLOCKS;
+  int64_t bytesPerBlock = symmParamArBytesPerBlock();
+  if (bytesPerBlock < 1024) bytesPerBlock = 1024;
+
+  for (size_t done = 0; done < call->count; done += chunkElems) {
+    const size_t n = call->count - done < chunkElems ? call->count - done : chunkElems;
+    const size_t offset = done * esize;
+    args.send = (const char*)call->sendbuff + offset;
+    args.recv = (char*)call->recvbuff + offset;
+    args.count = n;
+    if (args.zeroCopy)
+      for (int r = 0; r < peers->nranks; r++)
+        args.inputs[r] = (const char*)call->inputPeers[r] + offset;
+    const size_t bytes = n * esize;
+    int64_t blocks = (int64_t)((bytes + (size_t)bytesPerBlock - 1) / (size_t)bytesPerBlock);
+    if (blocks > maxBlocks) blocks = maxBlocks;
+    if (blocks < 1) blocks = 1;
+    cudaError_t err = cudaErrorInvalidValue;
+    SYMM_DISPATCH_DTYPE(call->datatype,
+                        err = symm::launchOp<E>(call->op, call->algo, call->emulateMultimem != 0,
+                                                (int)blocks, stream, args));
+    if (err != cudaSuccess) {
+      WARN("all-reduce kernel launch failed: %s", cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+  }
+  return ncclSuccess;
+}
