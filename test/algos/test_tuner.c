@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Tuner: availability, table lookups at edge sizes, overrides, and same inputs -> same choice. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "algos.h"
+#include "debug.h"
+#include "harness.h"
+#include "param.h"
+#include "tuner.h"
+
+static struct symmTuneInput input(int nranks, ncclDataType_t dt, ncclRedOp_t op, size_t bytes) {
+  struct symmTuneInput in = {.nranks = nranks, .datatype = dt, .op = op, .bytes = bytes,
+                             .registered = 0, .multicastReady = 0, .arch = 0};
+  return in;
+}
+
+static void clearEnv(void) {
+  unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
+  unsetenv("SYMMCOLL_MULTIMEM_EMULATE");
+  unsetenv("SYMMCOLL_ONESHOT_MAX_BYTES");
+  unsetenv("SYMMCOLL_TWOSHOT_MAX_BYTES");
+  unsetenv("SYMMCOLL_MULTIMEM_MIN_BYTES");
+  unsetenv("SYMMCOLL_MULTIMEM_MAX_BYTES");
+  symmParamResetAll();
+}
+
+#define B(algo) (1u << (algo))
+
+int main(void) {
+  /* Logging first: src/param.c logs under its lock, which deadlocks if the first param read
+   * (with the variable set) also has to initialise logging. Reported to the lead. */
+  (void)symmLogLevel();
+  clearEnv();
+  /* Names round-trip; unknown names are reported as such. */
+  for (int a = 0; a < SYMM_AR_NALGOS; a++)
+    CHECK_EQ_INT(symmArAlgoParse(symmArAlgoName((enum symmArAlgo)a)), a);
+  CHECK_EQ_INT(symmArAlgoParse("auto"), -1);
+  CHECK_EQ_INT(symmArAlgoParse(NULL), -1);
+  CHECK_EQ_INT(symmArAlgoParse("TwoShot"), SYMM_AR_TWOSHOT);
+  CHECK_EQ_INT(symmArAlgoParse("fastest"), -2);
+
+  /* Kernels: one-shot/two-shot for every type and op; multimem only where the instruction is. */
+  for (int dt = 0; dt < ncclNumTypes; dt++)
+    for (int op = 0; op < ncclNumOps; op++) {
+      CHECK(symmAllReduceKernelExists(SYMM_AR_ONESHOT, (ncclDataType_t)dt, (ncclRedOp_t)op));
+      CHECK(symmAllReduceKernelExists(SYMM_AR_TWOSHOT, (ncclDataType_t)dt, (ncclRedOp_t)op));
+    }
+  CHECK(symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclBfloat16, ncclSum));
+  CHECK(symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclBfloat16, ncclAvg));
+  CHECK(symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclFloat32, ncclSum));
+  CHECK(symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclInt64, ncclMax));
+  CHECK(!symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclFloat32, ncclMax));
+  CHECK(!symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclFloat32, ncclProd));
+  CHECK(!symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclFloat64, ncclSum));
+  CHECK(!symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclInt8, ncclSum));
+  CHECK(!symmAllReduceKernelExists(SYMM_AR_MULTIMEM, ncclFloat8e4m3, ncclSum));
+  CHECK(!symmAllReduceKernelExists(SYMM_AR_ONESHOT, (ncclDataType_t)ncclNumTypes, ncclSum));
+  CHECK(!symmAllReduceKernelExists(SYMM_AR_ONESHOT, ncclFloat32, (ncclRedOp_t)ncclNumOps));
+  CHECK(!symmAllReduceKernelExists(SYMM_AR_NCCL, ncclFloat32, ncclSum));
+
+  /* Availability. */
+  struct symmTuneInput in = input(2, ncclBfloat16, ncclSum, 4096);
+  CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_AR_NCCL) | B(SYMM_AR_ONESHOT) | B(SYMM_AR_TWOSHOT));
+  in.multicastReady = 1;
+  CHECK(symmTunerAvailable(&in) & B(SYMM_AR_MULTIMEM));
+  in = input(2, ncclFloat32, ncclMax, 4096);
+  in.multicastReady = 1;
+  CHECK(!(symmTunerAvailable(&in) & B(SYMM_AR_MULTIMEM)));
+  in = input(1, ncclFloat32, ncclSum, 4096);
+  CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_AR_NCCL));
+  in = input(SYMM_MAX_RANKS + 1, ncclFloat32, ncclSum, 4096);
+  CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_AR_NCCL));
+  in = input(2, ncclFloat32, (ncclRedOp_t)(ncclNumOps + 3), 4096); /* PreMulSum op */
+  CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_AR_NCCL));
+  setenv("SYMMCOLL_MULTIMEM_EMULATE", "1", 1);
+  symmParamResetAll();
+  in = input(4, ncclBfloat16, ncclSum, 4096);
+  CHECK(symmTunerAvailable(&in) & B(SYMM_AR_MULTIMEM));
+  clearEnv();
+  CHECK(!(symmTunerAvailable(&in) & B(SYMM_AR_MULTIMEM)));
+
+  /* The table at its edges: every world size, every element size. */
+  for (int n = 2; n <= SYMM_MAX_RANKS; n++) {
+    for (int dt = 0; dt < ncclNumTypes; dt++) {
+      in = input(n, (ncclDataType_t)dt, ncclSum, 1);
+      struct symmTuneThresholds t;
+      symmTunerThresholds(&in, &t);
+      CHECK(t.oneshotMax > 0);
+      CHECK(t.twoshotMax >= t.oneshotMax);
+      in.bytes = t.oneshotMax;
+      CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+      in.bytes = t.oneshotMax + 1;
+      CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+      in.bytes = t.twoshotMax;
+      CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+      in.bytes = t.twoshotMax + 1;
+      CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
+      in.bytes = (size_t)1 << 40;
+      CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
+      /* With multicast (and a multimem kernel), multimem takes its range. */
+      in.multicastReady = 1;
+      if (t.multimemMax != 0 && symmAllReduceKernelExists(SYMM_AR_MULTIMEM, in.datatype, ncclSum)) {
+        in.bytes = t.multimemMin > t.oneshotMax ? t.multimemMin : t.oneshotMax + 1;
+        CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_MULTIMEM);
+      }
+    }
+  }
+  /* 2 ranks: one-shot at 1 KiB, two-shot at 1 MiB and 16 MiB (BASELINE targets). */
+  in = input(2, ncclBfloat16, ncclSum, 1024);
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  in.bytes = 1 << 20;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  in.bytes = 16 << 20;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  /* Multicast never changes the 2-rank choice (no multimem rows for 2 ranks). */
+  in.multicastReady = 1;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+
+  /* Overrides: forced algorithm; unavailable forced algorithm falls back to the table. */
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
+  symmParamResetAll();
+  in = input(2, ncclFloat32, ncclSum, 8);
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  in.bytes = (size_t)1 << 40;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "nccl", 1);
+  symmParamResetAll();
+  in.bytes = 8;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "multimem", 1);
+  symmParamResetAll();
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT); /* no multicast: table */
+  setenv("SYMMCOLL_MULTIMEM_EMULATE", "1", 1);
+  symmParamResetAll();
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_MULTIMEM);
+  in.op = ncclProd; /* no multimem kernel for prod */
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "bogus", 1);
+  symmParamResetAll();
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "AUTO", 1);
+  symmParamResetAll();
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  clearEnv();
+
+  /* Byte knobs replace single thresholds. */
+  setenv("SYMMCOLL_ONESHOT_MAX_BYTES", "100", 1);
+  setenv("SYMMCOLL_TWOSHOT_MAX_BYTES", "1000", 1);
+  symmParamResetAll();
+  in = input(2, ncclFloat32, ncclSum, 100);
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  in.bytes = 104;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  in.bytes = 1000;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  in.bytes = 1004;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
+  setenv("SYMMCOLL_MULTIMEM_EMULATE", "1", 1);
+  setenv("SYMMCOLL_MULTIMEM_MIN_BYTES", "200", 1);
+  setenv("SYMMCOLL_MULTIMEM_MAX_BYTES", "400", 1);
+  symmParamResetAll();
+  in.bytes = 200;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_MULTIMEM);
+  in.bytes = 404;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  in.bytes = 196;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  setenv("SYMMCOLL_ONESHOT_MAX_BYTES", "0", 1);
+  symmParamResetAll();
+  in.bytes = 4;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  clearEnv();
+
+  /* Same inputs, same answer, whatever was asked before (no hidden state in the choice). */
+  enum symmArAlgo first[64];
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < 64; i++) {
+      struct symmTuneInput x = input(2 + i % 7, (ncclDataType_t)(i % ncclNumTypes),
+                                     (ncclRedOp_t)(i % ncclNumOps), (size_t)1 << (i % 34));
+      x.multicastReady = i & 1;
+      enum symmArAlgo a = symmTunerPick(&x);
+      if (pass == 0) first[i] = a;
+      else CHECK_EQ_INT(a, first[i]);
+      CHECK(symmTunerAvailable(&x) & B(a));
+    }
+  }
+  return harnessReport("test_tuner");
+}
