@@ -364,8 +364,11 @@ __global__ void __launch_bounds__(kThreads) multimemKernel(KernelArgs a) {
   for (int q = 0; q < a.nranks; q++)
     copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), sendVec, false);
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-  const size_t ulo = L.lo(a.rank) * sizeof(T) / 16;
-  const size_t uhi = divUp(L.hi(a.rank) * sizeof(T), 16);
+  /* An empty part must stay empty: its clamped start may not be 16-byte aligned, and rounding
+   * it would hand the last unit to two blocks at once. */
+  const size_t mineLo = L.lo(a.rank), mineHi = L.hi(a.rank);
+  const size_t ulo = mineLo < mineHi ? mineLo * sizeof(T) / 16 : 0;
+  const size_t uhi = mineLo < mineHi ? divUp(mineHi * sizeof(T), 16) : 0;
   for (size_t u = ulo + threadIdx.x; u < uhi; u += blockDim.x) {
     const size_t off = half + u * 16;
     uint4 v;

@@ -113,13 +113,15 @@ __device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, u
   return false;
 }
 
-/* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device), or
- * false when the communicator already gave up (abort or an earlier timeout). */
+/* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device).
+ * The host-mapped abort/error flags are not read here (a PCIe round trip on every call): a
+ * kernel of a communicator that gave up notices them in its first wait, before it has touched
+ * user memory, and leaves. */
 __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint32_t* epochOut,
                                           volatile int* failed) {
   __shared__ uint32_t epoch;
   if (threadIdx.x == 0) {
-    *failed = (*a.abortFlag != 0 || *a.errorFlag != 0) ? 1 : 0;
+    *failed = 0;
     epoch = a.localState[0] + 1u;
   }
   __syncthreads();
