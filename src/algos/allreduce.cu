@@ -94,10 +94,14 @@ __device__ __forceinline__ uint4 reducePacks(const uint4* packs, int n, bool avg
   typedef typename Vec<E>::Pack Pack;
   Pack acc, x;
   acc.v = packs[0];
-  for (int r = 1; r < n; r++) {
-    x.v = packs[r];
+  /* Bounded, fully unrolled loop: packs[] stays in registers (same order as reduceInOrder). */
 #pragma unroll
-    for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+  for (int r = 1; r < SYMM_MAX_RANKS; r++) {
+    if (r < n) {
+      x.v = packs[r];
+#pragma unroll
+      for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+    }
   }
   if (avg) {
 #pragma unroll
@@ -129,11 +133,13 @@ __device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char
   }
   for (size_t i = first + threadIdx.x; i < hi; i += blockDim.x) {
     const size_t off = i * sizeof(T);
-    T vals[SYMM_MAX_RANKS];
+    /* reduceInOrder's arithmetic, unrolled so nothing goes through local memory. */
+    T acc = loadStaging<T>(srcs[0] + off);
 #pragma unroll
-    for (int r = 0; r < SYMM_MAX_RANKS; r++)
-      if (r < n) vals[r] = loadStaging<T>(srcs[r] + off);
-    *(T*)(dst + off) = reduceInOrder<E, Kind>(vals, n, avg);
+    for (int r = 1; r < SYMM_MAX_RANKS; r++)
+      if (r < n) acc = Op<E, Kind>::apply(acc, loadStaging<T>(srcs[r] + off));
+    if (avg) acc = Arith<E>::avgFinish(acc, n);
+    *(T*)(dst + off) = acc;
   }
 }
 

@@ -84,13 +84,13 @@ __device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint32_
   }
 }
 
-/* Prints why a block gave up waiting (called only on the way out, so no live state to keep). */
-__device__ __noinline__ void reportTimeout(const KernelArgs& a, int purpose, int peer,
+/* Prints why a block gave up waiting (called only on the way out). Scalars only: a reference
+ * to the kernel arguments would force them into local memory. */
+__device__ __noinline__ void reportTimeout(int rank, unsigned long long ms, int peer, int purpose,
                                            uint32_t want, uint32_t seen) {
   printf("libsymmcoll: rank %d block %d gave up after %llu ms waiting for rank %d "
          "(signal %d, epoch %u, seen %u)\n",
-         a.rank, (int)blockIdx.x, (unsigned long long)(a.timeoutNs / 1000000u), peer, purpose,
-         want, seen);
+         rank, (int)blockIdx.x, ms, peer, purpose, want, seen);
 }
 
 /* Block-level barrier with block blockIdx.x of every rank (itself included).
@@ -109,7 +109,8 @@ __device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, u
   }
   __syncthreads();
   if (*failed == 0) return true;
-  if (why == SYMM_AR_ERROR_TIMEOUT) reportTimeout(a, purpose, t, epoch, seen);
+  if (why == SYMM_AR_ERROR_TIMEOUT)
+    reportTimeout(a.rank, (unsigned long long)(a.timeoutNs / 1000000u), t, purpose, epoch, seen);
   return false;
 }
 
