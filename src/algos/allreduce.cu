@@ -22,6 +22,8 @@ SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 16384,
 namespace symm {
 
 constexpr int kThreads = 256;
+constexpr int kUnroll = 4;       /* 16-byte copies in flight per thread */
+constexpr int kReduceUnroll = 2; /* 16-byte vectors per rank in flight per thread (x8 ranks) */
 
 __device__ __forceinline__ size_t divUp(size_t a, size_t b) { return (a + b - 1) / b; }
 __device__ __forceinline__ size_t roundUp(size_t a, size_t b) { return divUp(a, b) * b; }
@@ -74,7 +76,21 @@ __device__ __forceinline__ void copyRange(char* dst, const char* src, size_t lo,
   size_t first = lo;
   if (vec) {
     const size_t nvec = (hi - lo) / N;
-    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    const size_t stride = blockDim.x;
+    size_t v = threadIdx.x;
+    /* kUnroll vectors in flight per thread: NVLink latency needs many outstanding loads. */
+    for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
+      uint4 x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) {
+        const size_t off = (lo + (v + u * stride) * N) * sizeof(T);
+        x[u] = srcIsStaging ? loadStaging16(src + off) : *(const uint4*)(src + off);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++)
+        *(uint4*)(dst + (lo + (v + u * stride) * N) * sizeof(T)) = x[u];
+    }
+    for (; v < nvec; v += stride) {
       const size_t off = (lo + v * N) * sizeof(T);
       uint4 x = srcIsStaging ? loadStaging16(src + off) : *(const uint4*)(src + off);
       *(uint4*)(dst + off) = x;
@@ -121,7 +137,24 @@ __device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char
   size_t first = lo;
   if (vec) {
     const size_t nvec = (hi - lo) / N;
-    for (size_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    const size_t stride = blockDim.x;
+    size_t v = threadIdx.x;
+    /* kReduceUnroll vectors from every rank in flight before any arithmetic. */
+    for (; v + (kReduceUnroll - 1) * stride < nvec; v += kReduceUnroll * stride) {
+      uint4 packs[kReduceUnroll][SYMM_MAX_RANKS];
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; u++) {
+        const size_t off = (lo + (v + u * stride) * N) * sizeof(T);
+#pragma unroll
+        for (int r = 0; r < SYMM_MAX_RANKS; r++)
+          if (r < n) packs[u][r] = loadStaging16(srcs[r] + off);
+      }
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; u++)
+        *(uint4*)(dst + (lo + (v + u * stride) * N) * sizeof(T)) =
+            reducePacks<E, Kind>(packs[u], n, avg);
+    }
+    for (; v < nvec; v += stride) {
       const size_t off = (lo + v * N) * sizeof(T);
       uint4 packs[SYMM_MAX_RANKS];
 #pragma unroll
@@ -169,7 +202,7 @@ struct SliceLayout {
 
 /* One-shot: copy our input into staging, barrier, every rank reduces everything. */
 template <typename E, int Kind>
-__global__ void __launch_bounds__(kThreads) oneShotKernel(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
@@ -195,7 +228,7 @@ __global__ void __launch_bounds__(kThreads) oneShotKernel(KernelArgs a) {
  * the reduce-scatter reads peers' user buffers directly; the middle barrier also guarantees
  * that every peer finished reading our input before we write recvbuff (in-place safe). */
 template <typename E, int Kind>
-__global__ void __launch_bounds__(kThreads) twoShotKernel(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
@@ -357,7 +390,7 @@ __device__ __forceinline__ void fenceProxyAlias() {
  * Emulate: the same structure, the multicast load/store replaced by loops over peer pointers
  * (rank-order reduction, so bit-identical to the other kernels). */
 template <typename E, int Kind, bool Emulate>
-__global__ void __launch_bounds__(kThreads) multimemKernel(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
