@@ -76,7 +76,8 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
       symmTransportMulticastReady != NULL && symmTransportMulticastReady(comm) != 0;
   struct symmTuneInput in = {.nranks = comm->nranks, .datatype = datatype, .op = op,
                              .bytes = bytes, .registered = registered,
-                             .multicastReady = multicastReady, .arch = 0};
+                             .multicastReady = multicastReady, .arch = 0,
+                             .stagingBytes = peers->bufferBytes};
   const enum symmArAlgo algo = symmTunerPick(&in);
   if (algo == SYMM_AR_NCCL) return ncclSuccess;
 

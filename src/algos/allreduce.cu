@@ -260,6 +260,131 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   endCall(a, epoch);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Lamport one-shot (no barrier): every 8 bytes of our input travel to every rank's Lamport
+ * region as one 16-byte store {data0, epoch, data1, epoch} into our writer slot; a reader polls
+ * its own region until both flags of a line equal this call's epoch (8-byte halves arrive whole,
+ * as NCCL's LL protocol relies on), then reduces in rank order. Region half (epoch & 1):
+ * a writer reuses a half in call k+2 only after finishing call k+1, which needed every rank's
+ * k+1 data, so every reader had finished call k. Flags are epochs, so nothing is ever cleared
+ * and stale lines (older epochs) never match. Two passes: wait for all our lines first, so a
+ * block that gives up has written nothing to user memory. */
+constexpr size_t kLamportSlot = 2 * SYMM_AR_LAMPORT_MAX_BYTES;
+
+__device__ __forceinline__ uint4 loadVolatile16(const char* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeVolatile16(char* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+/* Bytes [8*line, 8*line + 8) of a buffer of `bytes` bytes, zero past its end. */
+__device__ __forceinline__ uint2 loadLine(const char* src, size_t line, size_t bytes) {
+  const size_t off = line * 8;
+  if (off + 8 <= bytes && ((uintptr_t)(src + off) & 7u) == 0) return *(const uint2*)(src + off);
+  union {
+    uint2 v;
+    unsigned char b[8];
+  } u;
+  u.v = make_uint2(0, 0);
+  for (size_t k = 0; k < 8 && off + k < bytes; k++) u.b[k] = (unsigned char)src[off + k];
+  return u.v;
+}
+
+__device__ __forceinline__ void storeLine(char* dst, size_t line, size_t bytes, uint2 v) {
+  const size_t off = line * 8;
+  if (off + 8 <= bytes && ((uintptr_t)(dst + off) & 7u) == 0) {
+    *(uint2*)(dst + off) = v;
+    return;
+  }
+  union {
+    uint2 v;
+    unsigned char b[8];
+  } u;
+  u.v = v;
+  for (size_t k = 0; k < 8 && off + k < bytes; k++) dst[off + k] = (char)u.b[k];
+}
+
+template <typename E, int Kind>
+__global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int kPer = 8 / sizeof(T);
+  __shared__ volatile int failed;
+  uint32_t epoch;
+  if (!beginCall(a, &epoch, &failed)) return;
+  const size_t bytes = a.count * sizeof(T);
+  const size_t lines = divUp(bytes, 8);
+  const size_t per = divUp(lines, (size_t)gridDim.x);
+  const size_t lo = minSize((size_t)blockIdx.x * per, lines);
+  const size_t hi = minSize(lo + per, lines);
+  const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
+  const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const uint2 d = loadLine((const char*)a.send, i, bytes);
+    const uint4 line = make_uint4(d.x, epoch, d.y, epoch);
+#pragma unroll
+    for (int r = 0; r < SYMM_MAX_RANKS; r++)
+      if (r < a.nranks) storeVolatile16(a.staging[r] + mySlot + i * 16, line);
+  }
+  /* Pass 1: wait until every line of every writer arrived. */
+  const char* region = a.staging[a.rank] + half;
+  uint64_t start = 0;
+  uint32_t why = 0, polls = 0;
+  for (size_t i = lo + threadIdx.x; i < hi && why == 0; i += blockDim.x) {
+    for (int r = 0; r < a.nranks && why == 0; r++) {
+      const char* p = region + (size_t)r * kLamportSlot + i * 16;
+      for (;;) {
+        const uint4 v = loadVolatile16(p);
+        if (v.y == epoch && v.w == epoch) break;
+        if ((++polls & 2047u) == 0 && (why = shouldGiveUp(a, &start)) != 0) break;
+        if (failed) {
+          why = 3;
+          break;
+        }
+      }
+    }
+  }
+  if (why != 0) failed = 1;
+  __syncthreads();
+  if (failed) {
+    if (why == SYMM_AR_ERROR_TIMEOUT)
+      reportTimeout(a.rank, (unsigned long long)(a.timeoutNs / 1000000u), -1, 3, epoch, 0);
+    return;
+  }
+  /* Pass 2: everything is here; reduce in rank order and write the output. */
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    union Line {
+      uint2 v;
+      T e[kPer];
+    } acc, x;
+    uint4 v = loadVolatile16(region + i * 16);
+    acc.v = make_uint2(v.x, v.z);
+#pragma unroll
+    for (int r = 1; r < SYMM_MAX_RANKS; r++) {
+      if (r < a.nranks) {
+        v = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
+        x.v = make_uint2(v.x, v.z);
+#pragma unroll
+        for (int k = 0; k < kPer; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+      }
+    }
+    if (a.avg) {
+#pragma unroll
+      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgFinish(acc.e[k], a.nranks);
+    }
+    storeLine((char*)a.recv, i, bytes, acc.v);
+  }
+  endCall(a, epoch);
+}
+
 /* multimem.ld_reduce / multimem.st on 16 bytes, for the types and ops the instruction has.
  * Mm<E,Kind>::kOk says whether a kernel exists (real and emulated alike). */
 template <typename E, int Kind> struct Mm {
@@ -453,6 +578,9 @@ static cudaError_t launchTyped(enum symmArAlgo algo, bool emulate, int blocks, c
     case SYMM_AR_TWOSHOT:
       twoShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
       break;
+    case SYMM_AR_LAMPORT:
+      lamportKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
+      break;
     case SYMM_AR_MULTIMEM:
       if constexpr (Mm<E, Kind>::kOk) {
         if (emulate)
@@ -521,6 +649,7 @@ extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t da
   switch (algo) {
     case SYMM_AR_ONESHOT:
     case SYMM_AR_TWOSHOT:
+    case SYMM_AR_LAMPORT:
       return 1;
     case SYMM_AR_MULTIMEM: {
       bool ok = false;
@@ -532,8 +661,19 @@ extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t da
   }
 }
 
+static bool hasLamportRegion(size_t bufferBytes) {
+  return bufferBytes >= 4 * SYMM_AR_LAMPORT_REGION_BYTES;
+}
+
+extern "C" int symmAllReduceLamportFits(size_t bytes, size_t bufferBytes) {
+  return bytes <= SYMM_AR_LAMPORT_MAX_BYTES && hasLamportRegion(bufferBytes);
+}
+
+/* Staging layout: [half 0][half 1][Lamport region, when the buffer is large enough]. */
 extern "C" size_t symmAllReduceChunkBytes(const struct symmPeers* peers) {
-  return (peers->bufferBytes / 2) & ~(size_t)15;
+  const size_t usable = peers->bufferBytes -
+                        (hasLamportRegion(peers->bufferBytes) ? SYMM_AR_LAMPORT_REGION_BYTES : 0);
+  return (usable / 2) & ~(size_t)15;
 }
 
 extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call,
@@ -550,6 +690,12 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
       peers->localStateBytes < SYMM_AR_STATE_WORDS * sizeof(uint32_t)) {
     WARN("all-reduce: peer memory too small or bad rank count (%d ranks)", peers->nranks);
     return ncclInternalError;
+  }
+  if (call->algo == SYMM_AR_LAMPORT &&
+      !symmAllReduceLamportFits(call->count * esize, peers->bufferBytes)) {
+    WARN("all-reduce: %zu bytes do not fit the Lamport kernel (staging %zu bytes)",
+         call->count * esize, peers->bufferBytes);
+    return ncclInvalidArgument;
   }
   const bool realMultimem = call->algo == SYMM_AR_MULTIMEM && !call->emulateMultimem;
   if (realMultimem && peers->multicastBuffer == NULL) {
@@ -574,6 +720,7 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
   args.errorFlag = peers->errorFlag;
   args.multicast = (char*)peers->multicastBuffer;
   args.halfBytes = chunkBytes;
+  args.lamportOffset = 2 * chunkBytes;
   args.timeoutNs = (uint64_t)(symmParamSpinTimeoutMs() > 0 ? symmParamSpinTimeoutMs() : 0) * 1000000ull;
   args.rank = peers->rank;
   args.nranks = peers->nranks;
@@ -596,7 +743,9 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
       for (int r = 0; r < peers->nranks; r++)
         args.inputs[r] = (const char*)call->inputPeers[r] + offset;
     const size_t bytes = n * esize;
-    int64_t blocks = (int64_t)((bytes + (size_t)bytesPerBlock - 1) / (size_t)bytesPerBlock);
+    /* Lamport moves twice the bytes (flags): size its grid by what travels. */
+    const size_t moved = call->algo == SYMM_AR_LAMPORT ? 2 * bytes : bytes;
+    int64_t blocks = (int64_t)((moved + (size_t)bytesPerBlock - 1) / (size_t)bytesPerBlock);
     if (blocks > maxBlocks) blocks = maxBlocks;
     if (blocks < 1) blocks = 1;
     cudaError_t err = cudaErrorInvalidValue;

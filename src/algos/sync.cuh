@@ -26,6 +26,7 @@ struct KernelArgs {
   volatile uint32_t* errorFlag;
   char* multicast;                    /* multicast address of the staging buffers, or NULL */
   size_t halfBytes;                   /* bytes of one staging half (multiple of 16) */
+  size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
   uint64_t timeoutNs;                 /* 0 = spin forever (abort still honoured) */
   int rank, nranks;
   int avg;                            /* ncclAvg: sum, then Arith::avgFinish */
@@ -55,9 +56,29 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
   return t;
 }
 
-/* Spins until *word reaches `want` (wrap-safe). Every 2048 polls it checks the abort flag, a flag
- * another block set when it gave up, and the deadline. Returns 0 when the word arrived, else the
- * reason it gave up (SYMM_AR_ERROR_*; 3 = someone else gave up first); *seen = last value read. */
+/* Called every 2048 polls of any spin loop: 0 to keep waiting, else why to give up
+ * (SYMM_AR_ERROR_ABORT, SYMM_AR_ERROR_TIMEOUT, or 3 = another block or thread gave up first).
+ * *start holds the time of the first check (0 before). */
+__device__ __forceinline__ uint32_t shouldGiveUp(const KernelArgs& a, uint64_t* start) {
+  if (*a.abortFlag != 0) {
+    *a.errorFlag = SYMM_AR_ERROR_ABORT;
+    return SYMM_AR_ERROR_ABORT;
+  }
+  if (*a.errorFlag != 0) return 3;
+  if (a.timeoutNs != 0) {
+    const uint64_t now = globalTimerNs();
+    if (*start == 0) {
+      *start = now;
+    } else if (now - *start > a.timeoutNs) {
+      *a.errorFlag = SYMM_AR_ERROR_TIMEOUT;
+      return SYMM_AR_ERROR_TIMEOUT;
+    }
+  }
+  return 0;
+}
+
+/* Spins until *word reaches `want` (wrap-safe). Returns 0 when it did, else the reason it gave
+ * up (see shouldGiveUp); *seen = last value read. */
 __device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint32_t* word,
                                               uint32_t want, uint32_t* seen) {
   uint64_t start = 0;
@@ -66,20 +87,8 @@ __device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint32_
     *seen = got;
     if ((int32_t)(got - want) >= 0) return 0;
     if ((polls & 2047u) == 0) {
-      if (*a.abortFlag != 0) {
-        *a.errorFlag = SYMM_AR_ERROR_ABORT;
-        return SYMM_AR_ERROR_ABORT;
-      }
-      if (*a.errorFlag != 0) return 3;
-      if (a.timeoutNs != 0) {
-        const uint64_t now = globalTimerNs();
-        if (start == 0) {
-          start = now;
-        } else if (now - start > a.timeoutNs) {
-          *a.errorFlag = SYMM_AR_ERROR_TIMEOUT;
-          return SYMM_AR_ERROR_TIMEOUT;
-        }
-      }
+      const uint32_t why = shouldGiveUp(a, &start);
+      if (why != 0) return why;
     }
   }
 }

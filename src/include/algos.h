@@ -19,7 +19,8 @@ enum symmArAlgo {
   SYMM_AR_ONESHOT = 1,
   SYMM_AR_TWOSHOT = 2,
   SYMM_AR_MULTIMEM = 3,
-  SYMM_AR_NALGOS = 4
+  SYMM_AR_LAMPORT = 4, /* one-shot without barriers: data carries its own epoch flags */
+  SYMM_AR_NALGOS = 5
 };
 
 /* One all-reduce as the launcher sees it. */
@@ -46,8 +47,15 @@ int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t datatype, ncc
 ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call,
                                  const struct symmPeers* peers, cudaStream_t stream);
 
-/* Bytes of one launch (chunk) for this algorithm and staging buffer. */
+/* Bytes of one launch (chunk) of the staged algorithms for this staging buffer. */
 size_t symmAllReduceChunkBytes(const struct symmPeers* peers);
+
+/* Lamport one-shot: messages up to SYMM_AR_LAMPORT_MAX_BYTES, in a region at the end of the
+ * staging buffer (2 parities x 8 writer slots x 2x the message: each 8 bytes travel as
+ * 4 data + 4 flag + 4 data + 4 flag), present when bufferBytes >= 4 x that region. */
+#define SYMM_AR_LAMPORT_MAX_BYTES ((size_t)32 << 10)
+#define SYMM_AR_LAMPORT_REGION_BYTES ((size_t)2 * SYMM_MAX_RANKS * 2 * SYMM_AR_LAMPORT_MAX_BYTES)
+int symmAllReduceLamportFits(size_t bytes, size_t bufferBytes);
 
 /* Layout facts shared with tests and the transport (see src/algos/README.md). */
 #define SYMM_AR_MAX_BLOCKS 64

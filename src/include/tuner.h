@@ -17,6 +17,7 @@ struct symmTuneInput {
   int registered;         /* input lies in a registered symmetric window on every rank */
   int multicastReady;     /* symmTransportMulticastReady(comm) */
   int arch;               /* comm-wide compute capability * 10 (e.g. 90), 0 if unknown */
+  size_t stagingBytes;    /* symmPeers.bufferBytes (same on all ranks) */
 };
 
 /* Bit (1u << algo) for every algorithm that can run for `in` (SYMM_AR_NCCL always). Reads
@@ -29,6 +30,7 @@ enum symmArAlgo symmTunerPick(const struct symmTuneInput* in);
 
 /* The table's thresholds for `in` after knobs (tests, logging). */
 struct symmTuneThresholds {
+  size_t lamportMax;   /* Lamport one-shot for bytes <= this (checked first) */
   size_t oneshotMax;   /* one-shot for bytes <= this */
   size_t multimemMin;  /* multimem for multimemMin <= bytes <= multimemMax */
   size_t multimemMax;
@@ -37,7 +39,7 @@ struct symmTuneThresholds {
 void symmTunerThresholds(const struct symmTuneInput* in, struct symmTuneThresholds* out);
 
 const char* symmArAlgoName(enum symmArAlgo algo);
-/* Parses oneshot|twoshot|multimem|nccl|auto; returns -1 for auto/unset, -2 for unknown. */
+/* Parses oneshot|twoshot|multimem|lamport|nccl|auto; returns -1 for auto/unset, -2 for unknown. */
 int symmArAlgoParse(const char* name);
 
 #endif

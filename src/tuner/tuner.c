@@ -11,9 +11,11 @@
 #include "param.h"
 
 SYMMCOLL_PARAM_STR(AllReduceAlgo, "ALLREDUCE_ALGO", "auto",
-                   "force the all-reduce algorithm: oneshot|twoshot|multimem|nccl|auto")
+                   "force the all-reduce algorithm: oneshot|twoshot|multimem|lamport|nccl|auto")
 SYMMCOLL_PARAM(MultimemEmulate, "MULTIMEM_EMULATE", 0,
                "1: run the multimem kernel with peer loads/stores instead of multicast (tests)")
+SYMMCOLL_PARAM(LamportMaxBytes, "LAMPORT_MAX_BYTES", -1,
+               "Lamport (barrier-free) one-shot all-reduce up to this many bytes (-1: tuner table)")
 SYMMCOLL_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", -1,
                "one-shot all-reduce up to this many bytes (-1: tuner table)")
 SYMMCOLL_PARAM(TwoshotMaxBytes, "TWOSHOT_MAX_BYTES", -1,
@@ -32,6 +34,7 @@ SYMMCOLL_PARAM(MultimemMaxBytes, "MULTIMEM_MAX_BYTES", -1,
  * arch 0 = any or equal) wins; put specific rows before general ones. Times to beat are in
  * shared/BASELINE.md. Initial values are estimates for H200 over NVLink (NV18) and are meant to
  * be replaced by measurements (perf/ binaries with SYMMCOLL_ALLREDUCE_ALGO=... sweeps):
+ *  - Lamport one-shot: no barrier at all (data carries epoch flags, 2x the bytes): smallest sizes.
  *  - one-shot moves (n-1)x the message per rank but needs one barrier: wins while latency rules.
  *  - two-shot moves 2(n-1)/n and needs two barriers: wins from a few hundred KiB.
  *  - multimem (NVLS) moves 2x/n through the switch: only with multicast (n >= 4).
@@ -41,12 +44,12 @@ struct tuneRow {
   struct symmTuneThresholds t;
 };
 static const struct tuneRow tuneTable[] = {
-    /* ranks  elem arch   oneshotMax  multimemMin  multimemMax  twoshotMax */
-    {2, 2, 0, 0, {256 * KiB, NEVER, NEVER, 256 * MiB}},
-    {3, 4, 0, 0, {64 * KiB, 64 * KiB, 1 * GiB, 64 * MiB}},
-    {5, 8, 0, 0, {32 * KiB, 32 * KiB, 1 * GiB, 32 * MiB}},
+    /* ranks  elem arch  lamportMax  oneshotMax  multimemMin  multimemMax  twoshotMax */
+    {2, 2, 0, 0, {16 * KiB, 256 * KiB, NEVER, NEVER, 256 * MiB}},
+    {3, 4, 0, 0, {8 * KiB, 64 * KiB, 64 * KiB, 1 * GiB, 64 * MiB}},
+    {5, 8, 0, 0, {4 * KiB, 32 * KiB, 32 * KiB, 1 * GiB, 32 * MiB}},
 };
-static const struct symmTuneThresholds tuneFallback = {0, NEVER, NEVER, 0}; /* NCCL always */
+static const struct symmTuneThresholds tuneFallback = {NEVER, 0, NEVER, NEVER, 0}; /* NCCL */
 
 static size_t elemSizeOf(ncclDataType_t t) {
   switch (t) {
@@ -64,6 +67,7 @@ const char* symmArAlgoName(enum symmArAlgo algo) {
     case SYMM_AR_ONESHOT: return "oneshot";
     case SYMM_AR_TWOSHOT: return "twoshot";
     case SYMM_AR_MULTIMEM: return "multimem";
+    case SYMM_AR_LAMPORT: return "lamport";
     default: return "unknown";
   }
 }
@@ -84,6 +88,9 @@ unsigned symmTunerAvailable(const struct symmTuneInput* in) {
     set |= 1u << SYMM_AR_ONESHOT;
   if (symmAllReduceKernelExists(SYMM_AR_TWOSHOT, in->datatype, in->op))
     set |= 1u << SYMM_AR_TWOSHOT;
+  if (symmAllReduceKernelExists(SYMM_AR_LAMPORT, in->datatype, in->op) &&
+      symmAllReduceLamportFits(in->bytes, in->stagingBytes))
+    set |= 1u << SYMM_AR_LAMPORT;
   if ((in->multicastReady || symmParamMultimemEmulate() != 0) &&
       symmAllReduceKernelExists(SYMM_AR_MULTIMEM, in->datatype, in->op))
     set |= 1u << SYMM_AR_MULTIMEM;
@@ -105,6 +112,7 @@ void symmTunerThresholds(const struct symmTuneInput* in, struct symmTuneThreshol
     *out = row->t;
     break;
   }
+  out->lamportMax = knob(symmParamLamportMaxBytes(), out->lamportMax);
   out->oneshotMax = knob(symmParamOneshotMaxBytes(), out->oneshotMax);
   out->twoshotMax = knob(symmParamTwoshotMaxBytes(), out->twoshotMax);
   out->multimemMin = knob(symmParamMultimemMinBytes(), out->multimemMin);
@@ -157,13 +165,15 @@ enum symmArAlgo symmTunerPick(const struct symmTuneInput* in) {
   } else if (forced == -2) {
     static int warned;
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      WARN("SYMMCOLL_ALLREDUCE_ALGO=%s is not one of oneshot|twoshot|multimem|nccl|auto; "
+      WARN("SYMMCOLL_ALLREDUCE_ALGO=%s is not one of oneshot|twoshot|multimem|lamport|nccl|auto; "
            "using auto", symmParamAllReduceAlgo());
   }
   struct symmTuneThresholds t;
   symmTunerThresholds(in, &t);
   enum symmArAlgo pick = SYMM_AR_NCCL;
-  if ((avail & (1u << SYMM_AR_ONESHOT)) && in->bytes <= t.oneshotMax)
+  if ((avail & (1u << SYMM_AR_LAMPORT)) && in->bytes <= t.lamportMax)
+    pick = SYMM_AR_LAMPORT;
+  else if ((avail & (1u << SYMM_AR_ONESHOT)) && in->bytes <= t.oneshotMax)
     pick = SYMM_AR_ONESHOT;
   else if ((avail & (1u << SYMM_AR_MULTIMEM)) && t.multimemMax != NEVER &&
            in->bytes >= t.multimemMin && in->bytes <= t.multimemMax)

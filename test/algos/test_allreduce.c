@@ -45,7 +45,8 @@ static struct {
   uint64_t seed;
   unsigned algoMask; /* bits of enum symmArAlgo */
 } opt = {MODE_DIRECT, 2, 0, 0, 0, 0, 1, 1, 0, 20000, 1000, 64u << 20, 256u << 20, 12345,
-         (1u << SYMM_AR_ONESHOT) | (1u << SYMM_AR_TWOSHOT) | (1u << SYMM_AR_MULTIMEM)};
+         (1u << SYMM_AR_ONESHOT) | (1u << SYMM_AR_TWOSHOT) | (1u << SYMM_AR_MULTIMEM) |
+             (1u << SYMM_AR_LAMPORT)};
 
 static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
 /* Thread-safe CHECK for threads mode. */
@@ -383,7 +384,12 @@ static void randomOffsets(struct arCall* a) {
   }
 }
 
-static int algoWanted(enum symmArAlgo algo, ncclDataType_t dt, ncclRedOp_t op) {
+/* Nccl mode cannot see the transport's staging size: the library's default is assumed there
+ * (a forced algorithm that does not fit falls back to the table; results are checked anyway). */
+static int algoWanted(enum symmArAlgo algo, ncclDataType_t dt, ncclRedOp_t op, size_t count) {
+  const size_t staging = opt.mode == MODE_DIRECT ? opt.stagingBytes : (size_t)64 << 20;
+  if (algo == SYMM_AR_LAMPORT && !symmAllReduceLamportFits(count * arTypeSize(dt), staging))
+    return 0;
   return (opt.algoMask & (1u << algo)) && symmAllReduceKernelExists(algo, dt, op);
 }
 
@@ -397,7 +403,7 @@ static void runCase(struct driver* d, struct arCall* a, struct hostCase* h, int 
   const int narrow = a->dtype == ncclFloat16 || a->dtype == ncclBfloat16 ||
                      a->dtype == ncclFloat8e4m3 || a->dtype == ncclFloat8e5m2;
   for (int algo = SYMM_AR_ONESHOT; algo < SYMM_AR_NALGOS; algo++) {
-    if (!algoWanted((enum symmArAlgo)algo, a->dtype, a->op)) continue;
+    if (!algoWanted((enum symmArAlgo)algo, a->dtype, a->op, a->count)) continue;
     a->algo = (enum symmArAlgo)algo;
     selectAlgo(d, a->algo);
     for (int t = 0; t < tries; t++) {
@@ -499,7 +505,7 @@ static void graphTest(struct driver* d) {
       for (int ti = 0; ti < 2; ti++) {
         struct arCall a = {.algo = (enum symmArAlgo)algo, .dtype = types[ti], .op = ncclSum,
                            .count = counts[ci]};
-        if (!algoWanted(a.algo, a.dtype, a.op)) continue;
+        if (!algoWanted(a.algo, a.dtype, a.op, a.count)) continue;
         if (a.count * 4 + 64 > opt.maxBytes) continue;
         selectAlgo(d, a.algo);
         randomOffsets(&a);
@@ -590,10 +596,12 @@ static void soakTest(struct driver* d) {
     }
   }
   if (opt.mode == MODE_NCCL) {
-    /* auto, with thresholds that send these sizes to every path: one-shot <= 4 KiB, multimem
+    /* auto, with thresholds that send these sizes to every path: Lamport <= 1 KiB,
+     * one-shot <= 4 KiB, multimem
      * (emulated) 16..64 KiB, two-shot up to 96 KiB, the real NCCL above. */
     driverBarrier();
     if (d->isLeader || !opt.threads) {
+      setenv("SYMMCOLL_LAMPORT_MAX_BYTES", "1024", 1);
       setenv("SYMMCOLL_ONESHOT_MAX_BYTES", "4096", 1);
       setenv("SYMMCOLL_MULTIMEM_MIN_BYTES", "16384", 1);
       setenv("SYMMCOLL_MULTIMEM_MAX_BYTES", "65536", 1);
@@ -605,10 +613,11 @@ static void soakTest(struct driver* d) {
   for (long n = 0; n < opt.soak; n++) {
     const ncclDataType_t dt = (ncclDataType_t)(rnd() % ncclNumTypes);
     const ncclRedOp_t op = (ncclRedOp_t)(rnd() % ncclNumOps);
-    enum symmArAlgo algo = (enum symmArAlgo)(SYMM_AR_ONESHOT + rnd() % 3);
-    if (!algoWanted(algo, dt, op)) algo = algoWanted(SYMM_AR_ONESHOT, dt, op) ? SYMM_AR_ONESHOT : SYMM_AR_TWOSHOT;
-    if (!algoWanted(algo, dt, op)) continue;
+    enum symmArAlgo algo = (enum symmArAlgo)(SYMM_AR_ONESHOT + rnd() % 4);
     const size_t count = (rnd() & 3) ? 1 + rnd() % 512 : 1 + rnd() % SOAK_MAX_COUNT;
+    if (!algoWanted(algo, dt, op, count))
+      algo = algoWanted(SYMM_AR_ONESHOT, dt, op, count) ? SYMM_AR_ONESHOT : SYMM_AR_TWOSHOT;
+    if (!algoWanted(algo, dt, op, count)) continue;
     const size_t off = rnd() % (SOAK_MAX_COUNT - count + 1);
     const size_t recvOff = (rnd() % 8) * arTypeSize(dt);
     const int inPlace = (int)(rnd() % 3 == 0);
@@ -917,7 +926,7 @@ static int countGpusInChild(void) {
 static void usage(void) {
   fprintf(stderr,
           "usage: test_allreduce [--mode direct|nccl] [--ranks N] [--procs N] [--threads]\n"
-          "  [--algos oneshot,twoshot,multimem] [--soak CALLS] [--replays N] [--staging-mb MB]\n"
+          "  [--algos oneshot,twoshot,multimem,lamport] [--soak CALLS] [--replays N] [--staging-mb MB]\n"
           "  [--max-mb MB] [--quick] [--real] [--no-abort] [--no-nccl-compare] [--seed S]\n");
   exit(2);
 }

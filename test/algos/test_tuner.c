@@ -11,9 +11,12 @@
 
 static struct symmTuneInput input(int nranks, ncclDataType_t dt, ncclRedOp_t op, size_t bytes) {
   struct symmTuneInput in = {.nranks = nranks, .datatype = dt, .op = op, .bytes = bytes,
-                             .registered = 0, .multicastReady = 0, .arch = 0};
+                             .registered = 0, .multicastReady = 0, .arch = 0,
+                             .stagingBytes = (size_t)64 << 20};
   return in;
 }
+
+static int lamportOff;
 
 static void clearEnv(void) {
   unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
@@ -22,6 +25,8 @@ static void clearEnv(void) {
   unsetenv("SYMMCOLL_TWOSHOT_MAX_BYTES");
   unsetenv("SYMMCOLL_MULTIMEM_MIN_BYTES");
   unsetenv("SYMMCOLL_MULTIMEM_MAX_BYTES");
+  if (lamportOff) setenv("SYMMCOLL_LAMPORT_MAX_BYTES", "0", 1);
+  else unsetenv("SYMMCOLL_LAMPORT_MAX_BYTES");
   symmParamResetAll();
 }
 
@@ -61,7 +66,8 @@ int main(void) {
 
   /* Availability. */
   struct symmTuneInput in = input(2, ncclBfloat16, ncclSum, 4096);
-  CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_AR_NCCL) | B(SYMM_AR_ONESHOT) | B(SYMM_AR_TWOSHOT));
+  CHECK_EQ_INT(symmTunerAvailable(&in),
+               B(SYMM_AR_NCCL) | B(SYMM_AR_ONESHOT) | B(SYMM_AR_TWOSHOT) | B(SYMM_AR_LAMPORT));
   in.multicastReady = 1;
   CHECK(symmTunerAvailable(&in) & B(SYMM_AR_MULTIMEM));
   in = input(2, ncclFloat32, ncclMax, 4096);
@@ -106,6 +112,41 @@ int main(void) {
       }
     }
   }
+  /* Lamport: every type and op, only up to its capacity and with a staging buffer that has the
+   * region; it comes first in the table. */
+  CHECK(symmAllReduceKernelExists(SYMM_AR_LAMPORT, ncclFloat8e5m2, ncclProd));
+  CHECK(symmAllReduceLamportFits(SYMM_AR_LAMPORT_MAX_BYTES, (size_t)64 << 20));
+  CHECK(!symmAllReduceLamportFits(SYMM_AR_LAMPORT_MAX_BYTES + 1, (size_t)64 << 20));
+  CHECK(!symmAllReduceLamportFits(8, SYMM_AR_LAMPORT_REGION_BYTES));
+  in = input(2, ncclBfloat16, ncclSum, 1024);
+  CHECK(symmTunerAvailable(&in) & B(SYMM_AR_LAMPORT));
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_LAMPORT);
+  in.stagingBytes = 1 << 20; /* no room for the region */
+  CHECK(!(symmTunerAvailable(&in) & B(SYMM_AR_LAMPORT)));
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  in = input(2, ncclFloat64, ncclMax, SYMM_AR_LAMPORT_MAX_BYTES + 8);
+  CHECK(!(symmTunerAvailable(&in) & B(SYMM_AR_LAMPORT)));
+  for (int n = 2; n <= SYMM_MAX_RANKS; n++) {
+    struct symmTuneThresholds t;
+    in = input(n, ncclFloat32, ncclSum, 4);
+    symmTunerThresholds(&in, &t);
+    CHECK(t.lamportMax <= SYMM_AR_LAMPORT_MAX_BYTES);
+    CHECK(t.lamportMax < t.oneshotMax);
+    if (t.lamportMax >= 4) CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_LAMPORT);
+    in.bytes = t.lamportMax + 4;
+    CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  }
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "lamport", 1);
+  symmParamResetAll();
+  in = input(2, ncclInt8, ncclMin, 20000);
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_LAMPORT);
+  in.bytes = 1 << 20; /* too big: table */
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  clearEnv();
+  /* From here on the table's Lamport range is off, to test the other thresholds alone. */
+  lamportOff = 1;
+  clearEnv();
+
   /* 2 ranks: one-shot at 1 KiB, two-shot at 1 MiB and 16 MiB (BASELINE targets). */
   in = input(2, ncclBfloat16, ncclSum, 1024);
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
