@@ -212,13 +212,13 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
   const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
   const size_t hi = minSize(lo + per, a.count);
-  const bool vec = aligned16(a.send) && aligned16(a.recv);
-  copyRange<E>(a.staging[a.rank] + half, (const char*)a.send, lo, hi, vec, false);
+  /* Staging is always 16-byte aligned: only the user's pointer decides each loop's width. */
+  copyRange<E>(a.staging[a.rank] + half, (const char*)a.send, lo, hi, aligned16(a.send), false);
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
   const char* srcs[SYMM_MAX_RANKS];
 #pragma unroll
   for (int r = 0; r < SYMM_MAX_RANKS; r++) srcs[r] = r < a.nranks ? a.staging[r] + half : nullptr;
-  reduceRange<E, Kind>(srcs, a.nranks, (char*)a.recv, lo, hi, vec, a.avg != 0);
+  reduceRange<E, Kind>(srcs, a.nranks, (char*)a.recv, lo, hi, aligned16(a.recv), a.avg != 0);
   (void)sizeof(T);
   endCall(a, epoch);
 }
@@ -237,25 +237,28 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
   const SliceLayout L(a.count, a.nranks, N);
   char* mine = a.staging[a.rank] + half;
-  bool vec = aligned16(a.send) && aligned16(a.recv);
+  /* Staging is always 16-byte aligned: the user's pointers decide each loop's width. */
+  bool reduceVec = true;
   const char* srcs[SYMM_MAX_RANKS];
 #pragma unroll
   for (int r = 0; r < SYMM_MAX_RANKS; r++) {
     srcs[r] = nullptr;
     if (r < a.nranks) {
       srcs[r] = a.zeroCopy ? a.inputs[r] : a.staging[r] + half;
-      if (a.zeroCopy) vec = vec && aligned16(a.inputs[r]);
+      if (a.zeroCopy) reduceVec = reduceVec && aligned16(a.inputs[r]);
     }
   }
   if (!a.zeroCopy) {
+    const bool sendVec = aligned16(a.send);
     for (int q = 0; q < a.nranks; q++)
-      copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), vec, false);
+      copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), sendVec, false);
   }
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-  reduceRange<E, Kind>(srcs, a.nranks, mine, L.lo(a.rank), L.hi(a.rank), vec, a.avg != 0);
+  reduceRange<E, Kind>(srcs, a.nranks, mine, L.lo(a.rank), L.hi(a.rank), reduceVec, a.avg != 0);
   if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
+  const bool recvVec = aligned16(a.recv);
   for (int q = 0; q < a.nranks; q++)
-    copyRange<E>((char*)a.recv, a.staging[q] + half, L.lo(q), L.hi(q), vec, true);
+    copyRange<E>((char*)a.recv, a.staging[q] + half, L.lo(q), L.hi(q), recvVec, true);
   (void)sizeof(T);
   endCall(a, epoch);
 }
