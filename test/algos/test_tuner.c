@@ -2,6 +2,7 @@
 /* Tuner: availability, table lookups at edge sizes, overrides, and same inputs -> same choice. */
 #define _GNU_SOURCE
 #include <stdlib.h>
+#include <string.h>
 
 #include "algos.h"
 #include "debug.h"
@@ -226,5 +227,40 @@ int main(void) {
       CHECK(symmTunerAvailable(&x) & B(a));
     }
   }
+  /* Launcher argument handling that needs no GPU: it refuses before touching CUDA. */
+  struct symmPeers peers;
+  memset(&peers, 0, sizeof(peers));
+  peers.nranks = 2;
+  peers.bufferBytes = (size_t)64 << 20;
+  peers.signalBytes = 64 << 10;
+  peers.localStateBytes = 64 << 10;
+  float dummy[4];
+  struct symmAllReduceCall call = {.sendbuff = dummy, .recvbuff = dummy, .count = 0,
+                                   .datatype = ncclFloat32, .op = ncclSum,
+                                   .algo = SYMM_AR_ONESHOT};
+  CHECK_EQ_INT(symmAllReduceLaunch(&call, &peers, NULL), ncclSuccess); /* count 0: nothing */
+  call.count = 4;
+  call.algo = SYMM_AR_NCCL;
+  CHECK_EQ_INT(symmAllReduceLaunch(&call, &peers, NULL), ncclInvalidArgument);
+  call.algo = SYMM_AR_MULTIMEM;
+  call.op = ncclProd;
+  CHECK_EQ_INT(symmAllReduceLaunch(&call, &peers, NULL), ncclInvalidArgument);
+  call.op = ncclSum; /* real multimem without a multicast mapping */
+  CHECK_EQ_INT(symmAllReduceLaunch(&call, &peers, NULL), ncclInternalError);
+  call.algo = SYMM_AR_LAMPORT;
+  call.count = SYMM_AR_LAMPORT_MAX_BYTES / 4 + 1;
+  CHECK_EQ_INT(symmAllReduceLaunch(&call, &peers, NULL), ncclInvalidArgument);
+  call.algo = SYMM_AR_ONESHOT;
+  peers.signalBytes = 1024; /* smaller than the signal layout */
+  CHECK_EQ_INT(symmAllReduceLaunch(&call, &peers, NULL), ncclInternalError);
+  peers.signalBytes = 64 << 10;
+  peers.nranks = SYMM_MAX_RANKS + 1;
+  CHECK_EQ_INT(symmAllReduceLaunch(&call, &peers, NULL), ncclInternalError);
+  /* Chunks: half of what is left after the Lamport region, 16-byte multiple. */
+  peers.nranks = 2;
+  CHECK_EQ_INT(symmAllReduceChunkBytes(&peers), (((size_t)64 << 20) - SYMM_AR_LAMPORT_REGION_BYTES) / 2);
+  peers.bufferBytes = (1 << 20) + 40; /* no room for the region */
+  CHECK_EQ_INT(symmAllReduceChunkBytes(&peers), (1 << 19) + 16); /* (1 MiB + 40) / 2 rounded down to 16 */
+  CHECK_EQ_INT(symmAllReduceChunkBytes(&peers) % 16, 0);
   return harnessReport("test_tuner");
 }
