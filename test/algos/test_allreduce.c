@@ -996,7 +996,22 @@ int main(int argc, char** argv) {
       if (pipe(upPipe[r]) != 0 || pipe(downPipe[r]) != 0) { perror("pipe"); return 2; }
     for (int r = 0; r < nranksWorld; r++) {
       pids[r] = fork();
-      if (pids[r] == 0) _exit(childMain(r));
+      if (pids[r] == 0) {
+        /* Keep only our own ends, so a rank that dies is seen as end-of-file, not a hang. */
+        for (int o = 0; o < nranksWorld; o++) {
+          close(upPipe[o][0]);
+          close(downPipe[o][1]);
+          if (o != r) {
+            close(upPipe[o][1]);
+            close(downPipe[o][0]);
+          }
+        }
+        _exit(childMain(r));
+      }
+    }
+    for (int r = 0; r < nranksWorld; r++) {
+      close(upPipe[r][1]);
+      close(downPipe[r][0]);
     }
     /* Relay the blob exchanges: setup, then the final barrier. */
     relayBlobs();
