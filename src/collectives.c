@@ -1,12 +1,138 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ncclAllReduce, ncclAllGather, ncclReduceScatter: ours when the tuner says so, else forwarded. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "algos.h"
 #include "checks.h"
 #include "comm.h"
 #include "forward.h"
+#include "group.h"
+#include "transport.h"
+#include "tuner.h"
+
+/* The transport's entry points are weak here so this branch links before src/transport lands;
+ * comm->transport is NULL until it does, so they are never reached undefined. */
+#pragma weak symmTransportPeers
+#pragma weak symmTransportFindWindow
+#pragma weak symmTransportMulticastReady
+
+static size_t allReduceTypeSize(ncclDataType_t datatype) {
+  switch (datatype) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+/* An all-reduce of ours, ready to launch now or at the outermost GroupEnd. */
+struct allReduceOp {
+  struct symmAllReduceCall call;
+  struct symmPeers peers; /* copy: fixed for the communicator's life */
+  void* inputPeers[SYMM_MAX_RANKS];
+  int cudaDev;
+  cudaStream_t stream;
+};
+
+/* Launches on the communicator's device, restoring the caller's current device. */
+static ncclResult_t launchAllReduce(struct allReduceOp* op) {
+  int oldDev = -1;
+  ncclResult_t res = ncclSuccess;
+  CUDACHECK(cudaGetDevice(&oldDev));
+  if (oldDev != op->cudaDev) CUDACHECK(cudaSetDevice(op->cudaDev));
+  if (op->call.inputPeers != NULL) op->call.inputPeers = op->inputPeers; /* after a copy */
+  res = symmAllReduceLaunch(&op->call, &op->peers, op->stream);
+  if (oldDev != op->cudaDev) CUDACHECK(cudaSetDevice(oldDev));
+  return res;
+}
+
+static ncclResult_t runDeferredAllReduce(void* arg) {
+  struct allReduceOp* op = arg;
+  ncclResult_t res = launchAllReduce(op);
+  free(op);
+  return res;
+}
+
+/* Our launch when the communicator has peer memory and the tuner picks one of our kernels;
+ * *handled = 0 means "forward it". */
+static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff, void* recvbuff,
+                                    size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                                    cudaStream_t stream, int* handled) {
+  *handled = 0;
+  if (comm->transport == NULL || symmTransportPeers == NULL) return ncclSuccess;
+  const struct symmPeers* peers = symmTransportPeers(comm);
+  if (peers == NULL || *peers->abortFlag != 0) return ncclSuccess; /* NCCL reports the abort */
+  const size_t bytes = count * allReduceTypeSize(datatype);
+
+  struct allReduceOp local;
+  memset(&local, 0, sizeof(local));
+  /* Symmetric windows sit at the same offset on every rank (NCCL's contract for
+   * NCCL_WIN_COLL_SYMMETRIC), so "registered" is the same decision on all ranks. */
+  const int registered = symmTransportFindWindow != NULL &&
+                         symmTransportFindWindow(comm, sendbuff, bytes, local.inputPeers) != 0;
+  const int multicastReady =
+      symmTransportMulticastReady != NULL && symmTransportMulticastReady(comm) != 0;
+  struct symmTuneInput in = {.nranks = comm->nranks, .datatype = datatype, .op = op,
+                             .bytes = bytes, .registered = registered,
+                             .multicastReady = multicastReady, .arch = 0,
+                             .stagingBytes = peers->bufferBytes};
+  const enum symmArAlgo algo = symmTunerPick(&in);
+  if (algo == SYMM_AR_NCCL) return ncclSuccess;
+
+  local.call = (struct symmAllReduceCall){.sendbuff = sendbuff, .recvbuff = recvbuff,
+                                          .count = count, .datatype = datatype, .op = op,
+                                          .algo = algo, .emulateMultimem = !multicastReady,
+                                          .inputPeers = registered ? local.inputPeers : NULL};
+  local.peers = *peers;
+  local.cudaDev = comm->cudaDev;
+  local.stream = stream;
+  *handled = 1;
+  if (symmGroupDepth() == 0) return launchAllReduce(&local);
+
+  struct allReduceOp* deferred = malloc(sizeof(*deferred));
+  if (deferred == NULL) {
+    WARN("out of host memory deferring an all-reduce");
+    return ncclSystemError;
+  }
+  *deferred = local;
+  ncclResult_t res = symmGroupDeferOp(runDeferredAllReduce, deferred);
+  if (res != ncclSuccess) free(deferred);
+  return res;
+}
 
 SYMM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclAllReduce,
+                              (sendbuff, recvbuff, count, datatype, op, comm, stream),
+                              ncclSystemError);
+  struct symmComm* ours = symmCommFind(comm);
+  /* NULL, destroyed or foreign communicators: the real NCCL returns its own error code. */
+  if (ours == NULL) goto forward;
+  const size_t esize = allReduceTypeSize(datatype);
+  if (esize == 0) {
+    WARN("ncclAllReduce: invalid datatype %d", (int)datatype);
+    return ncclInvalidArgument;
+  }
+  if ((int)op < 0) {
+    WARN("ncclAllReduce: invalid reduction operation %d", (int)op);
+    return ncclInvalidArgument;
+  }
+  /* ncclRedOpCreatePreMulSum ops (>= ncclNumOps) belong to the real NCCL. */
+  if ((int)op >= (int)ncclNumOps) goto forward;
+  if (count > SIZE_MAX / esize) {
+    WARN("ncclAllReduce: count %zu of %zu-byte elements overflows", count, esize);
+    return ncclInvalidArgument;
+  }
+  /* NULL buffers, count 0 and the rest NCCL checks itself: leave them to it. */
+  if (count == 0 || sendbuff == NULL || recvbuff == NULL) goto forward;
+  int handled = 0;
+  ncclResult_t res = tryOurAllReduce(ours, sendbuff, recvbuff, count, datatype, op, stream,
+                                     &handled);
+  if (handled || res != ncclSuccess) return res;
+forward:
   SYMM_FORWARD(ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream),
                ncclSystemError);
 }

@@ -1,0 +1,764 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* All-reduce kernels (one-shot, two-shot, multimem and its emulation) and their C launcher. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "algos.h"
+#include "reduce.cuh"
+#include "sync.cuh"
+
+extern "C" {
+#include "debug.h"
+#include "param.h"
+}
+
+SYMMCOLL_PARAM(SpinTimeoutMs, "SPIN_TIMEOUT_MS", 10000,
+               "ms a kernel waits for a peer before giving up (sets the async error); 0 = forever")
+SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 32,
+               "most thread blocks per all-reduce kernel (1..64); must match on all ranks")
+SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 16384,
+               "all-reduce bytes per thread block before another block is added; same on all ranks")
+
+namespace symm {
+
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;       /* 16-byte copies in flight per thread */
+constexpr int kReduceUnroll = 2; /* 16-byte vectors per rank in flight per thread (x8 ranks) */
+
+__device__ __forceinline__ size_t divUp(size_t a, size_t b) { return (a + b - 1) / b; }
+__device__ __forceinline__ size_t roundUp(size_t a, size_t b) { return divUp(a, b) * b; }
+__device__ __forceinline__ size_t minSize(size_t a, size_t b) { return a < b ? a : b; }
+__device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Loads that bypass L1: staging memory is written by other GPUs between our reads. */
+__device__ __forceinline__ uint4 loadStaging16(const char* p) { return __ldcg((const uint4*)p); }
+template <typename T> __device__ __forceinline__ T loadStaging(const char* p) {
+  if constexpr (sizeof(T) == 1) {
+    unsigned char v = __ldcg((const unsigned char*)p);
+    T r;
+    memcpy(&r, &v, 1);
+    return r;
+  } else if constexpr (sizeof(T) == 2) {
+    unsigned short v = __ldcg((const unsigned short*)p);
+    T r;
+    memcpy(&r, &v, 2);
+    return r;
+  } else if constexpr (sizeof(T) == 4) {
+    unsigned int v = __ldcg((const unsigned int*)p);
+    T r;
+    memcpy(&r, &v, 4);
+    return r;
+  } else {
+    unsigned long long v = __ldcg((const unsigned long long*)p);
+    T r;
+    memcpy(&r, &v, 8);
+    return r;
+  }
+}
+
+template <typename E> struct Vec {
+  typedef typename E::T T;
+  static constexpr int N = 16 / sizeof(T);
+  union Pack {
+    uint4 v;
+    T e[N];
+  };
+};
+
+/* dst[i] = src[i] for elements [lo, hi): 16-byte vectors when `vec` (lo is a multiple of the
+ * vector width and both bases are 16-byte aligned), scalar tail. */
+template <typename E>
+__device__ __forceinline__ void copyRange(char* dst, const char* src, size_t lo, size_t hi,
+                                          bool vec, bool srcIsStaging) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  if (lo >= hi) return;
+  size_t first = lo;
+  if (vec) {
+    const size_t nvec = (hi - lo) / N;
+    const size_t stride = blockDim.x;
+    size_t v = threadIdx.x;
+    /* kUnroll vectors in flight per thread: NVLink latency needs many outstanding loads. */
+    for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
+      uint4 x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) {
+        const size_t off = (lo + (v + u * stride) * N) * sizeof(T);
+        x[u] = srcIsStaging ? loadStaging16(src + off) : *(const uint4*)(src + off);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++)
+        *(uint4*)(dst + (lo + (v + u * stride) * N) * sizeof(T)) = x[u];
+    }
+    for (; v < nvec; v += stride) {
+      const size_t off = (lo + v * N) * sizeof(T);
+      uint4 x = srcIsStaging ? loadStaging16(src + off) : *(const uint4*)(src + off);
+      *(uint4*)(dst + off) = x;
+    }
+    first = lo + nvec * N;
+  }
+  for (size_t i = first + threadIdx.x; i < hi; i += blockDim.x) {
+    const size_t off = i * sizeof(T);
+    T x = srcIsStaging ? loadStaging<T>(src + off) : *(const T*)(src + off);
+    *(T*)(dst + off) = x;
+  }
+}
+
+/* Element-wise reduction of 16 bytes from every rank, in rank order. */
+template <typename E, int Kind>
+__device__ __forceinline__ uint4 reducePacks(const uint4* packs, int n, bool avg) {
+  typedef typename Vec<E>::Pack Pack;
+  Pack acc, x;
+  acc.v = packs[0];
+  /* Bounded, fully unrolled loop: packs[] stays in registers (same order as reduceInOrder). */
+#pragma unroll
+  for (int r = 1; r < SYMM_MAX_RANKS; r++) {
+    if (r < n) {
+      x.v = packs[r];
+#pragma unroll
+      for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+    }
+  }
+  if (avg) {
+#pragma unroll
+    for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Arith<E>::avgFinish(acc.e[k], n);
+  }
+  return acc.v;
+}
+
+/* dst[i] = reduce over ranks r of srcs[r][i], for elements [lo, hi). Sources are staging
+ * buffers or (zero-copy) peers' user buffers; both are read with L1-bypassing loads. */
+template <typename E, int Kind>
+__device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char* dst, size_t lo,
+                                            size_t hi, bool vec, bool avg) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  if (lo >= hi) return;
+  size_t first = lo;
+  if (vec) {
+    const size_t nvec = (hi - lo) / N;
+    const size_t stride = blockDim.x;
+    size_t v = threadIdx.x;
+    /* kReduceUnroll vectors from every rank in flight before any arithmetic. */
+    for (; v + (kReduceUnroll - 1) * stride < nvec; v += kReduceUnroll * stride) {
+      uint4 packs[kReduceUnroll][SYMM_MAX_RANKS];
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; u++) {
+        const size_t off = (lo + (v + u * stride) * N) * sizeof(T);
+#pragma unroll
+        for (int r = 0; r < SYMM_MAX_RANKS; r++)
+          if (r < n) packs[u][r] = loadStaging16(srcs[r] + off);
+      }
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; u++)
+        *(uint4*)(dst + (lo + (v + u * stride) * N) * sizeof(T)) =
+            reducePacks<E, Kind>(packs[u], n, avg);
+    }
+    for (; v < nvec; v += stride) {
+      const size_t off = (lo + v * N) * sizeof(T);
+      uint4 packs[SYMM_MAX_RANKS];
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < n) packs[r] = loadStaging16(srcs[r] + off);
+      *(uint4*)(dst + off) = reducePacks<E, Kind>(packs, n, avg);
+    }
+    first = lo + nvec * N;
+  }
+  for (size_t i = first + threadIdx.x; i < hi; i += blockDim.x) {
+    const size_t off = i * sizeof(T);
+    /* reduceInOrder's arithmetic, unrolled so nothing goes through local memory. */
+    T acc = loadStaging<T>(srcs[0] + off);
+#pragma unroll
+    for (int r = 1; r < SYMM_MAX_RANKS; r++)
+      if (r < n) acc = Op<E, Kind>::apply(acc, loadStaging<T>(srcs[r] + off));
+    if (avg) acc = Arith<E>::avgFinish(acc, n);
+    *(T*)(dst + off) = acc;
+  }
+}
+
+/* Two-shot/multimem layout: rank q owns slice [q*S, (q+1)*S); block b handles the part
+ * [b*B, (b+1)*B) of every slice, so block b pairs with block b on every peer. S and B are
+ * multiples of the vector width, which keeps every part 16-byte aligned in staging. */
+struct SliceLayout {
+  size_t S, B, count;
+  __device__ SliceLayout(size_t cnt, int nranks, int vecElems) : count(cnt) {
+    S = roundUp(divUp(cnt, (size_t)nranks), (size_t)vecElems);
+    B = roundUp(divUp(S, (size_t)gridDim.x), (size_t)vecElems);
+  }
+  __device__ size_t lo(int q) const {
+    return minSize(q * S + minSize((size_t)blockIdx.x * B, S), count);
+  }
+  __device__ size_t hi(int q) const {
+    return minSize(q * S + minSize(((size_t)blockIdx.x + 1) * B, S), count);
+  }
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Staging double-buffering (no end barrier): call k uses staging half (epoch & 1). A rank writes
+ * a half again only in call k+2, after its call k+1 waited for every peer to arrive in call k+1;
+ * a peer arriving in k+1 has finished its whole kernel k (same stream, kernels in order), so no
+ * reader of call k's half remains. The same holds across algorithms: every kernel uses the same
+ * epoch counter and waits for all peers at least once before it returns. */
+
+/* One-shot: copy our input into staging, barrier, every rank reduces everything. */
+template <typename E, int Kind>
+__global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  uint32_t epoch;
+  if (!beginCall(a, &epoch, &failed)) return;
+  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
+  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
+  const size_t hi = minSize(lo + per, a.count);
+  /* Staging is always 16-byte aligned: only the user's pointer decides each loop's width. */
+  copyRange<E>(a.staging[a.rank] + half, (const char*)a.send, lo, hi, aligned16(a.send), false);
+  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  const char* srcs[SYMM_MAX_RANKS];
+#pragma unroll
+  for (int r = 0; r < SYMM_MAX_RANKS; r++) srcs[r] = r < a.nranks ? a.staging[r] + half : nullptr;
+  reduceRange<E, Kind>(srcs, a.nranks, (char*)a.recv, lo, hi, aligned16(a.recv), a.avg != 0);
+  (void)sizeof(T);
+  endCall(a, epoch);
+}
+
+/* Two-shot: reduce-scatter (each rank reduces its slice into its own staging), barrier,
+ * all-gather (each rank copies every slice from its owner's staging). With a zero-copy input
+ * the reduce-scatter reads peers' user buffers directly; the middle barrier also guarantees
+ * that every peer finished reading our input before we write recvbuff (in-place safe). */
+template <typename E, int Kind>
+__global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  uint32_t epoch;
+  if (!beginCall(a, &epoch, &failed)) return;
+  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  const SliceLayout L(a.count, a.nranks, N);
+  char* mine = a.staging[a.rank] + half;
+  /* Staging is always 16-byte aligned: the user's pointers decide each loop's width. */
+  bool reduceVec = true;
+  const char* srcs[SYMM_MAX_RANKS];
+#pragma unroll
+  for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+    srcs[r] = nullptr;
+    if (r < a.nranks) {
+      srcs[r] = a.zeroCopy ? a.inputs[r] : a.staging[r] + half;
+      if (a.zeroCopy) reduceVec = reduceVec && aligned16(a.inputs[r]);
+    }
+  }
+  if (!a.zeroCopy) {
+    const bool sendVec = aligned16(a.send);
+    for (int q = 0; q < a.nranks; q++)
+      copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), sendVec, false);
+  }
+  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  reduceRange<E, Kind>(srcs, a.nranks, mine, L.lo(a.rank), L.hi(a.rank), reduceVec, a.avg != 0);
+  if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
+  const bool recvVec = aligned16(a.recv);
+  for (int q = 0; q < a.nranks; q++)
+    copyRange<E>((char*)a.recv, a.staging[q] + half, L.lo(q), L.hi(q), recvVec, true);
+  (void)sizeof(T);
+  endCall(a, epoch);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Lamport one-shot (no barrier): every 8 bytes of our input travel to every rank's Lamport
+ * region as one 16-byte store {data0, epoch, data1, epoch} into our writer slot; a reader polls
+ * its own region until both flags of a line equal this call's epoch (8-byte halves arrive whole,
+ * as NCCL's LL protocol relies on), then reduces in rank order. Region half (epoch & 1):
+ * a writer reuses a half in call k+2 only after finishing call k+1, which needed every rank's
+ * k+1 data, so every reader had finished call k. Flags are epochs, so nothing is ever cleared
+ * and stale lines (older epochs) never match. Two passes: wait for all our lines first, so a
+ * block that gives up has written nothing to user memory. */
+constexpr size_t kLamportSlot = 2 * SYMM_AR_LAMPORT_MAX_BYTES;
+
+__device__ __forceinline__ uint4 loadVolatile16(const char* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeVolatile16(char* p, uint4 v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+/* Bytes [8*line, 8*line + 8) of a buffer of `bytes` bytes, zero past its end. */
+__device__ __forceinline__ uint2 loadLine(const char* src, size_t line, size_t bytes) {
+  const size_t off = line * 8;
+  if (off + 8 <= bytes && ((uintptr_t)(src + off) & 7u) == 0) return *(const uint2*)(src + off);
+  union {
+    uint2 v;
+    unsigned char b[8];
+  } u;
+  u.v = make_uint2(0, 0);
+  for (size_t k = 0; k < 8 && off + k < bytes; k++) u.b[k] = (unsigned char)src[off + k];
+  return u.v;
+}
+
+__device__ __forceinline__ void storeLine(char* dst, size_t line, size_t bytes, uint2 v) {
+  const size_t off = line * 8;
+  if (off + 8 <= bytes && ((uintptr_t)(dst + off) & 7u) == 0) {
+    *(uint2*)(dst + off) = v;
+    return;
+  }
+  union {
+    uint2 v;
+    unsigned char b[8];
+  } u;
+  u.v = v;
+  for (size_t k = 0; k < 8 && off + k < bytes; k++) dst[off + k] = (char)u.b[k];
+}
+
+template <typename E, int Kind>
+__global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int kPer = 8 / sizeof(T);
+  __shared__ volatile int failed;
+  uint32_t epoch;
+  if (!beginCall(a, &epoch, &failed)) return;
+  const size_t bytes = a.count * sizeof(T);
+  const size_t lines = divUp(bytes, 8);
+  const size_t per = divUp(lines, (size_t)gridDim.x);
+  const size_t lo = minSize((size_t)blockIdx.x * per, lines);
+  const size_t hi = minSize(lo + per, lines);
+  const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
+  const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const uint2 d = loadLine((const char*)a.send, i, bytes);
+    const uint4 line = make_uint4(d.x, epoch, d.y, epoch);
+#pragma unroll
+    for (int r = 0; r < SYMM_MAX_RANKS; r++)
+      if (r < a.nranks) storeVolatile16(a.staging[r] + mySlot + i * 16, line);
+  }
+  /* Pass 1: wait until every line of every writer arrived. */
+  const char* region = a.staging[a.rank] + half;
+  uint64_t start = 0;
+  uint32_t why = 0, polls = 0;
+  for (size_t i = lo + threadIdx.x; i < hi && why == 0; i += blockDim.x) {
+    for (int r = 0; r < a.nranks && why == 0; r++) {
+      const char* p = region + (size_t)r * kLamportSlot + i * 16;
+      for (;;) {
+        const uint4 v = loadVolatile16(p);
+        if (v.y == epoch && v.w == epoch) break;
+        if ((++polls & 2047u) == 0 && (why = shouldGiveUp(a, &start)) != 0) break;
+        if (failed) {
+          why = 3;
+          break;
+        }
+      }
+    }
+  }
+  if (why != 0) failed = 1;
+  __syncthreads();
+  if (failed) {
+    if (why == SYMM_AR_ERROR_TIMEOUT)
+      reportTimeout(a.rank, (unsigned long long)(a.timeoutNs / 1000000u), -1, 3, epoch, 0);
+    return;
+  }
+  /* Pass 2: everything is here; reduce in rank order and write the output. */
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    union Line {
+      uint2 v;
+      T e[kPer];
+    } acc, x;
+    uint4 v = loadVolatile16(region + i * 16);
+    acc.v = make_uint2(v.x, v.z);
+#pragma unroll
+    for (int r = 1; r < SYMM_MAX_RANKS; r++) {
+      if (r < a.nranks) {
+        v = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
+        x.v = make_uint2(v.x, v.z);
+#pragma unroll
+        for (int k = 0; k < kPer; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+      }
+    }
+    if (a.avg) {
+#pragma unroll
+      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgFinish(acc.e[k], a.nranks);
+    }
+    storeLine((char*)a.recv, i, bytes, acc.v);
+  }
+  endCall(a, epoch);
+}
+
+/* multimem.ld_reduce / multimem.st on 16 bytes, for the types and ops the instruction has.
+ * Mm<E,Kind>::kOk says whether a kernel exists (real and emulated alike). */
+template <typename E, int Kind> struct Mm {
+  static constexpr bool kOk = false;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SYMM_MULTIMEM_ASM 1
+#endif
+
+__device__ __forceinline__ void multimemStore16(char* mc, uint4 v) {
+#ifdef SYMM_MULTIMEM_ASM
+  asm volatile("multimem.st.relaxed.sys.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(mc),
+               "f"(__uint_as_float(v.x)), "f"(__uint_as_float(v.y)), "f"(__uint_as_float(v.z)),
+               "f"(__uint_as_float(v.w))
+               : "memory");
+#else
+  (void)mc;
+  (void)v;
+  __trap();
+#endif
+}
+
+#ifdef SYMM_MULTIMEM_ASM
+#define SYMM_MM_V4(name, ptxop)                                                              \
+  __device__ __forceinline__ uint4 name(const char* mc) {                                    \
+    uint4 v;                                                                                 \
+    asm volatile("multimem.ld_reduce.relaxed.sys.global." ptxop " {%0, %1, %2, %3}, [%4];"   \
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                \
+                 : "l"(mc)                                                                   \
+                 : "memory");                                                                \
+    return v;                                                                                \
+  }
+#define SYMM_MM_S32(name, ptxop)                                                             \
+  __device__ __forceinline__ uint4 name(const char* mc) {                                    \
+    uint4 v;                                                                                 \
+    asm volatile("multimem.ld_reduce.relaxed.sys.global." ptxop " %0, [%4];\n\t"             \
+                 "multimem.ld_reduce.relaxed.sys.global." ptxop " %1, [%5];\n\t"             \
+                 "multimem.ld_reduce.relaxed.sys.global." ptxop " %2, [%6];\n\t"             \
+                 "multimem.ld_reduce.relaxed.sys.global." ptxop " %3, [%7];"                 \
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                \
+                 : "l"(mc), "l"(mc + 4), "l"(mc + 8), "l"(mc + 12)                           \
+                 : "memory");                                                                \
+    return v;                                                                                \
+  }
+#define SYMM_MM_S64(name, ptxop)                                                             \
+  __device__ __forceinline__ uint4 name(const char* mc) {                                    \
+    unsigned long long lo, hi;                                                               \
+    asm volatile("multimem.ld_reduce.relaxed.sys.global." ptxop " %0, [%2];\n\t"             \
+                 "multimem.ld_reduce.relaxed.sys.global." ptxop " %1, [%3];"                 \
+                 : "=l"(lo), "=l"(hi)                                                        \
+                 : "l"(mc), "l"(mc + 8)                                                      \
+                 : "memory");                                                                \
+    uint4 v;                                                                                 \
+    v.x = (unsigned)lo;                                                                      \
+    v.y = (unsigned)(lo >> 32);                                                              \
+    v.z = (unsigned)hi;                                                                      \
+    v.w = (unsigned)(hi >> 32);                                                              \
+    return v;                                                                                \
+  }
+#else
+#define SYMM_MM_STUB(name)                                \
+  __device__ __forceinline__ uint4 name(const char* mc) { \
+    (void)mc;                                             \
+    __trap();                                             \
+    return make_uint4(0, 0, 0, 0);                        \
+  }
+#define SYMM_MM_V4(name, ptxop) SYMM_MM_STUB(name)
+#define SYMM_MM_S32(name, ptxop) SYMM_MM_STUB(name)
+#define SYMM_MM_S64(name, ptxop) SYMM_MM_STUB(name)
+#endif
+
+SYMM_MM_V4(mmAddF32, "add.v4.f32")
+SYMM_MM_V4(mmAddF16, "add.acc::f32.v4.f16x2")
+SYMM_MM_V4(mmMinF16, "min.v4.f16x2")
+SYMM_MM_V4(mmMaxF16, "max.v4.f16x2")
+SYMM_MM_V4(mmAddBF16, "add.acc::f32.v4.bf16x2")
+SYMM_MM_V4(mmMinBF16, "min.v4.bf16x2")
+SYMM_MM_V4(mmMaxBF16, "max.v4.bf16x2")
+SYMM_MM_S32(mmAddS32, "add.s32")
+SYMM_MM_S32(mmMinS32, "min.s32")
+SYMM_MM_S32(mmMaxS32, "max.s32")
+SYMM_MM_S32(mmAddU32, "add.u32")
+SYMM_MM_S32(mmMinU32, "min.u32")
+SYMM_MM_S32(mmMaxU32, "max.u32")
+SYMM_MM_S64(mmAddU64, "add.u64")
+SYMM_MM_S64(mmMinS64, "min.s64")
+SYMM_MM_S64(mmMaxS64, "max.s64")
+SYMM_MM_S64(mmMinU64, "min.u64")
+SYMM_MM_S64(mmMaxU64, "max.u64")
+
+#define SYMM_MM_OK(E, Kind, fn)                                                      \
+  template <> struct Mm<E, Kind> {                                                   \
+    static constexpr bool kOk = true;                                                \
+    static __device__ __forceinline__ uint4 ldReduce(const char* mc) { return fn(mc); } \
+  };
+SYMM_MM_OK(F32, kSum, mmAddF32)
+SYMM_MM_OK(F16, kSum, mmAddF16)
+SYMM_MM_OK(F16, kMin, mmMinF16)
+SYMM_MM_OK(F16, kMax, mmMaxF16)
+SYMM_MM_OK(BF16, kSum, mmAddBF16)
+SYMM_MM_OK(BF16, kMin, mmMinBF16)
+SYMM_MM_OK(BF16, kMax, mmMaxBF16)
+SYMM_MM_OK(I32, kSum, mmAddS32)
+SYMM_MM_OK(I32, kMin, mmMinS32)
+SYMM_MM_OK(I32, kMax, mmMaxS32)
+SYMM_MM_OK(U32, kSum, mmAddU32)
+SYMM_MM_OK(U32, kMin, mmMinU32)
+SYMM_MM_OK(U32, kMax, mmMaxU32)
+SYMM_MM_OK(I64, kSum, mmAddU64)
+SYMM_MM_OK(I64, kMin, mmMinS64)
+SYMM_MM_OK(I64, kMax, mmMaxS64)
+SYMM_MM_OK(U64, kSum, mmAddU64)
+SYMM_MM_OK(U64, kMin, mmMinU64)
+SYMM_MM_OK(U64, kMax, mmMaxU64)
+
+/* Orders writes made through the multicast alias against unicast accesses to the same memory. */
+__device__ __forceinline__ void fenceProxyAlias() {
+#ifdef SYMM_MULTIMEM_ASM
+  asm volatile("fence.proxy.alias;" ::: "memory");
+#endif
+}
+
+/* Multimem: copy our input into staging, barrier, each rank reduces its slice across all ranks
+ * with one multimem.ld_reduce per 16 bytes and broadcasts it with multimem.st into every rank's
+ * staging, barrier, each rank copies the whole result out of its own staging. The last 16-byte
+ * unit may run past `count`: staging has room, the extra lanes are never copied out.
+ * Emulate: the same structure, the multicast load/store replaced by loops over peer pointers
+ * (rank-order reduction, so bit-identical to the other kernels). */
+template <typename E, int Kind, bool Emulate>
+__global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  uint32_t epoch;
+  if (!beginCall(a, &epoch, &failed)) return;
+  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  const SliceLayout L(a.count, a.nranks, N);
+  char* mine = a.staging[a.rank] + half;
+  const bool sendVec = aligned16(a.send), recvVec = aligned16(a.recv);
+  for (int q = 0; q < a.nranks; q++)
+    copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), sendVec, false);
+  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  /* An empty part must stay empty: its clamped start may not be 16-byte aligned, and rounding
+   * it would hand the last unit to two blocks at once. */
+  const size_t mineLo = L.lo(a.rank), mineHi = L.hi(a.rank);
+  const size_t ulo = mineLo < mineHi ? mineLo * sizeof(T) / 16 : 0;
+  const size_t uhi = mineLo < mineHi ? divUp(mineHi * sizeof(T), 16) : 0;
+  for (size_t u = ulo + threadIdx.x; u < uhi; u += blockDim.x) {
+    const size_t off = half + u * 16;
+    uint4 v;
+    if constexpr (Emulate) {
+      uint4 packs[SYMM_MAX_RANKS];
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < a.nranks) packs[r] = loadStaging16(a.staging[r] + off);
+      v = reducePacks<E, Kind>(packs, a.nranks, a.avg != 0);
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < a.nranks) *(uint4*)(a.staging[r] + off) = v;
+    } else {
+      v = Mm<E, Kind>::ldReduce(a.multicast + off);
+      if (a.avg) {
+        typename Vec<E>::Pack p;
+        p.v = v;
+#pragma unroll
+        for (int k = 0; k < N; k++) p.e[k] = Arith<E>::avgFinish(p.e[k], a.nranks);
+        v = p.v;
+      }
+      multimemStore16(a.multicast + off, v);
+    }
+  }
+  if (!Emulate) fenceProxyAlias();
+  if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
+  if (!Emulate) fenceProxyAlias();
+  for (int q = 0; q < a.nranks; q++)
+    copyRange<E>((char*)a.recv, mine, L.lo(q), L.hi(q), recvVec, true);
+  endCall(a, epoch);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Host side. */
+
+template <typename E, int Kind>
+static cudaError_t launchTyped(enum symmArAlgo algo, bool emulate, int blocks, cudaStream_t stream,
+                               const KernelArgs& args) {
+  switch (algo) {
+    case SYMM_AR_ONESHOT:
+      oneShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
+      break;
+    case SYMM_AR_TWOSHOT:
+      twoShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
+      break;
+    case SYMM_AR_LAMPORT:
+      lamportKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
+      break;
+    case SYMM_AR_MULTIMEM:
+      if constexpr (Mm<E, Kind>::kOk) {
+        if (emulate)
+          multimemKernel<E, Kind, true><<<blocks, kThreads, 0, stream>>>(args);
+        else
+          multimemKernel<E, Kind, false><<<blocks, kThreads, 0, stream>>>(args);
+        break;
+      } else {
+        return cudaErrorInvalidValue;
+      }
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+template <typename E>
+static cudaError_t launchOp(ncclRedOp_t op, enum symmArAlgo algo, bool emulate, int blocks,
+                            cudaStream_t stream, const KernelArgs& args) {
+  switch (op) {
+    case ncclSum:
+    case ncclAvg:
+      return launchTyped<E, kSum>(algo, emulate, blocks, stream, args);
+    case ncclProd:
+      return launchTyped<E, kProd>(algo, emulate, blocks, stream, args);
+    case ncclMin:
+      return launchTyped<E, kMin>(algo, emulate, blocks, stream, args);
+    case ncclMax:
+      return launchTyped<E, kMax>(algo, emulate, blocks, stream, args);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+template <typename E> static bool multimemOk(ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum:
+    case ncclAvg:
+      return Mm<E, kSum>::kOk;
+    case ncclProd:
+      return Mm<E, kProd>::kOk;
+    case ncclMin:
+      return Mm<E, kMin>::kOk;
+    case ncclMax:
+      return Mm<E, kMax>::kOk;
+    default:
+      return false;
+  }
+}
+
+static size_t typeSize(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+}  // namespace symm
+
+extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t datatype,
+                                         ncclRedOp_t op) {
+  if (symm::typeSize(datatype) == 0 || (int)op < 0 || (int)op >= (int)ncclNumOps) return 0;
+  switch (algo) {
+    case SYMM_AR_ONESHOT:
+    case SYMM_AR_TWOSHOT:
+    case SYMM_AR_LAMPORT:
+      return 1;
+    case SYMM_AR_MULTIMEM: {
+      bool ok = false;
+      SYMM_DISPATCH_DTYPE(datatype, ok = symm::multimemOk<E>(op));
+      return ok ? 1 : 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+static bool hasLamportRegion(size_t bufferBytes) {
+  return bufferBytes >= 4 * SYMM_AR_LAMPORT_REGION_BYTES;
+}
+
+extern "C" int symmAllReduceLamportFits(size_t bytes, size_t bufferBytes) {
+  return bytes <= SYMM_AR_LAMPORT_MAX_BYTES && hasLamportRegion(bufferBytes);
+}
+
+/* Staging layout: [half 0][half 1][Lamport region, when the buffer is large enough]. */
+extern "C" size_t symmAllReduceChunkBytes(const struct symmPeers* peers) {
+  const size_t usable = peers->bufferBytes -
+                        (hasLamportRegion(peers->bufferBytes) ? SYMM_AR_LAMPORT_REGION_BYTES : 0);
+  return (usable / 2) & ~(size_t)15;
+}
+
+extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call,
+                                            const struct symmPeers* peers, cudaStream_t stream) {
+  const size_t esize = symm::typeSize(call->datatype);
+  if (esize == 0 || !symmAllReduceKernelExists(call->algo, call->datatype, call->op)) {
+    WARN("all-reduce: no %d kernel for datatype %d op %d", (int)call->algo, (int)call->datatype,
+         (int)call->op);
+    return ncclInvalidArgument;
+  }
+  if (call->count == 0) return ncclSuccess;
+  if (peers->nranks < 1 || peers->nranks > SYMM_MAX_RANKS ||
+      peers->signalBytes < SYMM_AR_SIGNAL_WORDS * sizeof(uint32_t) ||
+      peers->localStateBytes < SYMM_AR_STATE_WORDS * sizeof(uint32_t)) {
+    WARN("all-reduce: peer memory too small or bad rank count (%d ranks)", peers->nranks);
+    return ncclInternalError;
+  }
+  if (call->algo == SYMM_AR_LAMPORT &&
+      !symmAllReduceLamportFits(call->count * esize, peers->bufferBytes)) {
+    WARN("all-reduce: %zu bytes do not fit the Lamport kernel (staging %zu bytes)",
+         call->count * esize, peers->bufferBytes);
+    return ncclInvalidArgument;
+  }
+  const bool realMultimem = call->algo == SYMM_AR_MULTIMEM && !call->emulateMultimem;
+  if (realMultimem && peers->multicastBuffer == NULL) {
+    WARN("all-reduce: multimem requested without a multicast mapping");
+    return ncclInternalError;
+  }
+  const size_t chunkBytes = symmAllReduceChunkBytes(peers);
+  const size_t chunkElems = chunkBytes / esize; /* multiple of 16/esize: chunks stay aligned */
+  if (chunkElems == 0) {
+    WARN("all-reduce: staging buffer of %zu bytes is too small", peers->bufferBytes);
+    return ncclInternalError;
+  }
+
+  symm::KernelArgs args;
+  memset(&args, 0, sizeof(args));
+  for (int r = 0; r < peers->nranks; r++) {
+    args.staging[r] = (char*)peers->buffers[r];
+    args.signals[r] = peers->signals[r];
+  }
+  args.localState = peers->localState;
+  args.abortFlag = peers->abortFlag;
+  args.errorFlag = peers->errorFlag;
+  args.multicast = (char*)peers->multicastBuffer;
+  args.halfBytes = chunkBytes;
+  args.lamportOffset = 2 * chunkBytes;
+  args.timeoutNs = (uint64_t)(symmParamSpinTimeoutMs() > 0 ? symmParamSpinTimeoutMs() : 0) * 1000000ull;
+  args.rank = peers->rank;
+  args.nranks = peers->nranks;
+  args.avg = call->op == ncclAvg;
+  args.zeroCopy = call->algo == SYMM_AR_TWOSHOT && call->inputPeers != NULL;
+
+  int64_t maxBlocks = symmParamArMaxBlocks();
+  if (maxBlocks < 1) maxBlocks = 1;
+  if (maxBlocks > SYMM_AR_MAX_BLOCKS) maxBlocks = SYMM_AR_MAX_BLOCKS;
+  int64_t bytesPerBlock = symmParamArBytesPerBlock();
+  if (bytesPerBlock < 1024) bytesPerBlock = 1024;
+
+  for (size_t done = 0; done < call->count; done += chunkElems) {
+    const size_t n = call->count - done < chunkElems ? call->count - done : chunkElems;
+    const size_t offset = done * esize;
+    args.send = (const char*)call->sendbuff + offset;
+    args.recv = (char*)call->recvbuff + offset;
+    args.count = n;
+    if (args.zeroCopy)
+      for (int r = 0; r < peers->nranks; r++)
+        args.inputs[r] = (const char*)call->inputPeers[r] + offset;
+    const size_t bytes = n * esize;
+    /* Lamport moves twice the bytes (flags): size its grid by what travels. */
+    const size_t moved = call->algo == SYMM_AR_LAMPORT ? 2 * bytes : bytes;
+    int64_t blocks = (int64_t)((moved + (size_t)bytesPerBlock - 1) / (size_t)bytesPerBlock);
+    if (blocks > maxBlocks) blocks = maxBlocks;
+    if (blocks < 1) blocks = 1;
+    cudaError_t err = cudaErrorInvalidValue;
+    SYMM_DISPATCH_DTYPE(call->datatype,
+                        err = symm::launchOp<E>(call->op, call->algo, call->emulateMultimem != 0,
+                                                (int)blocks, stream, args));
+    if (err != cudaSuccess) {
+      WARN("all-reduce kernel launch failed: %s", cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+  }
+  return ncclSuccess;
+}

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Cross-GPU signalling for the all-reduce kernels: system-scope release/acquire flags, device-side
+ * epochs, abort/timeout-aware spinning (rules: shared/CORRECTNESS.md; layout: README.md). */
+#ifndef SYMMCOLL_SYNC_CUH
+#define SYMMCOLL_SYNC_CUH
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "algos.h"
+#include "symm_peers.h"
+
+namespace symm {
+
+/* Everything a kernel needs; passed by value, holds only addresses fixed for the communicator's
+ * life plus this call's buffers, so a captured graph replays it correctly. Never a flag value. */
+struct KernelArgs {
+  const void* send;
+  void* recv;
+  size_t count;
+  char* staging[SYMM_MAX_RANKS];      /* each rank's staging buffer (both halves) */
+  const char* inputs[SYMM_MAX_RANKS]; /* zero-copy: each rank's sendbuff; else unused */
+  uint32_t* signals[SYMM_MAX_RANKS];  /* each rank's signal pad */
+  uint32_t* localState;               /* [0] calls completed, [1] blocks done in this call */
+  volatile uint32_t* abortFlag;
+  volatile uint32_t* errorFlag;
+  char* multicast;                    /* multicast address of the staging buffers, or NULL */
+  size_t halfBytes;                   /* bytes of one staging half (multiple of 16) */
+  size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
+  uint64_t timeoutNs;                 /* 0 = spin forever (abort still honoured) */
+  int rank, nranks;
+  int avg;                            /* ncclAvg: sum, then Arith::avgFinish */
+  int zeroCopy;                       /* inputs[] valid */
+};
+
+/* Signal purposes: one word per (purpose, block, writer) in the reader's pad. */
+enum { kSigStart = 0, kSigMid = 1, kSigEnd = 2 };
+
+__device__ __forceinline__ int signalIndex(int purpose, int block, int writer) {
+  return (purpose * SYMM_AR_MAX_BLOCKS + block) * SYMM_MAX_RANKS + writer;
+}
+
+__device__ __forceinline__ uint32_t loadAcquireSys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void storeReleaseSys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* Called every 2048 polls of any spin loop: 0 to keep waiting, else why to give up
+ * (SYMM_AR_ERROR_ABORT, SYMM_AR_ERROR_TIMEOUT, or 3 = another block or thread gave up first).
+ * *start holds the time of the first check (0 before). */
+__device__ __forceinline__ uint32_t shouldGiveUp(const KernelArgs& a, uint64_t* start) {
+  if (*a.abortFlag != 0) {
+    *a.errorFlag = SYMM_AR_ERROR_ABORT;
+    return SYMM_AR_ERROR_ABORT;
+  }
+  if (*a.errorFlag != 0) return 3;
+  if (a.timeoutNs != 0) {
+    const uint64_t now = globalTimerNs();
+    if (*start == 0) {
+      *start = now;
+    } else if (now - *start > a.timeoutNs) {
+      *a.errorFlag = SYMM_AR_ERROR_TIMEOUT;
+      return SYMM_AR_ERROR_TIMEOUT;
+    }
+  }
+  return 0;
+}
+
+/* Spins until *word reaches `want` (wrap-safe). Returns 0 when it did, else the reason it gave
+ * up (see shouldGiveUp); *seen = last value read. */
+__device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint32_t* word,
+                                              uint32_t want, uint32_t* seen) {
+  uint64_t start = 0;
+  for (uint32_t polls = 1;; polls++) {
+    const uint32_t got = loadAcquireSys(word);
+    *seen = got;
+    if ((int32_t)(got - want) >= 0) return 0;
+    if ((polls & 2047u) == 0) {
+      const uint32_t why = shouldGiveUp(a, &start);
+      if (why != 0) return why;
+    }
+  }
+}
+
+/* Prints why a block gave up waiting (called only on the way out). Scalars only: a reference
+ * to the kernel arguments would force them into local memory. */
+__device__ __noinline__ void reportTimeout(int rank, unsigned long long ms, int peer, int purpose,
+                                           uint32_t want, uint32_t seen) {
+  printf("libsymmcoll: rank %d block %d gave up after %llu ms waiting for rank %d "
+         "(signal %d, epoch %u, seen %u)\n",
+         rank, (int)blockIdx.x, ms, peer, purpose, want, seen);
+}
+
+/* Block-level barrier with block blockIdx.x of every rank (itself included).
+ * Arrive: __syncthreads orders this block's prior writes before thread t's system-scope release
+ * store of `epoch` into rank t's pad. Wait: thread t acquires rank t's word in our pad, then
+ * __syncthreads publishes that to the whole block. `failed` is block-shared. */
+__device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, uint32_t epoch,
+                                             volatile int* failed) {
+  __syncthreads();
+  const int t = threadIdx.x;
+  uint32_t why = 0, seen = 0;
+  if (t < a.nranks) {
+    storeReleaseSys(a.signals[t] + signalIndex(purpose, blockIdx.x, a.rank), epoch);
+    why = spinUntil(a, a.signals[a.rank] + signalIndex(purpose, blockIdx.x, t), epoch, &seen);
+    if (why != 0) *failed = 1;
+  }
+  __syncthreads();
+  if (*failed == 0) return true;
+  if (why == SYMM_AR_ERROR_TIMEOUT)
+    reportTimeout(a.rank, (unsigned long long)(a.timeoutNs / 1000000u), t, purpose, epoch, seen);
+  return false;
+}
+
+/* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device).
+ * The host-mapped abort/error flags are not read here (a PCIe round trip on every call): a
+ * kernel of a communicator that gave up notices them in its first wait, before it has touched
+ * user memory, and leaves. */
+__device__ __forceinline__ bool beginCall(const KernelArgs& a, uint32_t* epochOut,
+                                          volatile int* failed) {
+  __shared__ uint32_t epoch;
+  if (threadIdx.x == 0) {
+    *failed = 0;
+    epoch = a.localState[0] + 1u;
+  }
+  __syncthreads();
+  *epochOut = epoch;
+  return *failed == 0;
+}
+
+/* End of every kernel that completed: the last block to finish publishes the new call count for
+ * the next launch on this stream (kernel boundaries order it; no spinning). */
+__device__ __forceinline__ void endCall(const KernelArgs& a, uint32_t epoch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t done = atomicAdd(&a.localState[1], 1u);
+    if (done == gridDim.x - 1) {
+      a.localState[1] = 0;
+      a.localState[0] = epoch;
+    }
+  }
+}
+
+}  // namespace symm
+
+#endif

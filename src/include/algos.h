@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* C entry points of the all-reduce kernels in src/algos (launchers and what they support). */
+#ifndef SYMMCOLL_ALGOS_H
+#define SYMMCOLL_ALGOS_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "nccl_api.h"
+#include "symm_peers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Our all-reduce algorithms; SYMM_AR_NCCL means "forward to the real NCCL". */
+enum symmArAlgo {
+  SYMM_AR_NCCL = 0,
+  SYMM_AR_ONESHOT = 1,
+  SYMM_AR_TWOSHOT = 2,
+  SYMM_AR_MULTIMEM = 3,
+  SYMM_AR_LAMPORT = 4, /* one-shot without barriers: data carries its own epoch flags */
+  SYMM_AR_NALGOS = 5
+};
+
+/* One all-reduce as the launcher sees it. */
+struct symmAllReduceCall {
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  ncclDataType_t datatype;
+  ncclRedOp_t op; /* built-in ops only (< ncclNumOps) */
+  enum symmArAlgo algo;
+  int emulateMultimem; /* multimem kernel with loops over peer pointers instead of multicast */
+  /* NULL, or every rank's address of sendbuff in a registered symmetric window (zero-copy
+   * input for the two-shot kernel; the other kernels ignore it). */
+  void* const* inputPeers;
+};
+
+/* 1 when `algo` has a kernel for this datatype/op (multimem: the types and ops that
+ * multimem.ld_reduce supports; emulation follows the same list). */
+int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t datatype, ncclRedOp_t op);
+
+/* Enqueues the all-reduce on `stream` (capturable). Messages larger than half the staging
+ * buffer run as several launches. count 0 launches nothing. The call is collective: every
+ * rank must issue the same sequence of launches (same algo, count, datatype) on its peers. */
+ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call,
+                                 const struct symmPeers* peers, cudaStream_t stream);
+
+/* Bytes of one launch (chunk) of the staged algorithms for this staging buffer. */
+size_t symmAllReduceChunkBytes(const struct symmPeers* peers);
+
+/* Lamport one-shot: messages up to SYMM_AR_LAMPORT_MAX_BYTES, in a region at the end of the
+ * staging buffer (2 parities x 8 writer slots x 2x the message: each 8 bytes travel as
+ * 4 data + 4 flag + 4 data + 4 flag), present when bufferBytes >= 4 x that region. */
+#define SYMM_AR_LAMPORT_MAX_BYTES ((size_t)32 << 10)
+#define SYMM_AR_LAMPORT_REGION_BYTES ((size_t)2 * SYMM_MAX_RANKS * 2 * SYMM_AR_LAMPORT_MAX_BYTES)
+int symmAllReduceLamportFits(size_t bytes, size_t bufferBytes);
+
+/* Layout facts shared with tests and the transport (see src/algos/README.md). */
+#define SYMM_AR_MAX_BLOCKS 64
+#define SYMM_AR_SIGNAL_PURPOSES 3
+#define SYMM_AR_SIGNAL_WORDS (SYMM_AR_SIGNAL_PURPOSES * SYMM_AR_MAX_BLOCKS * SYMM_MAX_RANKS)
+#define SYMM_AR_STATE_WORDS 2
+
+/* errorFlag values a kernel writes. */
+#define SYMM_AR_ERROR_ABORT 1u
+#define SYMM_AR_ERROR_TIMEOUT 2u
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The all-reduce tuner: one threshold table keyed by world size, element size and GPU arch. */
+#include "tuner.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#include "debug.h"
+#include "param.h"
+
+SYMMCOLL_PARAM_STR(AllReduceAlgo, "ALLREDUCE_ALGO", "auto",
+                   "force the all-reduce algorithm: oneshot|twoshot|multimem|lamport|nccl|auto")
+SYMMCOLL_PARAM(MultimemEmulate, "MULTIMEM_EMULATE", 0,
+               "1: run the multimem kernel with peer loads/stores instead of multicast (tests)")
+SYMMCOLL_PARAM(LamportMaxBytes, "LAMPORT_MAX_BYTES", -1,
+               "Lamport (barrier-free) one-shot all-reduce up to this many bytes (-1: tuner table)")
+SYMMCOLL_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", -1,
+               "one-shot all-reduce up to this many bytes (-1: tuner table)")
+SYMMCOLL_PARAM(TwoshotMaxBytes, "TWOSHOT_MAX_BYTES", -1,
+               "two-shot all-reduce up to this many bytes, NCCL above (-1: tuner table)")
+SYMMCOLL_PARAM(MultimemMinBytes, "MULTIMEM_MIN_BYTES", -1,
+               "multimem all-reduce from this many bytes (-1: tuner table)")
+SYMMCOLL_PARAM(MultimemMaxBytes, "MULTIMEM_MAX_BYTES", -1,
+               "multimem all-reduce up to this many bytes (-1: tuner table)")
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+#define NEVER ((size_t)0)      /* as a max: never; as multimemMin with max NEVER: off */
+
+/* THE table. First row that matches (nranks in [minRanks, maxRanks], elemSize 0 = any or equal,
+ * arch 0 = any or equal) wins; put specific rows before general ones. Times to beat are in
+ * shared/BASELINE.md. Initial values are estimates for H200 over NVLink (NV18) and are meant to
+ * be replaced by measurements (perf/ binaries with SYMMCOLL_ALLREDUCE_ALGO=... sweeps):
+ *  - Lamport one-shot: no barrier at all (data carries epoch flags, 2x the bytes): smallest sizes.
+ *  - one-shot moves (n-1)x the message per rank but needs one barrier: wins while latency rules.
+ *  - two-shot moves 2(n-1)/n and needs two barriers: wins from a few hundred KiB.
+ *  - multimem (NVLS) moves 2x/n through the switch: only with multicast (n >= 4).
+ *  - NCCL above twoshotMax. */
+struct tuneRow {
+  int minRanks, maxRanks, elemSize, arch;
+  struct symmTuneThresholds t;
+};
+static const struct tuneRow tuneTable[] = {
+    /* ranks  elem arch  lamportMax  oneshotMax  multimemMin  multimemMax  twoshotMax */
+    {2, 2, 0, 0, {16 * KiB, 256 * KiB, NEVER, NEVER, 256 * MiB}},
+    {3, 4, 0, 0, {8 * KiB, 64 * KiB, 64 * KiB, 1 * GiB, 64 * MiB}},
+    {5, 8, 0, 0, {4 * KiB, 32 * KiB, 32 * KiB, 1 * GiB, 32 * MiB}},
+};
+static const struct symmTuneThresholds tuneFallback = {NEVER, 0, NEVER, NEVER, 0}; /* NCCL */
+
+static size_t elemSizeOf(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+const char* symmArAlgoName(enum symmArAlgo algo) {
+  switch (algo) {
+    case SYMM_AR_NCCL: return "nccl";
+    case SYMM_AR_ONESHOT: return "oneshot";
+    case SYMM_AR_TWOSHOT: return "twoshot";
+    case SYMM_AR_MULTIMEM: return "multimem";
+    case SYMM_AR_LAMPORT: return "lamport";
+    default: return "unknown";
+  }
+}
+
+int symmArAlgoParse(const char* name) {
+  if (name == NULL || name[0] == '\0' || strcasecmp(name, "auto") == 0) return -1;
+  for (int a = 0; a < SYMM_AR_NALGOS; a++)
+    if (strcasecmp(name, symmArAlgoName((enum symmArAlgo)a)) == 0) return a;
+  return -2;
+}
+
+unsigned symmTunerAvailable(const struct symmTuneInput* in) {
+  unsigned set = 1u << SYMM_AR_NCCL;
+  if (in->nranks < 2 || in->nranks > SYMM_MAX_RANKS || elemSizeOf(in->datatype) == 0 ||
+      (int)in->op < 0 || (int)in->op >= (int)ncclNumOps)
+    return set;
+  if (symmAllReduceKernelExists(SYMM_AR_ONESHOT, in->datatype, in->op))
+    set |= 1u << SYMM_AR_ONESHOT;
+  if (symmAllReduceKernelExists(SYMM_AR_TWOSHOT, in->datatype, in->op))
+    set |= 1u << SYMM_AR_TWOSHOT;
+  if (symmAllReduceKernelExists(SYMM_AR_LAMPORT, in->datatype, in->op) &&
+      symmAllReduceLamportFits(in->bytes, in->stagingBytes))
+    set |= 1u << SYMM_AR_LAMPORT;
+  if ((in->multicastReady || symmParamMultimemEmulate() != 0) &&
+      symmAllReduceKernelExists(SYMM_AR_MULTIMEM, in->datatype, in->op))
+    set |= 1u << SYMM_AR_MULTIMEM;
+  return set;
+}
+
+static size_t knob(int64_t value, size_t tableValue) {
+  return value < 0 ? tableValue : (size_t)value;
+}
+
+void symmTunerThresholds(const struct symmTuneInput* in, struct symmTuneThresholds* out) {
+  const size_t esize = elemSizeOf(in->datatype);
+  *out = tuneFallback;
+  for (size_t i = 0; i < sizeof(tuneTable) / sizeof(tuneTable[0]); i++) {
+    const struct tuneRow* row = &tuneTable[i];
+    if (in->nranks < row->minRanks || in->nranks > row->maxRanks) continue;
+    if (row->elemSize != 0 && (size_t)row->elemSize != esize) continue;
+    if (row->arch != 0 && row->arch != in->arch) continue;
+    *out = row->t;
+    break;
+  }
+  out->lamportMax = knob(symmParamLamportMaxBytes(), out->lamportMax);
+  out->oneshotMax = knob(symmParamOneshotMaxBytes(), out->oneshotMax);
+  out->twoshotMax = knob(symmParamTwoshotMaxBytes(), out->twoshotMax);
+  out->multimemMin = knob(symmParamMultimemMinBytes(), out->multimemMin);
+  out->multimemMax = knob(symmParamMultimemMaxBytes(), out->multimemMax);
+}
+
+/* Logs each distinct (ranks, type, op, size class, registered, choice) once. */
+#define LOGGED_SLOTS 4096
+static uint64_t loggedCases[LOGGED_SLOTS];
+static pthread_mutex_t loggedLock = PTHREAD_MUTEX_INITIALIZER;
+
+static int log2Ceil(size_t v) {
+  int l = 0;
+  while (l < 63 && ((size_t)1 << l) < v) l++;
+  return l;
+}
+
+static void logOnce(const struct symmTuneInput* in, enum symmArAlgo algo, const char* why) {
+  if (symmLogLevel() < SYMM_LOG_INFO) return;
+  const uint64_t key = 1u + ((uint64_t)in->nranks | (uint64_t)in->datatype << 8 |
+                             (uint64_t)in->op << 16 | (uint64_t)log2Ceil(in->bytes) << 24 |
+                             (uint64_t)(in->registered != 0) << 32 | (uint64_t)algo << 40);
+  int fresh = 0;
+  pthread_mutex_lock(&loggedLock);
+  for (uint64_t i = 0; i < LOGGED_SLOTS; i++) {
+    uint64_t* slot = &loggedCases[(key * 0x9e3779b97f4a7c15ull + i) % LOGGED_SLOTS];
+    if (*slot == key) break;
+    if (*slot == 0) {
+      *slot = key;
+      fresh = 1;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&loggedLock);
+  if (fresh)
+    INFO(SYMM_TUNER, "all-reduce %zu bytes (<= 2^%d), %d ranks, type %d, op %d%s: %s (%s)",
+         in->bytes, log2Ceil(in->bytes), in->nranks, (int)in->datatype, (int)in->op,
+         in->registered ? ", registered" : "", symmArAlgoName(algo), why);
+}
+
+enum symmArAlgo symmTunerPick(const struct symmTuneInput* in) {
+  const unsigned avail = symmTunerAvailable(in);
+  const int forced = symmArAlgoParse(symmParamAllReduceAlgo());
+  if (forced >= 0) {
+    if (avail & (1u << forced)) {
+      logOnce(in, (enum symmArAlgo)forced, "SYMMCOLL_ALLREDUCE_ALGO");
+      return (enum symmArAlgo)forced;
+    }
+    logOnce(in, SYMM_AR_NCCL, "forced algorithm unavailable here, using the table");
+  } else if (forced == -2) {
+    static int warned;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+      WARN("SYMMCOLL_ALLREDUCE_ALGO=%s is not one of oneshot|twoshot|multimem|lamport|nccl|auto; "
+           "using auto", symmParamAllReduceAlgo());
+  }
+  struct symmTuneThresholds t;
+  symmTunerThresholds(in, &t);
+  enum symmArAlgo pick = SYMM_AR_NCCL;
+  if ((avail & (1u << SYMM_AR_LAMPORT)) && in->bytes <= t.lamportMax)
+    pick = SYMM_AR_LAMPORT;
+  else if ((avail & (1u << SYMM_AR_ONESHOT)) && in->bytes <= t.oneshotMax)
+    pick = SYMM_AR_ONESHOT;
+  else if ((avail & (1u << SYMM_AR_MULTIMEM)) && t.multimemMax != NEVER &&
+           in->bytes >= t.multimemMin && in->bytes <= t.multimemMax)
+    pick = SYMM_AR_MULTIMEM;
+  else if ((avail & (1u << SYMM_AR_TWOSHOT)) && in->bytes <= t.twoshotMax)
+    pick = SYMM_AR_TWOSHOT;
+  logOnce(in, pick, "table");
+  return pick;
+}
