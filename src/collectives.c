@@ -11,12 +11,6 @@
 #include "transport.h"
 #include "tuner.h"
 
-/* The transport's entry points are weak here so this branch links before src/transport lands;
- * comm->transport is NULL until it does, so they are never reached undefined. */
-#pragma weak symmTransportPeers
-#pragma weak symmTransportFindWindow
-#pragma weak symmTransportMulticastReady
-
 static size_t allReduceTypeSize(ncclDataType_t datatype) {
   switch (datatype) {
     case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
@@ -29,22 +23,35 @@ static size_t allReduceTypeSize(ncclDataType_t datatype) {
 
 /* An all-reduce of ours, ready to launch now or at the outermost GroupEnd. */
 struct allReduceOp {
+  struct symmComm* comm;
   struct symmAllReduceCall call;
-  struct symmPeers peers; /* copy: fixed for the communicator's life */
   void* inputPeers[SYMM_MAX_RANKS];
-  int cudaDev;
   cudaStream_t stream;
 };
 
-/* Launches on the communicator's device, restoring the caller's current device. */
+/* Launches on the communicator's device, restoring the caller's current device. The transport
+ * holds its launch lock meanwhile, so an abort or destroy on another thread cannot unmap the
+ * memory under us; after an abort the operation goes to the real NCCL, which reports it. */
 static ncclResult_t launchAllReduce(struct allReduceOp* op) {
+  const struct symmPeers* peers = symmTransportBeginLaunch(op->comm);
+  if (peers == NULL) {
+    const struct symmAllReduceCall* c = &op->call;
+    ncclResult_t res;
+    SYMM_CALL_REAL(res, ncclAllReduce, (c->sendbuff, c->recvbuff, c->count, c->datatype, c->op,
+                                        op->comm->real, op->stream));
+    return res;
+  }
   int oldDev = -1;
   ncclResult_t res = ncclSuccess;
-  CUDACHECK(cudaGetDevice(&oldDev));
-  if (oldDev != op->cudaDev) CUDACHECK(cudaSetDevice(op->cudaDev));
+  int launched = 0;
+  CUDACHECKGOTO(cudaGetDevice(&oldDev), res, end_launch);
+  if (oldDev != op->comm->cudaDev) CUDACHECKGOTO(cudaSetDevice(op->comm->cudaDev), res, end_launch);
   if (op->call.inputPeers != NULL) op->call.inputPeers = op->inputPeers; /* after a copy */
-  res = symmAllReduceLaunch(&op->call, &op->peers, op->stream);
-  if (oldDev != op->cudaDev) CUDACHECK(cudaSetDevice(oldDev));
+  res = symmAllReduceLaunch(&op->call, peers, op->stream);
+  launched = (res == ncclSuccess);
+  if (oldDev != op->comm->cudaDev) CUDACHECKGOTO(cudaSetDevice(oldDev), res, end_launch);
+end_launch:
+  symmTransportEndLaunch(op->comm, op->stream, launched);
   return res;
 }
 
@@ -61,7 +68,7 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
                                     size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                                     cudaStream_t stream, int* handled) {
   *handled = 0;
-  if (comm->transport == NULL || symmTransportPeers == NULL) return ncclSuccess;
+  if (comm->transport == NULL) return ncclSuccess;
   const struct symmPeers* peers = symmTransportPeers(comm);
   if (peers == NULL || *peers->abortFlag != 0) return ncclSuccess; /* NCCL reports the abort */
   const size_t bytes = count * allReduceTypeSize(datatype);
@@ -70,10 +77,8 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
   memset(&local, 0, sizeof(local));
   /* Symmetric windows sit at the same offset on every rank (NCCL's contract for
    * NCCL_WIN_COLL_SYMMETRIC), so "registered" is the same decision on all ranks. */
-  const int registered = symmTransportFindWindow != NULL &&
-                         symmTransportFindWindow(comm, sendbuff, bytes, local.inputPeers) != 0;
-  const int multicastReady =
-      symmTransportMulticastReady != NULL && symmTransportMulticastReady(comm) != 0;
+  const int registered = symmTransportFindWindow(comm, sendbuff, bytes, local.inputPeers) != 0;
+  const int multicastReady = symmTransportMulticastReady(comm) != 0;
   struct symmTuneInput in = {.nranks = comm->nranks, .datatype = datatype, .op = op,
                              .bytes = bytes, .registered = registered,
                              .multicastReady = multicastReady, .arch = 0,
@@ -85,8 +90,7 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
                                           .count = count, .datatype = datatype, .op = op,
                                           .algo = algo, .emulateMultimem = !multicastReady,
                                           .inputPeers = registered ? local.inputPeers : NULL};
-  local.peers = *peers;
-  local.cudaDev = comm->cudaDev;
+  local.comm = comm;
   local.stream = stream;
   *handled = 1;
   if (symmGroupDepth() == 0) return launchAllReduce(&local);
