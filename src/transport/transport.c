@@ -677,8 +677,11 @@ const struct symmPeers* symmTransportPeers(const struct symmComm* comm) {
 }
 
 int symmTransportMulticastReady(const struct symmComm* comm) {
-  if (!symmMulticastEnvAllows()) return 0; /* first, always */
-  return comm && comm->transport && comm->transport->peers.multicastBuffer != NULL;
+  /* No multicast mapping means no multicast (and skips the environment scan on every call);
+   * with one, the environment still has the last word. */
+  if (comm == NULL || comm->transport == NULL || comm->transport->peers.multicastBuffer == NULL)
+    return 0;
+  return symmMulticastEnvAllows();
 }
 
 long symmTransportMulticastAttempts(void) { return symmMulticastAttempts(); }
