@@ -835,9 +835,11 @@ static void installSpy(int rank) {
   realAllGather = symmReal.ncclAllGather;
   symmReal.ncclAllGather = spyAllGather;
   if (spyMode == 2 && rank == 1) {
-    /* Keep a copy of this rank's stderr to look for the WARN line. */
+    /* Keep this rank's log to look for the WARN line: libsymmcoll logs to stdout, as NCCL. */
     int fd = open(squatLog, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0) {
+      fflush(stdout);
+      dup2(fd, 1);
       dup2(fd, 2);
       close(fd);
     }
