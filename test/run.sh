@@ -18,7 +18,7 @@ setup build "$@"
 ninja -C build
 meson test -C build --suite cpu --print-errorlogs
 
-setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dperf=false "$@"
+setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dgpu_archs=90a "$@"
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-asan --suite cpu --print-errorlogs
