@@ -49,12 +49,16 @@ static struct {
              (1u << SYMM_AR_LAMPORT)};
 
 static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
-/* Thread-safe CHECK for threads mode. */
+/* Thread-safe CHECK for threads mode. `cond` is evaluated BEFORE the lock is taken: it is often
+ * a blocking call (syncAll, a collective) that waits for another rank thread, and that thread
+ * must not be stuck behind the lock meanwhile (its next CHECK would wait for our sync, which
+ * waits for its kernel: a stall until the kernels time out, then skewed epochs). */
 #define TCHECK(cond, ...)                                      \
   do {                                                         \
+    const int tcheckOk_ = (cond) ? 1 : 0;                      \
     pthread_mutex_lock(&checkLock);                            \
     harnessChecks++;                                           \
-    if (!(cond)) {                                             \
+    if (!tcheckOk_) {                                          \
       harnessFailures++;                                       \
       fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
       fprintf(stderr, __VA_ARGS__);                            \
