@@ -372,7 +372,9 @@ static size_t checkResults(struct driver* d, const struct arCall* a, struct host
 /* ------------------------------------------------------------------------------------------ */
 /* Cases */
 
-static uint64_t rngState;
+/* Per thread: in --threads mode every rank thread is a driver and must draw the same sequence
+ * (a shared state would interleave the draws, and the ranks would issue different calls). */
+static __thread uint64_t rngState;
 static uint64_t rnd(void) { /* same sequence in every driver: all ranks agree on the cases */
   rngState ^= rngState << 13;
   rngState ^= rngState >> 7;
@@ -685,7 +687,8 @@ static void soakTest(struct driver* d) {
         CUDA_OR_DIE(cudaMemcpy(&bad, d->local[i]->devMismatch, sizeof(bad), cudaMemcpyDeviceToHost));
         TCHECK(bad == 0, "soak rank %d: %llu wrong bytes in calls up to %ld", d->local[i]->rank,
                bad, n);
-        CUDA_OR_DIE(cudaMemset(d->local[i]->devMismatch, 0, sizeof(bad)));
+        /* On the compare kernels' stream: the legacy stream would not order it before them. */
+        CUDA_OR_DIE(cudaMemsetAsync(d->local[i]->devMismatch, 0, sizeof(bad), d->local[i]->stream));
       }
     }
   }
