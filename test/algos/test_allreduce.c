@@ -49,12 +49,16 @@ static struct {
              (1u << SYMM_AR_LAMPORT)};
 
 static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
-/* Thread-safe CHECK for threads mode. */
+/* Thread-safe CHECK for threads mode. `cond` is evaluated BEFORE the lock is taken: it is often
+ * a blocking call (syncAll, a collective) that waits for another rank thread, and that thread
+ * must not be stuck behind the lock meanwhile (its next CHECK would wait for our sync, which
+ * waits for its kernel: a stall until the kernels time out, then skewed epochs). */
 #define TCHECK(cond, ...)                                      \
   do {                                                         \
+    const int tcheckOk_ = (cond) ? 1 : 0;                      \
     pthread_mutex_lock(&checkLock);                            \
     harnessChecks++;                                           \
-    if (!(cond)) {                                             \
+    if (!tcheckOk_) {                                          \
       harnessFailures++;                                       \
       fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
       fprintf(stderr, __VA_ARGS__);                            \
@@ -368,7 +372,9 @@ static size_t checkResults(struct driver* d, const struct arCall* a, struct host
 /* ------------------------------------------------------------------------------------------ */
 /* Cases */
 
-static uint64_t rngState;
+/* Per thread: in --threads mode every rank thread is a driver and must draw the same sequence
+ * (a shared state would interleave the draws, and the ranks would issue different calls). */
+static __thread uint64_t rngState;
 static uint64_t rnd(void) { /* same sequence in every driver: all ranks agree on the cases */
   rngState ^= rngState << 13;
   rngState ^= rngState >> 7;
@@ -681,7 +687,8 @@ static void soakTest(struct driver* d) {
         CUDA_OR_DIE(cudaMemcpy(&bad, d->local[i]->devMismatch, sizeof(bad), cudaMemcpyDeviceToHost));
         TCHECK(bad == 0, "soak rank %d: %llu wrong bytes in calls up to %ld", d->local[i]->rank,
                bad, n);
-        CUDA_OR_DIE(cudaMemset(d->local[i]->devMismatch, 0, sizeof(bad)));
+        /* On the compare kernels' stream: the legacy stream would not order it before them. */
+        CUDA_OR_DIE(cudaMemsetAsync(d->local[i]->devMismatch, 0, sizeof(bad), d->local[i]->stream));
       }
     }
   }

@@ -45,18 +45,32 @@
 
 /* ---- checks from several threads; counts from child processes ---------------------------- */
 
+/* The checked expression is evaluated BEFORE the lock is taken: it is often a blocking call
+ * (cudaStreamSynchronize behind a spinning kernel, ncclCommWindowRegister, a collective) that
+ * waits for another rank thread, which must not be stuck behind the lock meanwhile. */
 static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
-#define TCHECK(cond)                   \
-  do {                                 \
-    pthread_mutex_lock(&checkLock);    \
-    CHECK(cond);                       \
-    pthread_mutex_unlock(&checkLock);  \
+#define TCHECK(cond)                                                              \
+  do {                                                                            \
+    const int tcheckOk_ = (cond) ? 1 : 0;                                         \
+    pthread_mutex_lock(&checkLock);                                               \
+    harnessChecks++;                                                              \
+    if (!tcheckOk_) {                                                             \
+      harnessFailures++;                                                          \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);    \
+    }                                                                             \
+    pthread_mutex_unlock(&checkLock);                                             \
   } while (0)
-#define TCHECK_EQ_INT(a, b)            \
-  do {                                 \
-    pthread_mutex_lock(&checkLock);    \
-    CHECK_EQ_INT(a, b);                \
-    pthread_mutex_unlock(&checkLock);  \
+#define TCHECK_EQ_INT(a, b)                                                       \
+  do {                                                                            \
+    const long long tcheckA_ = (long long)(a), tcheckB_ = (long long)(b);         \
+    pthread_mutex_lock(&checkLock);                                               \
+    harnessChecks++;                                                              \
+    if (tcheckA_ != tcheckB_) {                                                   \
+      harnessFailures++;                                                          \
+      fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, \
+              tcheckA_, tcheckB_);                                                \
+    }                                                                             \
+    pthread_mutex_unlock(&checkLock);                                             \
   } while (0)
 #define CUDA_OK(call) TCHECK_EQ_INT((call), cudaSuccess)
 
