@@ -14,9 +14,11 @@ extern "C" {
 
 SYMMCOLL_PARAM(SpinTimeoutMs, "SPIN_TIMEOUT_MS", 10000,
                "ms a kernel waits for a peer before giving up (sets the async error); 0 = forever")
-SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 32,
-               "most thread blocks per all-reduce kernel (1..64); must match on all ranks")
-SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 16384,
+/* Measured on 2x H200 (perf/RESULTS.md): 64 blocks move 1.4x the bytes of 32 at 4..256 MiB,
+ * and 2 KiB per block halves the one-shot/Lamport latency at 16 KiB against 16 KiB per block. */
+SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 64,
+               "most thread blocks per all-reduce kernel (1..128); must match on all ranks")
+SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048,
                "all-reduce bytes per thread block before another block is added; same on all ranks")
 
 namespace symm {

@@ -58,7 +58,7 @@ size_t symmAllReduceChunkBytes(const struct symmPeers* peers);
 int symmAllReduceLamportFits(size_t bytes, size_t bufferBytes);
 
 /* Layout facts shared with tests and the transport (see src/algos/README.md). */
-#define SYMM_AR_MAX_BLOCKS 64
+#define SYMM_AR_MAX_BLOCKS 128
 #define SYMM_AR_SIGNAL_PURPOSES 3
 #define SYMM_AR_SIGNAL_WORDS (SYMM_AR_SIGNAL_PURPOSES * SYMM_AR_MAX_BLOCKS * SYMM_MAX_RANKS)
 #define SYMM_AR_STATE_WORDS 2

@@ -624,6 +624,10 @@ static void soakTest(struct driver* d) {
     if (!algoWanted(algo, dt, op, count))
       algo = algoWanted(SYMM_AR_ONESHOT, dt, op, count) ? SYMM_AR_ONESHOT : SYMM_AR_TWOSHOT;
     if (!algoWanted(algo, dt, op, count)) continue;
+    /* Sizes above the two-shot threshold go to the real NCCL (or the test bootstrap), whose avg
+     * rounds differently from ours when 1/n is inexact (n = 3, 5, 6, 7): only ours is checked
+     * bit for bit against our reference. */
+    if (opt.mode == MODE_NCCL && op == ncclAvg && count * arTypeSize(dt) > 98304) continue;
     const size_t off = rnd() % (SOAK_MAX_COUNT - count + 1);
     const size_t recvOff = (rnd() % 8) * arTypeSize(dt);
     const int inPlace = (int)(rnd() % 3 == 0);

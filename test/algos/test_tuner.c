@@ -141,23 +141,27 @@ int main(void) {
   symmParamResetAll();
   in = input(2, ncclInt8, ncclMin, 20000);
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_LAMPORT);
-  in.bytes = 1 << 20; /* too big: table */
+  in.bytes = 2 << 20; /* too big: table */
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
   clearEnv();
   /* From here on the table's Lamport range is off, to test the other thresholds alone. */
   lamportOff = 1;
   clearEnv();
 
-  /* 2 ranks: one-shot at 1 KiB, two-shot at 1 MiB and 16 MiB (BASELINE targets). */
+  /* 2 ranks (measured on 2x H200): one-shot at 1 KiB and 1 MiB, two-shot at 4 MiB, NCCL at
+   * 16 MiB, where NCCL's ring wins. */
   in = input(2, ncclBfloat16, ncclSum, 1024);
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
   in.bytes = 1 << 20;
-  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
-  in.bytes = 16 << 20;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  in.bytes = 4 << 20;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
   /* Multicast never changes the 2-rank choice (no multimem rows for 2 ranks). */
   in.multicastReady = 1;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  in.multicastReady = 0;
+  in.bytes = 16 << 20;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
 
   /* Overrides: forced algorithm; unavailable forced algorithm falls back to the table. */
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
