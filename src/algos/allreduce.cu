@@ -735,6 +735,8 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
   int64_t maxBlocks = symmParamArMaxBlocks();
   if (maxBlocks < 1) maxBlocks = 1;
   if (maxBlocks > SYMM_AR_MAX_BLOCKS) maxBlocks = SYMM_AR_MAX_BLOCKS;
+  /* Several ranks on one GPU (tests only): their spinning blocks must all be resident together. */
+  if (peers->ranksPerDevice > 1) maxBlocks = maxBlocks / peers->ranksPerDevice > 0 ? maxBlocks / peers->ranksPerDevice : 1;
   int64_t bytesPerBlock = symmParamArBytesPerBlock();
   if (bytesPerBlock < 1024) bytesPerBlock = 1024;
 

@@ -28,6 +28,10 @@ struct symmPeers {
   /* Device word a kernel sets (non-zero) when it gave up (abort or timeout); the host reads it
    * for ncclCommGetAsyncError. Host-mapped. */
   volatile uint32_t* errorFlag;
+  /* Most ranks of this communicator that share one GPU (1 in production; more only in tests that
+   * run several ranks per GPU). Identical on all ranks: kernels use it to keep their grids small
+   * enough that every rank's blocks on a GPU can be resident at once. 0 reads as 1. */
+  int ranksPerDevice;
   /* Multicast address of the staging buffers, or NULL (never set where multicast is off). */
   void* multicastBuffer;
 };

@@ -418,6 +418,18 @@ static void finishServers(struct setupCtx* x, int cancel) {
   x->server = x->mcServer = NULL;
 }
 
+/* Most ranks on one GPU (by PCI bus id), from the all-gathered records: the same on all ranks. */
+static int ranksPerDevice(const struct symmPeerRecord* records, int nranks) {
+  int most = 1;
+  for (int r = 0; r < nranks; r++) {
+    int same = 0;
+    for (int q = 0; q < nranks; q++)
+      same += strncmp(records[r].busId, records[q].busId, sizeof(records[r].busId)) == 0;
+    if (same > most) most = same;
+  }
+  return most;
+}
+
 ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
   if (n <= 0) return ncclSuccess;
   struct setupCtx* ctx = calloc((size_t)n, sizeof(*ctx));
@@ -497,6 +509,7 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     t->cudaDev = c->cudaDev;
     t->peers.rank = c->rank;
     t->peers.nranks = c->nranks;
+    t->peers.ranksPerDevice = ranksPerDevice(ctx[i].records, c->nranks);
     t->uid = ctx[i].records[0].uid;
     t->timeoutMs = (int)symmParamSetupTimeoutMs();
     memcpy(t->secret, ctx[i].records[0].secret, sizeof(t->secret));

@@ -144,6 +144,7 @@ static void allocRankMemory(struct rankCtx* c) {
   memset(&c->peers, 0, sizeof(c->peers));
   c->peers.rank = c->rank;
   c->peers.nranks = nranksWorld;
+  c->peers.ranksPerDevice = (nranksWorld + ngpus - 1) / ngpus; /* as the transport computes it */
   c->peers.bufferBytes = opt.stagingBytes;
   c->peers.signalBytes = SIGNAL_BYTES;
   c->peers.localState = c->stateMem;
