@@ -46,9 +46,10 @@ struct tuneRow {
 static const struct tuneRow tuneTable[] = {
     /* ranks  elem arch  lamportMax  oneshotMax  multimemMin  multimemMax  twoshotMax */
     /* 2 ranks: measured on 2x H200 NV18, bf16, graph mode (perf/RESULTS.md, 2026-11-22):
-     * Lamport 3.2-3.5 us to 16 KiB, one-shot 5-11 us to 1 MiB, two-shot 24 us at 4 MiB against
-     * NCCL's 34; at 16 MiB two-shot (75 us) loses to NCCL (72 us), so NCCL from there on. */
-    {2, 2, 0, 0, {16 * KiB, 1 * MiB, NEVER, NEVER, 4 * MiB}},
+     * Lamport 3.4-3.8 us to 32 KiB (one-shot 4.9-5.2), one-shot 5-11 us to 1 MiB, two-shot
+     * 24 us at 4 MiB against NCCL's 34; from 8 MiB two-shot only ties NCCL and at 16 MiB it
+     * loses (75 us against 72), so NCCL from there on. */
+    {2, 2, 0, 0, {32 * KiB, 1 * MiB, NEVER, NEVER, 4 * MiB}},
     {3, 4, 0, 0, {8 * KiB, 64 * KiB, 64 * KiB, 1 * GiB, 64 * MiB}},
     {5, 8, 0, 0, {4 * KiB, 32 * KiB, 32 * KiB, 1 * GiB, 32 * MiB}},
 };
