@@ -11,16 +11,6 @@
 #include "transport.h"
 #include "tuner.h"
 
-static size_t allReduceTypeSize(ncclDataType_t datatype) {
-  switch (datatype) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
-  }
-}
-
 /* An all-reduce of ours, ready to launch now or at the outermost GroupEnd. */
 struct allReduceOp {
   struct symmComm* comm;
@@ -71,7 +61,7 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
   if (comm->transport == NULL) return ncclSuccess;
   const struct symmPeers* peers = symmTransportPeers(comm);
   if (peers == NULL || *peers->abortFlag != 0) return ncclSuccess; /* NCCL reports the abort */
-  const size_t bytes = count * allReduceTypeSize(datatype);
+  const size_t bytes = count * symmTypeSize(datatype);
 
   struct allReduceOp local;
   memset(&local, 0, sizeof(local));
@@ -115,7 +105,7 @@ SYMM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
   struct symmComm* ours = symmCommFind(comm);
   /* NULL, destroyed or foreign communicators: the real NCCL returns its own error code. */
   if (ours == NULL) goto forward;
-  const size_t esize = allReduceTypeSize(datatype);
+  const size_t esize = symmTypeSize(datatype);
   if (esize == 0) {
     WARN("ncclAllReduce: invalid datatype %d", (int)datatype);
     return ncclInvalidArgument;

@@ -636,21 +636,11 @@ template <typename E> static bool multimemOk(ncclRedOp_t op) {
   }
 }
 
-static size_t typeSize(ncclDataType_t t) {
-  switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
-  }
-}
-
 }  // namespace symm
 
 extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t datatype,
                                          ncclRedOp_t op) {
-  if (symm::typeSize(datatype) == 0 || (int)op < 0 || (int)op >= (int)ncclNumOps) return 0;
+  if (symmTypeSize(datatype) == 0 || (int)op < 0 || (int)op >= (int)ncclNumOps) return 0;
   switch (algo) {
     case SYMM_AR_ONESHOT:
     case SYMM_AR_TWOSHOT:
@@ -683,7 +673,7 @@ extern "C" size_t symmAllReduceChunkBytes(const struct symmPeers* peers) {
 
 extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call,
                                             const struct symmPeers* peers, cudaStream_t stream) {
-  const size_t esize = symm::typeSize(call->datatype);
+  const size_t esize = symmTypeSize(call->datatype);
   if (esize == 0 || !symmAllReduceKernelExists(call->algo, call->datatype, call->op)) {
     WARN("all-reduce: no %d kernel for datatype %d op %d", (int)call->algo, (int)call->datatype,
          (int)call->op);

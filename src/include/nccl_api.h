@@ -158,6 +158,18 @@ typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
 
 #define SYMMCOLL_ALL_FUNCS(X) SYMMCOLL_FORWARDED_FUNCS(X) SYMMCOLL_INTERCEPTED_FUNCS(X)
 
+/* Bytes per element of an NCCL datatype; 0 for a value that is not one (NCCL's
+ * ncclInvalidArgument case). One definition for the entry points, the tuner and the kernels. */
+static inline size_t symmTypeSize(ncclDataType_t datatype) {
+  switch (datatype) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
 /* Exported with default visibility; pncclX is an alias of ncclX, as in NCCL's NCCL_API. */
 #define SYMM_EXPORT __attribute__((visibility("default")))
 #define SYMM_PROFILING_ALIAS(ret, name, params) \

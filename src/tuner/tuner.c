@@ -55,16 +55,6 @@ static const struct tuneRow tuneTable[] = {
 };
 static const struct symmTuneThresholds tuneFallback = {NEVER, 0, NEVER, NEVER, 0}; /* NCCL */
 
-static size_t elemSizeOf(ncclDataType_t t) {
-  switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
-  }
-}
-
 const char* symmArAlgoName(enum symmArAlgo algo) {
   switch (algo) {
     case SYMM_AR_NCCL: return "nccl";
@@ -85,7 +75,7 @@ int symmArAlgoParse(const char* name) {
 
 unsigned symmTunerAvailable(const struct symmTuneInput* in) {
   unsigned set = 1u << SYMM_AR_NCCL;
-  if (in->nranks < 2 || in->nranks > SYMM_MAX_RANKS || elemSizeOf(in->datatype) == 0 ||
+  if (in->nranks < 2 || in->nranks > SYMM_MAX_RANKS || symmTypeSize(in->datatype) == 0 ||
       (int)in->op < 0 || (int)in->op >= (int)ncclNumOps)
     return set;
   if (symmAllReduceKernelExists(SYMM_AR_ONESHOT, in->datatype, in->op))
@@ -106,7 +96,7 @@ static size_t knob(int64_t value, size_t tableValue) {
 }
 
 void symmTunerThresholds(const struct symmTuneInput* in, struct symmTuneThresholds* out) {
-  const size_t esize = elemSizeOf(in->datatype);
+  const size_t esize = symmTypeSize(in->datatype);
   *out = tuneFallback;
   for (size_t i = 0; i < sizeof(tuneTable) / sizeof(tuneTable[0]); i++) {
     const struct tuneRow* row = &tuneTable[i];
