@@ -14,17 +14,39 @@ setup() { # dir, options...
   else meson setup "$dir" "$@" >/dev/null; fi
 }
 
+passed=0 failed=0 skipped=0
+tally() { # build dir: add the results of its last `meson test` run to the totals
+  local counts
+  counts=$(python3 - "$1/meson-logs/testlog.json" <<'PY'
+import json, sys
+ok = bad = skip = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line).get("result", "")
+    if r in ("OK", "EXPECTEDFAIL"): ok += 1
+    elif r == "SKIP": skip += 1
+    else: bad += 1
+print(ok, bad, skip)
+PY
+)
+  read -r p f s <<<"$counts"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+}
+
 setup build "$@"
 ninja -C build
 meson test -C build --suite cpu --print-errorlogs
+tally build
 
 setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dgpu_archs=90a "$@"
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-asan --suite cpu --print-errorlogs
+tally build-asan
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   meson test -C build --suite gpu --print-errorlogs
+  tally build
 else
   echo "no GPU: GPU suite skipped"
 fi
+echo "$passed passed, $failed failed, $skipped skipped"
