@@ -59,6 +59,11 @@ struct symmTransport {
 ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void* const* send,
                           void* const* recv, size_t bytes);
 
+struct symmFdRendezvous;
+/* The socket rendezvous of this rank for exchanges tagged `tag` (zero it after use: it holds
+ * the secret). */
+void symmFillRendezvous(const struct symmTransport* t, uint32_t tag, struct symmFdRendezvous* rv);
+
 /* Registry key of (comm, tag, rank). */
 void symmKeyOf(const struct symmTransport* t, uint32_t tag, int rank, struct symmMapKey* key);
 

@@ -143,6 +143,17 @@ void symmKeyOf(const struct symmTransport* t, uint32_t tag, int rank, struct sym
   key->rank = rank;
 }
 
+void symmFillRendezvous(const struct symmTransport* t, uint32_t tag, struct symmFdRendezvous* rv) {
+  memset(rv, 0, sizeof(*rv));
+  memcpy(rv->secret, t->secret, sizeof(rv->secret));
+  rv->tag = tag;
+  rv->rank = t->peers.rank;
+  rv->nranks = t->peers.nranks;
+  memcpy(rv->pids, t->pids, sizeof(rv->pids));
+  rv->uid = t->uid;
+  rv->timeoutMs = t->timeoutMs;
+}
+
 /* ---- per-rank pieces ---------------------------------------------------------------------- */
 
 static int maxRanks(void) {
@@ -258,14 +269,7 @@ static ncclResult_t buildLocal(struct setupCtx* x) {
     int fd = -1;
     NCCLCHECK(symmVmmExportFd(handle, &fd));
     struct symmFdRendezvous rv;
-    memset(&rv, 0, sizeof(rv));
-    memcpy(rv.secret, t->secret, sizeof(rv.secret));
-    rv.tag = SYMM_TAG_STAGING;
-    rv.rank = c->rank;
-    rv.nranks = c->nranks;
-    memcpy(rv.pids, t->pids, sizeof(rv.pids));
-    rv.uid = t->uid;
-    rv.timeoutMs = t->timeoutMs;
+    symmFillRendezvous(t, SYMM_TAG_STAGING, &rv);
     res = symmFdServerStart(&rv, fd, remote, &x->server);
     close(fd);
     memset(&rv, 0, sizeof(rv));
@@ -286,14 +290,7 @@ static ncclResult_t mapPeers(struct setupCtx* x) {
   struct symmTransport* t = x->t;
   CUDACHECK(cudaSetDevice(c->cudaDev));
   struct symmFdRendezvous rv;
-  memset(&rv, 0, sizeof(rv));
-  memcpy(rv.secret, t->secret, sizeof(rv.secret));
-  rv.tag = SYMM_TAG_STAGING;
-  rv.rank = c->rank;
-  rv.nranks = c->nranks;
-  memcpy(rv.pids, t->pids, sizeof(rv.pids));
-  rv.uid = t->uid;
-  rv.timeoutMs = t->timeoutMs;
+  symmFillRendezvous(t, SYMM_TAG_STAGING, &rv);
   ncclResult_t res = ncclSuccess;
   for (int k = 1; k < c->nranks && res == ncclSuccess; k++) {
     int q = (c->rank + k) % c->nranks; /* stagger so servers are not all hit at once */
@@ -350,14 +347,7 @@ static ncclResult_t multicastServe(struct setupCtx* x) {
   for (int r = 0; r < c->nranks; r++)
     if (t->pids[r] != t->pids[0]) remote |= 1u << r;
   struct symmFdRendezvous rv;
-  memset(&rv, 0, sizeof(rv));
-  memcpy(rv.secret, t->secret, sizeof(rv.secret));
-  rv.tag = SYMM_TAG_MULTICAST;
-  rv.rank = 0;
-  rv.nranks = c->nranks;
-  memcpy(rv.pids, t->pids, sizeof(rv.pids));
-  rv.uid = t->uid;
-  rv.timeoutMs = t->timeoutMs;
+  symmFillRendezvous(t, SYMM_TAG_MULTICAST, &rv);
   ncclResult_t res = remote ? symmFdServerStart(&rv, fd, remote, &x->mcServer) : ncclSuccess;
   close(fd);
   return res;
@@ -383,14 +373,7 @@ static ncclResult_t multicastJoin(struct setupCtx* x, struct setupCtx* all, int 
       t->mcBytes = owner->mcBytes;
     } else {
       struct symmFdRendezvous rv;
-      memset(&rv, 0, sizeof(rv));
-      memcpy(rv.secret, t->secret, sizeof(rv.secret));
-      rv.tag = SYMM_TAG_MULTICAST;
-      rv.rank = c->rank;
-      rv.nranks = c->nranks;
-      memcpy(rv.pids, t->pids, sizeof(rv.pids));
-      rv.uid = t->uid;
-      rv.timeoutMs = t->timeoutMs;
+      symmFillRendezvous(t, SYMM_TAG_MULTICAST, &rv);
       ncclResult_t res = symmFdFetch(&rv, 0, &fd);
       memset(&rv, 0, sizeof(rv));
       if (res != ncclSuccess) return res;

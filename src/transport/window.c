@@ -126,17 +126,6 @@ struct windowRecord {
   uint64_t allocBytes, offset, bytes;
 };
 
-static void fillRendezvous(const struct symmTransport* t, uint32_t tag, struct symmFdRendezvous* rv) {
-  memset(rv, 0, sizeof(*rv));
-  memcpy(rv->secret, t->secret, sizeof(rv->secret));
-  rv->tag = tag;
-  rv->rank = t->peers.rank;
-  rv->nranks = t->peers.nranks;
-  memcpy(rv->pids, t->pids, sizeof(rv->pids));
-  rv->uid = t->uid;
-  rv->timeoutMs = t->timeoutMs;
-}
-
 static void releaseWindow(struct symmWindow* w) {
   for (int r = SYMM_MAX_RANKS - 1; r >= 0; r--) symmRegistryRelease(w->maps[r]);
   free(w);
@@ -216,7 +205,7 @@ void symmTransportWindowRegistered(struct symmComm* comm, void* buff, size_t siz
       if (t->pids[r] != t->pids[rank]) remote |= 1u << r;
     if (remote) {
       struct symmFdRendezvous rv;
-      fillRendezvous(t, tag, &rv);
+      symmFillRendezvous(t, tag, &rv);
       localOk = symmVmmExportFd(handle, &fd) == ncclSuccess &&
                 symmFdServerStart(&rv, fd, remote, &server) == ncclSuccess;
       memset(&rv, 0, sizeof(rv));
@@ -227,7 +216,7 @@ void symmTransportWindowRegistered(struct symmComm* comm, void* buff, size_t siz
 
   localOk = 1;
   struct symmFdRendezvous rv;
-  fillRendezvous(t, tag, &rv);
+  symmFillRendezvous(t, tag, &rv);
   for (int k = 1; k < comm->nranks && localOk; k++) {
     int q = (rank + k) % comm->nranks;
     symmKeyOf(t, tag, q, &key);
