@@ -4,24 +4,9 @@
 # (binaries run directly, no meson): correctness (test_allreduce in every mode), the multimem
 # disassembly check, then per-algorithm perf sweeps (2 processes, bf16) to tune the thresholds.
 # usage: test/device/allreduce_round.sh <out-dir> [build-dir]
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PATH=/usr/local/cuda/bin:$PATH
-out=${1:?out dir}; B=${2:-build}; mkdir -p "$out"
-W=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))" 2>/dev/null)
-export SYMMCOLL_NCCL_LIB=${SYMMCOLL_NCCL_LIB:-$W}
-echo "real NCCL: $SYMMCOLL_NCCL_LIB"
+# shellcheck source=test/device/common.sh
+. "$(dirname "$0")/common.sh"
 T=$B/test/algos/test_allreduce
-rows=()
-run() { # name timeout cmd...
-  local name=$1 to=$2; shift 2
-  local s=$(date +%s.%N); timeout "$to" "$@" >"$out/$name.log" 2>&1; local rc=$?
-  local e=$(date +%s.%N)
-  rows+=("$(printf '%-28s rc=%-4s %6.1fs %s' "$name" "$rc" "$(awk "BEGIN{print $e-$s}")" \
-    "$(grep -E 'checks, [0-9]+ failed|processes, [0-9]+ failed' "$out/$name.log" | tail -1)")")
-  [ $rc = 0 ] || { echo "---- $name rc=$rc"; grep -E "MISMATCH|FAIL|failed|gave up|rror" "$out/$name.log" | head -8; }
-}
 q=(--quick --replays 100 --soak 2000)
 run direct_2        120 $T --mode direct --ranks 2 "${q[@]}" --max-mb 64
 run nccl_g2         120 $T --mode nccl --ranks 2 "${q[@]}" --max-mb 64
@@ -38,7 +23,7 @@ for g in 0 20; do
     run perf_${a}_G$g 90 env "${dis[@]}" SYMMCOLL_ALLREDUCE_ALGO=$a $P -N 2 -d bfloat16 -b 1K -e 256M -f 4 -w 5 -n 30 -c 0 "${gf[@]}"
   done
 done
-echo; printf '%s\n' "${rows[@]}"
+print_rows
 python3 - "$out" <<'PY'
 import sys, re, os
 out = sys.argv[1]

@@ -5,23 +5,8 @@
 # check on; -g 2 float with our kernels), a 128-block two-shot trial, PyTorch: preload check
 # (bit-identical results) and the symmetric-memory comparison harness.
 # usage: test/device/final_round.sh <out-dir> [build-dir]
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PATH=/usr/local/cuda/bin:$PATH
-out=${1:?out dir}; B=${2:-build}; mkdir -p "$out"
-W=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))" 2>/dev/null)
-export SYMMCOLL_NCCL_LIB=${SYMMCOLL_NCCL_LIB:-$W}
-BOOT=$PWD/$B/test/bootstrap/libnccl.so.2
-rows=()
-run() { # name timeout cmd...
-  local name=$1 to=$2; shift 2
-  local s=$(date +%s.%N); timeout "$to" "$@" >"$out/$name.log" 2>&1; local rc=$?
-  local e=$(date +%s.%N)
-  rows+=("$(printf '%-24s rc=%-4s %6.1fs %s' "$name" "$rc" "$(awk "BEGIN{print $e-$s}")" \
-    "$(grep -E 'checks, [0-9]+ failed|processes, [0-9]+ failed|PASS|mismatches' "$out/$name.log" | tail -1)")")
-  [ $rc = 0 ] || { echo "---- $name rc=$rc"; grep -E "MISMATCH|FAIL|failed|gave up|rror" "$out/$name.log" | head -6; }
-}
+# shellcheck source=test/device/common.sh
+. "$(dirname "$0")/common.sh"
 T=$B/test/algos/test_allreduce
 run ar_g2 60 $T --mode nccl --ranks 2 --quick --soak 20000 --replays 1000 --max-mb 64
 run ar_procs 60 $T --mode nccl --procs 2 --quick --soak 20000 --replays 1000 --max-mb 16
@@ -38,7 +23,7 @@ run torch_preload 150 env PYTHON=python3 test/torch_preload_check.sh $B
 LIB=$(readlink -f $B/src/libsymmcoll.so.0)
 run torch_cmp_nccl 120 env SYMMCOLL_DISABLE=1 python3 perf/torch_compare.py nccl $out/torch_nccl.csv
 run torch_cmp_ours 120 env LD_PRELOAD=$LIB python3 perf/torch_compare.py symmcoll $out/torch_ours.csv
-echo; printf '%s\n' "${rows[@]}"
+print_rows
 grep -A40 "speedup\|==" "$out/cmp_N2_G20.log" | tail -45
 paste -d' ' <(grep -E "^ +[0-9]+ " "$out/torch_cmp_nccl.log" | awk '{print $1, $2, $3, $4}') <(grep -E "^ +[0-9]+ " "$out/torch_cmp_ours.log" | awk '{print $2}')
 awk '$3=="bfloat16"{print $1, $6}' "$out/twoshot_128blk.log" | tr '\n' ' '; echo
