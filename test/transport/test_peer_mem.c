@@ -484,6 +484,29 @@ static int readAll(int fd, void* buf, size_t n) {
   return 0;
 }
 
+/* Parent side of a two-process test: closes the pipes' other ends, adds each rank's check
+ * counts to ours, reaps both (and, with requireCleanExit, checks that each exited 0). */
+static void collectRanks(int idPipe[2], int resultPipe[2], const pid_t pids[2], int requireCleanExit) {
+  close(idPipe[0]);
+  close(idPipe[1]);
+  close(resultPipe[1]);
+  for (int r = 0; r < 2; r++) {
+    int counts[2];
+    if (readAll(resultPipe[0], counts, sizeof(counts)) == 0) {
+      harnessChecks += counts[0];
+      harnessFailures += counts[1];
+    } else {
+      CHECK(!"a rank process died before reporting");
+    }
+  }
+  close(resultPipe[0]);
+  for (int r = 0; r < 2; r++) {
+    int status = 0;
+    CHECK_EQ_INT(waitpid(pids[r], &status, 0), pids[r]);
+    if (requireCleanExit) CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
 /* Two processes, one GPU each, the real NCCL: rank 0 makes the id and pipes it to rank 1. Each
  * child sends back its check counts. The parent never touches CUDA. */
 static void runProcesses(rankBody body, void* arg) {
@@ -531,24 +554,7 @@ static void runProcesses(rankBody body, void* arg) {
       _exit(0);
     }
   }
-  close(idPipe[0]);
-  close(idPipe[1]);
-  close(resultPipe[1]);
-  for (int r = 0; r < 2; r++) {
-    int counts[2];
-    if (readAll(resultPipe[0], counts, sizeof(counts)) == 0) {
-      harnessChecks += counts[0];
-      harnessFailures += counts[1];
-    } else {
-      CHECK(!"a rank process died before reporting");
-    }
-  }
-  close(resultPipe[0]);
-  for (int r = 0; r < 2; r++) {
-    int status = 0;
-    CHECK_EQ_INT(waitpid(pids[r], &status, 0), pids[r]);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+  collectRanks(idPipe, resultPipe, pids, 1);
 }
 
 static void peerBody(struct rankCtx* local, int n, void* arg) {
@@ -897,23 +903,7 @@ static void runSecurity(int mode) {
       _exit(0);
     }
   }
-  close(idPipe[0]);
-  close(idPipe[1]);
-  close(resultPipe[1]);
-  for (int r = 0; r < 2; r++) {
-    int counts[2];
-    if (readAll(resultPipe[0], counts, sizeof(counts)) == 0) {
-      harnessChecks += counts[0];
-      harnessFailures += counts[1];
-    } else {
-      CHECK(!"a rank process died before reporting");
-    }
-  }
-  close(resultPipe[0]);
-  for (int r = 0; r < 2; r++) {
-    int status = 0;
-    CHECK_EQ_INT(waitpid(pids[r], &status, 0), pids[r]);
-  }
+  collectRanks(idPipe, resultPipe, pids, 0);
   if (mode == 2) {
     /* Show what rank 1 logged (its check failures too), then clean up. */
     FILE* f = fopen(squatLog, "r");
