@@ -6,17 +6,8 @@
 
 #include "../../src/algos/reduce.cuh"
 #include "ar_helpers.h"
+#include "nccl_api.h"
 #include "symm_peers.h"
-
-extern "C" size_t arTypeSize(ncclDataType_t dtype) {
-  switch (dtype) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
-  }
-}
 
 extern "C" const char* arTypeName(ncclDataType_t dtype) {
   static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
@@ -128,7 +119,7 @@ extern "C" double arToDouble(ncclDataType_t dtype, const void* base, size_t i) {
 
 extern "C" size_t arCompare(ncclDataType_t dtype, const void* expect, const void* got,
                             size_t count, double tol, const char* label) {
-  const size_t es = arTypeSize(dtype);
+  const size_t es = symmTypeSize(dtype);
   size_t bad = 0;
   for (size_t i = 0; i < count; i++) {
     bool ok;

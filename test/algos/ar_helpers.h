@@ -12,7 +12,6 @@
 extern "C" {
 #endif
 
-size_t arTypeSize(ncclDataType_t dtype);
 const char* arTypeName(ncclDataType_t dtype);
 const char* arOpName(ncclRedOp_t op);
 

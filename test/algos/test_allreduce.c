@@ -309,7 +309,7 @@ static void hostCaseFill(struct hostCase* h, const struct arCall* a, uint64_t se
 }
 
 static void uploadInputs(struct driver* d, const struct arCall* a, const struct hostCase* h) {
-  const size_t bytes = a->count * arTypeSize(a->dtype);
+  const size_t bytes = a->count * symmTypeSize(a->dtype);
   for (int i = 0; i < d->nlocal; i++) {
     struct rankCtx* c = d->local[i];
     CUDA_OR_DIE(cudaSetDevice(c->dev));
@@ -341,7 +341,7 @@ static int syncAll(struct driver* d) {
 /* Downloads each local rank's result and compares it; returns mismatching elements. */
 static size_t checkResults(struct driver* d, const struct arCall* a, struct hostCase* h,
                            const char* what, double tol) {
-  const size_t bytes = a->count * arTypeSize(a->dtype);
+  const size_t bytes = a->count * symmTypeSize(a->dtype);
   size_t bad = 0;
   for (int i = 0; i < d->nlocal; i++) {
     struct rankCtx* c = d->local[i];
@@ -384,7 +384,7 @@ static uint64_t rnd(void) { /* same sequence in every driver: all ranks agree on
 }
 
 static void randomOffsets(struct arCall* a) {
-  const size_t es = arTypeSize(a->dtype);
+  const size_t es = symmTypeSize(a->dtype);
   for (int r = 0; r < nranksWorld; r++) {
     a->sendOff[r] = (rnd() & 1) ? 0 : (rnd() % (64 / es)) * es;
     a->recvOff[r] = (rnd() & 1) ? 0 : (rnd() % (64 / es)) * es;
@@ -395,7 +395,7 @@ static void randomOffsets(struct arCall* a) {
  * (a forced algorithm that does not fit falls back to the table; results are checked anyway). */
 static int algoWanted(enum symmArAlgo algo, ncclDataType_t dt, ncclRedOp_t op, size_t count) {
   const size_t staging = opt.mode == MODE_DIRECT ? opt.stagingBytes : (size_t)64 << 20;
-  if (algo == SYMM_AR_LAMPORT && !symmAllReduceLamportFits(count * arTypeSize(dt), staging))
+  if (algo == SYMM_AR_LAMPORT && !symmAllReduceLamportFits(count * symmTypeSize(dt), staging))
     return 0;
   return (opt.algoMask & (1u << algo)) && symmAllReduceKernelExists(algo, dt, op);
 }
@@ -457,7 +457,7 @@ static void sweepSmall(struct driver* d) {
       for (int op = 0; op < ncclNumOps; op++) {
         struct arCall a = {.dtype = (ncclDataType_t)dt, .op = (ncclRedOp_t)op,
                            .count = counts[ci]};
-        if (a.count * arTypeSize(a.dtype) + 64 > opt.maxBytes) continue;
+        if (a.count * symmTypeSize(a.dtype) + 64 > opt.maxBytes) continue;
         hostCaseFill(&h, &a, opt.seed + ci * 131 + (uint64_t)dt * 7 + (uint64_t)op);
         for (int place = 0; place < 2; place++) {
           a.inPlace = place;
@@ -482,7 +482,7 @@ static void sweepLarge(struct driver* d) {
   for (size_t bytes = 1024; bytes <= opt.maxBytes; bytes *= opt.quick ? 16 : 4) {
     for (int ti = 0; ti < 2; ti++) {
       struct arCall a = {.dtype = types[ti], .op = ncclSum};
-      a.count = bytes / arTypeSize(a.dtype) - (bytes > 1024 ? 3 : 0); /* also not 16-B multiple */
+      a.count = bytes / symmTypeSize(a.dtype) - (bytes > 1024 ? 3 : 0); /* also not 16-B multiple */
       hostCaseFill(&h, &a, opt.seed ^ bytes);
       a.inPlace = (int)((bytes / 1024) & 1) ^ ti;
       randomOffsets(&a);
@@ -591,7 +591,7 @@ static void soakTest(struct driver* d) {
       struct arCall a = {.dtype = (ncclDataType_t)dt, .op = (ncclRedOp_t)op,
                          .count = SOAK_MAX_COUNT};
       hostCaseFill(&h, &a, opt.seed * 31 + (uint64_t)dt * 5 + (uint64_t)op);
-      const size_t bytes = SOAK_MAX_COUNT * arTypeSize(a.dtype);
+      const size_t bytes = SOAK_MAX_COUNT * symmTypeSize(a.dtype);
       for (int i = 0; i < d->nlocal; i++) {
         CUDA_OR_DIE(cudaSetDevice(d->local[i]->dev));
         CUDA_OR_DIE(cudaMalloc((void**)&sd[i].in[dt][op], bytes));
@@ -628,11 +628,11 @@ static void soakTest(struct driver* d) {
     /* Sizes above the two-shot threshold go to the real NCCL (or the test bootstrap), whose avg
      * rounds differently from ours when 1/n is inexact (n = 3, 5, 6, 7): only ours is checked
      * bit for bit against our reference. */
-    if (opt.mode == MODE_NCCL && op == ncclAvg && count * arTypeSize(dt) > 98304) continue;
+    if (opt.mode == MODE_NCCL && op == ncclAvg && count * symmTypeSize(dt) > 98304) continue;
     const size_t off = rnd() % (SOAK_MAX_COUNT - count + 1);
-    const size_t recvOff = (rnd() % 8) * arTypeSize(dt);
+    const size_t recvOff = (rnd() % 8) * symmTypeSize(dt);
     const int inPlace = (int)(rnd() % 3 == 0);
-    const size_t es = arTypeSize(dt);
+    const size_t es = symmTypeSize(dt);
     const int extra = (int)(rnd() % 16);
     for (int i = 0; i < d->nlocal; i++) {
       struct rankCtx* c = d->local[i];

@@ -8,16 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t bootTypeSize(ncclDataType_t type) {
-  switch (type) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
-  }
-}
-
 /* --- small floating formats: decode by formula, encode by nearest positive code --------------- */
 
 /* A binary format with `expBits` exponent bits, `mantBits` mantissa bits and IEEE-style
@@ -187,7 +177,7 @@ static uint64_t intOp(uint64_t a, uint64_t b, ncclRedOp_t op, ncclDataType_t t) 
 
 ncclResult_t bootReduce(void* dst, const void* const* in, int nin, size_t count, ncclDataType_t type,
                         ncclRedOp_t op) {
-  if (bootTypeSize(type) == 0 || (int)op < 0 || (int)op >= (int)ncclNumOps || nin <= 0)
+  if (symmTypeSize(type) == 0 || (int)op < 0 || (int)op >= (int)ncclNumOps || nin <= 0)
     return ncclInvalidArgument;
   pthread_once(&tablesOnce, buildTables);
   if (!tablesOk) return ncclSystemError;

@@ -5,10 +5,7 @@
 
 #include <stddef.h>
 
-#include <nccl.h>
-
-/* Bytes per element, or 0 for a datatype the bootstrap does not know. */
-size_t bootTypeSize(ncclDataType_t type);
+#include "nccl_api.h" /* symmTypeSize: bytes per element, 0 for an unknown datatype */
 
 /* dst[i] = in[0][i] op in[1][i] op ... in rank order, for i < count. Floating types accumulate in
  * double and round once (round-to-nearest-even; fp8 saturates to finite as CUDA's __NV_SATFINITE);

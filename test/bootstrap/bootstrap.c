@@ -297,7 +297,7 @@ static cudaError_t copyStream(int dev, cudaStream_t* out) {
 /* Synchronizes every rank's stream, reads inputs, computes, writes outputs. No lock held. */
 static ncclResult_t opRun(struct bootOp* op, int nranks) {
   ncclResult_t res = ncclSuccess;
-  size_t elt = bootTypeSize(op->type);
+  size_t elt = symmTypeSize(op->type);
   size_t inCount = op->count, outCount = op->count; /* per rank, in elements */
   if (op->kind == OP_ALLGATHER) outCount = op->count * (size_t)nranks;
   if (op->kind == OP_REDUCESCATTER) inCount = op->count * (size_t)nranks;
@@ -409,7 +409,7 @@ static ncclResult_t collective(struct groupItem* item) {
     bootWarn("%s: invalid communicator", opKindName[item->opKind]);
     return ncclInvalidArgument;
   }
-  if (bootTypeSize(item->type) == 0) {
+  if (symmTypeSize(item->type) == 0) {
     bootWarn("%s: invalid datatype %d", opKindName[item->opKind], (int)item->type);
     return ncclInvalidArgument;
   }

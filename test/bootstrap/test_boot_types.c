@@ -35,7 +35,7 @@ static uint32_t nPositiveFinite(const struct fmt* f) {
 static uint32_t reduceCodes(const struct fmt* f, uint32_t a, uint32_t b, ncclRedOp_t op, int nin) {
   uint16_t in[2] = {(uint16_t)a, (uint16_t)b}, out = 0xffff;
   uint8_t in8[2] = {(uint8_t)a, (uint8_t)b}, out8 = 0xff;
-  int wide = bootTypeSize(f->type) == 2;
+  int wide = symmTypeSize(f->type) == 2;
   const void* ptrs[2] = {wide ? (const void*)&in[0] : (const void*)&in8[0],
                          wide ? (const void*)&in[1] : (const void*)&in8[1]};
   ncclResult_t res = bootReduce(wide ? (void*)&out : (void*)&out8, ptrs, nin, 1, f->type, op);
