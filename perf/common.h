@@ -51,6 +51,7 @@ struct perfOptions {
   int runCycles;      /* --run_cycles: repeat the sweep (nccl-tests' -N, renamed: -N launches) */
   const char* csvPath;     /* --csv: also write machine-readable rows here */
   const char* compareOut;  /* --compare / -X: compare mode, output prefix (CSV, PNG) */
+  int compareReps;         /* --compare_reps: runs of each library in compare mode (medians) */
   const char* library;     /* --label: library name written in CSV rows */
 };
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Compare mode: runs the binary itself twice as child processes (NCCL alone through
- * SYMMCOLL_DISABLE=1, then libsymmcoll), reads their CSV rows, prints speedups, plots. */
+/* Compare mode: runs the binary itself as child processes, NCCL alone (SYMMCOLL_DISABLE=1) and
+ * libsymmcoll, in pairs whose order alternates (the first run of a pair is slower at host-bound
+ * sizes), reads their CSV rows, takes per-size medians, prints speedups, plots. */
 #define _GNU_SOURCE
 #include "compare.h"
 
@@ -19,7 +20,7 @@
 
 /* Does argv[i] carry one of our options? Returns how many argv entries it spans (0: not ours). */
 static int ownOption(int argc, char** argv, int i) {
-  static const char* const longNames[] = {"--compare", "--csv", "--label"};
+  static const char* const longNames[] = {"--compare", "--compare_reps", "--csv", "--label"};
   const char* a = argv[i];
   if (strcmp(a, "-X") == 0) return i + 1 < argc ? 2 : 1;
   if (strncmp(a, "-X", 2) == 0) return 1; /* -Xprefix */
@@ -145,45 +146,106 @@ static void plot(const char* csv, const char* png) {
     printf("# plot: no PNG (see the message above); CSV written to %s\n", csv);
 }
 
+static int sameCase(const struct perfResult* a, const struct perfResult* b) {
+  return a->bytes == b->bytes && strcmp(a->type, b->type) == 0 && strcmp(a->op, b->op) == 0 &&
+         strcmp(a->coll, b->coll) == 0;
+}
+
+static int cmpDouble(const void* x, const void* y) {
+  const double a = *(const double*)x, b = *(const double*)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Folds the repetitions of one library into reps[0]: per case and placement the median time
+ * (bandwidths scaled to it), and every wrong count added up. Cases missing from a repetition
+ * are taken from the repetitions that have them. */
+static void medianOfReps(struct perfResult** reps, const size_t* nReps, int nrep) {
+  double t[2][99];
+  for (size_t i = 0; i < nReps[0]; i++) {
+    struct perfResult* out = &reps[0][i];
+    int have[2] = {0, 0};
+    int64_t wrong[2] = {out->wrong[0], out->wrong[1]};
+    for (int p = 0; p < 2; p++) t[p][have[p]++] = out->usec[p];
+    for (int k = 1; k < nrep; k++) {
+      for (size_t j = 0; j < nReps[k]; j++) {
+        const struct perfResult* r = &reps[k][j];
+        if (!sameCase(out, r)) continue;
+        for (int p = 0; p < 2; p++) {
+          t[p][have[p]++] = r->usec[p];
+          if (r->wrong[p] > 0) wrong[p] = (wrong[p] > 0 ? wrong[p] : 0) + r->wrong[p];
+        }
+        break;
+      }
+    }
+    for (int p = 0; p < 2; p++) {
+      qsort(t[p], (size_t)have[p], sizeof(double), cmpDouble);
+      const double med = have[p] % 2 ? t[p][have[p] / 2] : 0.5 * (t[p][have[p] / 2 - 1] + t[p][have[p] / 2]);
+      if (med > 0 && out->usec[p] > 0) {
+        out->algBw[p] *= out->usec[p] / med;
+        out->busBw[p] *= out->usec[p] / med;
+      }
+      out->usec[p] = med;
+      out->wrong[p] = wrong[p];
+    }
+  }
+}
+
 int perfCompareMain(const struct perfColl* coll, const struct perfOptions* opt, int argc, char** argv) {
   static const struct {
     const char* label;
     const char* title;
+    const char* file;
     int disable;
-  } runs[2] = {{"nccl", "NCCL alone (SYMMCOLL_DISABLE=1)", 1}, {"libsymmcoll", "libsymmcoll", 0}};
+  } libs[2] = {{"nccl", "NCCL alone (SYMMCOLL_DISABLE=1)", "nccl", 1},
+               {"libsymmcoll", "libsymmcoll", "symmcoll", 0}};
   const char* prefix = opt->compareOut;
+  const int nrep = opt->compareReps >= 1 && opt->compareReps <= 99 ? opt->compareReps : 2;
   int rc = 0;
-  char* csvPaths[2] = {NULL, NULL};
   char *combined = NULL, *png = NULL;
-  struct perfResult* rows[2] = {NULL, NULL};
-  size_t nRows[2] = {0, 0};
-  if (asprintf(&csvPaths[0], "%s.nccl.csv", prefix) < 0 || asprintf(&csvPaths[1], "%s.symmcoll.csv", prefix) < 0 ||
-      asprintf(&combined, "%s.csv", prefix) < 0 || asprintf(&png, "%s.png", prefix) < 0) {
+  struct perfResult* rows[2][99];
+  size_t nRows[2][99];
+  memset(rows, 0, sizeof(rows));
+  memset(nRows, 0, sizeof(nRows));
+  if (asprintf(&combined, "%s.csv", prefix) < 0 || asprintf(&png, "%s.png", prefix) < 0) {
     rc = PERF_EXIT_FAILURE;
-    goto free_paths;
+    goto free_rows;
   }
-  for (int k = 0; k < 2; k++) {
-    char** args = perfCompareChildArgs(argc, argv, csvPaths[k], runs[k].label);
-    if (args == NULL) {
-      rc = PERF_EXIT_FAILURE;
-      goto free_paths;
+  for (int rep = 0; rep < nrep; rep++) {
+    for (int step = 0; step < 2; step++) {
+      const int k = rep % 2 == 0 ? step : 1 - step; /* NCCL first, then last, then first... */
+      char* csv = NULL;
+      if (asprintf(&csv, "%s.%s.%d.csv", prefix, libs[k].file, rep + 1) < 0) {
+        rc = PERF_EXIT_FAILURE;
+        goto free_rows;
+      }
+      char** args = perfCompareChildArgs(argc, argv, csv, libs[k].label);
+      if (args == NULL) {
+        free(csv);
+        rc = PERF_EXIT_FAILURE;
+        goto free_rows;
+      }
+      printf("# ===== compare run %d/%d: %s =====\n", 2 * rep + step + 1, 2 * nrep, libs[k].title);
+      remove(csv);
+      int childRc = runChild(args, libs[k].disable);
+      free(args);
+      if (childRc != 0) {
+        fprintf(stderr, "compare: the %s run failed (exit %d)\n", libs[k].label, childRc);
+        if (rc == 0) rc = childRc;
+      }
+      rows[k][rep] = readCsv(csv, &nRows[k][rep]);
+      free(csv);
     }
-    printf("# ===== compare run %d/2: %s =====\n", k + 1, runs[k].title);
-    remove(csvPaths[k]);
-    int childRc = runChild(args, runs[k].disable);
-    free(args);
-    if (childRc != 0) {
-      fprintf(stderr, "compare: the %s run failed (exit %d)\n", runs[k].label, childRc);
-      if (rc == 0) rc = childRc;
-    }
-    rows[k] = readCsv(csvPaths[k], &nRows[k]);
   }
-  if (nRows[1] == 0) {
+  if (nRows[1][0] == 0) {
     fprintf(stderr, "compare: no results from the libsymmcoll run\n");
     if (rc == 0) rc = PERF_EXIT_FAILURE;
     goto free_rows;
   }
-  perfPrintCompare(stdout, rows[0], nRows[0], rows[1], nRows[1]);
+  for (int k = 0; k < 2; k++) medianOfReps(rows[k], nRows[k], nrep);
+  if (nrep > 1)
+    printf("# medians of %d runs per library, order alternating (per-run CSVs: %s.<lib>.<run>.csv)\n",
+           nrep, prefix);
+  perfPrintCompare(stdout, rows[0][0], nRows[0][0], rows[1][0], nRows[1][0]);
 
   FILE* f = fopen(combined, "w");
   if (f == NULL) {
@@ -193,17 +255,14 @@ int perfCompareMain(const struct perfColl* coll, const struct perfOptions* opt, 
   }
   perfCsvHeader(f);
   for (int k = 0; k < 2; k++)
-    for (size_t i = 0; i < nRows[k]; i++) perfCsvRow(f, &rows[k][i]);
+    for (size_t i = 0; i < nRows[k][0]; i++) perfCsvRow(f, &rows[k][0][i]);
   fclose(f);
   printf("# %s results: %s\n", coll->name, combined);
   plot(combined, png);
 
 free_rows:
-  free(rows[0]);
-  free(rows[1]);
-free_paths:
-  free(csvPaths[0]);
-  free(csvPaths[1]);
+  for (int k = 0; k < 2; k++)
+    for (int rep = 0; rep < nrep; rep++) free(rows[k][rep]);
   free(combined);
   free(png);
   return rc;

@@ -48,6 +48,7 @@ int perfOpFromName(const char* name) {
 void perfOptionsDefault(struct perfOptions* opt) {
   memset(opt, 0, sizeof(*opt));
   opt->nThreads = 1;
+  opt->compareReps = 2;
   opt->nGpus = 1;
   opt->minBytes = 32u << 20;
   opt->maxBytes = 32u << 20;
@@ -138,13 +139,15 @@ void perfPrintUsage(FILE* out, const char* prog) {
           "\t[--alloc <nccl/cuda>] buffers from ncclMemAlloc (default, as nccl-tests) or cudaMalloc\n"
           "\t[-X,--compare <output prefix>] run the sweep with NCCL alone and with libsymmcoll,\n"
           "\t                               print both, write <prefix>.csv and <prefix>.png\n"
+          "\t[--compare_reps <n>] runs of each library in compare mode, order alternating\n"
+          "\t                     (NCCL first in odd pairs, last in even ones); medians (default 2)\n"
           "\t[--csv <file>] also write the results as CSV rows\n"
           "\t[--label <name>] library name in the CSV rows\n"
           "\t[-h,--help]\n",
           prog);
 }
 
-enum { OPT_RUN_CYCLES = 1000, OPT_CSV, OPT_LABEL, OPT_ALLOC, OPT_MPI };
+enum { OPT_RUN_CYCLES = 1000, OPT_CSV, OPT_LABEL, OPT_ALLOC, OPT_MPI, OPT_COMPARE_REPS };
 
 int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp, char* err, size_t errLen) {
   static const struct option longopts[] = {
@@ -161,6 +164,7 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
       {"unalign", required_argument, 0, 'u'},      {"alloc", required_argument, 0, OPT_ALLOC},
       {"compare", required_argument, 0, 'X'},      {"csv", required_argument, 0, OPT_CSV},
       {"label", required_argument, 0, OPT_LABEL},  {"mpi", no_argument, 0, OPT_MPI},
+      {"compare_reps", required_argument, 0, OPT_COMPARE_REPS},
       {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
   const char* prog = argc > 0 ? argv[0] : "perf";
   optind = 0; /* full re-initialisation of getopt (glibc) */
@@ -217,6 +221,7 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
         else bad = 1;
         break;
       case 'X': opt->compareOut = arg; bad = *arg == '\0'; break;
+      case OPT_COMPARE_REPS: bad = parseInt(arg, 1, 99, &opt->compareReps); break;
       case OPT_CSV: opt->csvPath = arg; bad = *arg == '\0'; break;
       case OPT_LABEL: opt->library = arg; bad = *arg == '\0'; break;
       case OPT_MPI:

@@ -128,11 +128,12 @@ __device__ __forceinline__ uint4 reducePacks(const uint4* packs, int n, bool avg
   return acc.v;
 }
 
-/* dst[i] = reduce over ranks r of srcs[r][i], for elements [lo, hi). Sources are staging
- * buffers or (zero-copy) peers' user buffers; both are read with L1-bypassing loads. */
+/* dsts[d][i] = reduce over ranks r of srcs[r][i] for every d < ndst, elements [lo, hi).
+ * Sources are staging buffers or (zero-copy) peers' user buffers, read with L1-bypassing loads;
+ * destinations are our output and, for the two-shot, peers' staging (remote stores). */
 template <typename E, int Kind>
-__device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char* dst, size_t lo,
-                                            size_t hi, bool vec, bool avg) {
+__device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char* const* dsts,
+                                            int ndst, size_t lo, size_t hi, bool vec, bool avg) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   if (lo >= hi) return;
@@ -152,9 +153,13 @@ __device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char
           if (r < n) packs[u][r] = loadStaging16(srcs[r] + off);
       }
 #pragma unroll
-      for (int u = 0; u < kReduceUnroll; u++)
-        *(uint4*)(dst + (lo + (v + u * stride) * N) * sizeof(T)) =
-            reducePacks<E, Kind>(packs[u], n, avg);
+      for (int u = 0; u < kReduceUnroll; u++) {
+        const size_t off = (lo + (v + u * stride) * N) * sizeof(T);
+        const uint4 out = reducePacks<E, Kind>(packs[u], n, avg);
+#pragma unroll
+        for (int d = 0; d < SYMM_MAX_RANKS; d++)
+          if (d < ndst) *(uint4*)(dsts[d] + off) = out;
+      }
     }
     for (; v < nvec; v += stride) {
       const size_t off = (lo + v * N) * sizeof(T);
@@ -162,7 +167,10 @@ __device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++)
         if (r < n) packs[r] = loadStaging16(srcs[r] + off);
-      *(uint4*)(dst + off) = reducePacks<E, Kind>(packs, n, avg);
+      const uint4 out = reducePacks<E, Kind>(packs, n, avg);
+#pragma unroll
+      for (int d = 0; d < SYMM_MAX_RANKS; d++)
+        if (d < ndst) *(uint4*)(dsts[d] + off) = out;
     }
     first = lo + nvec * N;
   }
@@ -174,7 +182,9 @@ __device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char
     for (int r = 1; r < SYMM_MAX_RANKS; r++)
       if (r < n) acc = Op<E, Kind>::apply(acc, loadStaging<T>(srcs[r] + off));
     if (avg) acc = Arith<E>::avgFinish(acc, n);
-    *(T*)(dst + off) = acc;
+#pragma unroll
+    for (int d = 0; d < SYMM_MAX_RANKS; d++)
+      if (d < ndst) *(T*)(dsts[d] + off) = acc;
   }
 }
 
@@ -220,49 +230,140 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   const char* srcs[SYMM_MAX_RANKS];
 #pragma unroll
   for (int r = 0; r < SYMM_MAX_RANKS; r++) srcs[r] = r < a.nranks ? a.staging[r] + half : nullptr;
-  reduceRange<E, Kind>(srcs, a.nranks, (char*)a.recv, lo, hi, aligned16(a.recv), a.avg != 0);
+  char* const out[1] = {(char*)a.recv};
+  reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, aligned16(a.recv), a.avg != 0);
   (void)sizeof(T);
   endCall(a, epoch);
 }
 
-/* Two-shot: reduce-scatter (each rank reduces its slice into its own staging), barrier,
- * all-gather (each rank copies every slice from its owner's staging). With a zero-copy input
- * the reduce-scatter reads peers' user buffers directly; the middle barrier also guarantees
- * that every peer finished reading our input before we write recvbuff (in-place safe). */
+/* Two-shot, push style, in rounds inside one launch (no host-side chunking).
+ *
+ * Round i covers elements [i*C, i*C + c) of the message (C = n*S, c <= C); rank q owns slice q
+ * (Si = roundup(ceil(c/n), 16 B) elements, the last slice shorter), block b part b of every slice.
+ * Staging half (epoch_i & 1) of rank r, in elements of stride S (fixed for the whole launch, so a
+ * block owns the same staging bytes in every round):
+ *   scatter area, slot s(w): writer w's input slice r          (n-1 slots)
+ *   gather area,  slot s(q): owner q's reduced slice q         (n-1 slots)
+ * where s(x) = x - (x > r) skips our own rank. Per round, rank r:
+ *   A  pushes its input slice q to rank q's scatter slot s_q(r), every q != r (remote stores);
+ *   C  (of the previous round) copies the gather area to its output (local);
+ *   barrier start;
+ *   B  reduces slice r in rank order from its own input and its scatter slots, writes the output
+ *      and pushes the result into every peer's gather slot (remote stores);
+ *   barrier mid.
+ * Every remote byte travels as a store; nothing is copied in. Zero-copy (inputs[] from a
+ * registered symmetric window): no A, B reads peers' user buffers directly; B never reads the
+ * slice another rank writes in its B, and C comes after the mid barrier, so in-place is safe.
+ * Reuse: rank r writes block b's bytes of half p in round k+2 only after its round-(k+1) start
+ * barrier with block b of every peer, which each peer passes after its C(k) (C(k) precedes
+ * barrier start(k+1)) and its B(k). Across launches see the double-buffering note above. */
+struct TwoShotPlan {
+  size_t S;        /* staging stride of one slice (elements, multiple of the vector width) */
+  size_t B;        /* elements of a slice per block */
+  size_t C;        /* elements per round */
+  uint32_t rounds;
+};
+
+__device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t esize, int N) {
+  TwoShotPlan p;
+  const size_t peers = a.nranks > 1 ? (size_t)a.nranks - 1 : 1;
+  const size_t sMax = a.halfBytes / (2 * peers * esize) / N * N; /* host checked sMax >= N */
+  p.S = minSize(sMax, roundUp(divUp(a.count, (size_t)a.nranks), (size_t)N));
+  p.B = roundUp(divUp(p.S, (size_t)gridDim.x), (size_t)N);
+  p.C = p.S * (size_t)a.nranks;
+  p.rounds = (uint32_t)divUp(a.count, p.C);
+  return p;
+}
+
+/* Slice q of round `round`: first element in the message, and block b's part [lo, hi) of it. */
+struct TwoShotSlice {
+  size_t first, lo, hi;
+};
+__device__ __forceinline__ TwoShotSlice twoShotSlice(const KernelArgs& a, const TwoShotPlan& p,
+                                                     uint32_t round, int q, int N) {
+  const size_t base = (size_t)round * p.C;
+  const size_t c = minSize(p.C, a.count - base);
+  const size_t Si = roundUp(divUp(c, (size_t)a.nranks), (size_t)N);
+  const size_t start = minSize((size_t)q * Si, c);
+  const size_t len = minSize(Si, c - start);
+  TwoShotSlice s;
+  s.first = base + start;
+  s.lo = minSize((size_t)blockIdx.x * p.B, len);
+  s.hi = minSize(s.lo + p.B, len);
+  return s;
+}
+
+template <typename E>
+__device__ __forceinline__ void twoShotGather(const KernelArgs& a, const TwoShotPlan& p,
+                                              uint32_t round, uint32_t epoch) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  const char* half = a.staging[a.rank] + (size_t)(epoch & 1u) * a.halfBytes;
+  const size_t peers = (size_t)a.nranks - 1;
+  const bool recvVec = aligned16(a.recv);
+  for (int q = 0; q < a.nranks; q++) {
+    if (q == a.rank) continue;
+    const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
+    const size_t slot = (size_t)(q - (q > a.rank));
+    copyRange<E>((char*)a.recv + s.first * sizeof(T), half + (peers + slot) * p.S * sizeof(T),
+                 s.lo, s.hi, recvVec, true);
+  }
+}
+
 template <typename E, int Kind>
 __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint32_t epoch;
-  if (!beginCall(a, &epoch, &failed)) return;
-  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
-  const SliceLayout L(a.count, a.nranks, N);
-  char* mine = a.staging[a.rank] + half;
-  /* Staging is always 16-byte aligned: the user's pointers decide each loop's width. */
-  bool reduceVec = true;
-  const char* srcs[SYMM_MAX_RANKS];
-#pragma unroll
-  for (int r = 0; r < SYMM_MAX_RANKS; r++) {
-    srcs[r] = nullptr;
-    if (r < a.nranks) {
-      srcs[r] = a.zeroCopy ? a.inputs[r] : a.staging[r] + half;
-      if (a.zeroCopy) reduceVec = reduceVec && aligned16(a.inputs[r]);
+  uint32_t epoch0;
+  if (!beginCall(a, &epoch0, &failed)) return;
+  const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
+  const int me = a.rank, n = a.nranks;
+  const size_t peers = (size_t)n - 1;
+  const bool sendVec = aligned16(a.send), recvVec = aligned16(a.recv);
+  bool zeroVec = true;
+  if (a.zeroCopy)
+    for (int r = 0; r < n; r++) zeroVec = zeroVec && aligned16(a.inputs[r]);
+  for (uint32_t round = 0; round < p.rounds; round++) {
+    const uint32_t epoch = epoch0 + round;
+    const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+    /* A: our input slice q into rank q's scatter slot for us. */
+    if (!a.zeroCopy) {
+      for (int q = 0; q < n; q++) {
+        if (q == me) continue;
+        const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
+        const size_t slot = (size_t)(me - (me > q));
+        copyRange<E>(a.staging[q] + half + slot * p.S * sizeof(T),
+                     (const char*)a.send + s.first * sizeof(T), s.lo, s.hi, sendVec, false);
+      }
     }
+    if (round > 0) twoShotGather<E>(a, p, round - 1, epoch - 1);
+    if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+    /* B: reduce our slice in rank order; write the output and every peer's gather slot. */
+    const TwoShotSlice s = twoShotSlice(a, p, round, me, N);
+    const char* srcs[SYMM_MAX_RANKS];
+    char* dsts[SYMM_MAX_RANKS];
+    int ndst = 0;
+    dsts[ndst++] = (char*)a.recv + s.first * sizeof(T);
+#pragma unroll
+    for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+      srcs[r] = nullptr;
+      if (r >= n) continue;
+      if (a.zeroCopy)
+        srcs[r] = a.inputs[r] + s.first * sizeof(T);
+      else if (r == me)
+        srcs[r] = (const char*)a.send + s.first * sizeof(T);
+      else
+        srcs[r] = a.staging[me] + half + (size_t)(r - (r > me)) * p.S * sizeof(T);
+      if (r != me)
+        dsts[ndst++] = a.staging[r] + half + (peers + (size_t)(me - (me > r))) * p.S * sizeof(T);
+    }
+    const bool reduceVec = recvVec && (a.zeroCopy ? zeroVec : sendVec);
+    reduceRange<E, Kind>(srcs, n, dsts, ndst, s.lo, s.hi, reduceVec, a.avg != 0);
+    if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
   }
-  if (!a.zeroCopy) {
-    const bool sendVec = aligned16(a.send);
-    for (int q = 0; q < a.nranks; q++)
-      copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), sendVec, false);
-  }
-  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-  reduceRange<E, Kind>(srcs, a.nranks, mine, L.lo(a.rank), L.hi(a.rank), reduceVec, a.avg != 0);
-  if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
-  const bool recvVec = aligned16(a.recv);
-  for (int q = 0; q < a.nranks; q++)
-    copyRange<E>((char*)a.recv, a.staging[q] + half, L.lo(q), L.hi(q), recvVec, true);
-  (void)sizeof(T);
-  endCall(a, epoch);
+  twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
+  endCall(a, epoch0 + p.rounds - 1);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -730,8 +831,16 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
   int64_t bytesPerBlock = symmParamArBytesPerBlock();
   if (bytesPerBlock < 1024) bytesPerBlock = 1024;
 
-  for (size_t done = 0; done < call->count; done += chunkElems) {
-    const size_t n = call->count - done < chunkElems ? call->count - done : chunkElems;
+  if (call->algo == SYMM_AR_TWOSHOT && chunkBytes < 2 * (size_t)peers->nranks * 16) {
+    WARN("all-reduce: staging buffer of %zu bytes is too small for the two-shot kernel",
+         peers->bufferBytes);
+    return ncclInternalError;
+  }
+  /* The two-shot kernel runs the whole message in rounds itself; the others launch once per
+   * staging half. */
+  const size_t launchElems = call->algo == SYMM_AR_TWOSHOT ? call->count : chunkElems;
+  for (size_t done = 0; done < call->count; done += launchElems) {
+    const size_t n = call->count - done < launchElems ? call->count - done : launchElems;
     const size_t offset = done * esize;
     args.send = (const char*)call->sendbuff + offset;
     args.recv = (char*)call->recvbuff + offset;

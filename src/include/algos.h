@@ -53,7 +53,7 @@ size_t symmAllReduceChunkBytes(const struct symmPeers* peers);
 /* Lamport one-shot: messages up to SYMM_AR_LAMPORT_MAX_BYTES, in a region at the end of the
  * staging buffer (2 parities x 8 writer slots x 2x the message: each 8 bytes travel as
  * 4 data + 4 flag + 4 data + 4 flag), present when bufferBytes >= 4 x that region. */
-#define SYMM_AR_LAMPORT_MAX_BYTES ((size_t)32 << 10)
+#define SYMM_AR_LAMPORT_MAX_BYTES ((size_t)256 << 10)
 #define SYMM_AR_LAMPORT_REGION_BYTES ((size_t)2 * SYMM_MAX_RANKS * 2 * SYMM_AR_LAMPORT_MAX_BYTES)
 int symmAllReduceLamportFits(size_t bytes, size_t bufferBytes);
 
