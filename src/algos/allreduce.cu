@@ -14,9 +14,10 @@ extern "C" {
 
 SYMMCOLL_PARAM(SpinTimeoutMs, "SPIN_TIMEOUT_MS", 10000,
                "ms a kernel waits for a peer before giving up (sets the async error); 0 = forever")
-/* Measured on 2x H200 (perf/RESULTS.md): 64 blocks move 1.4x the bytes of 32 at 4..256 MiB,
- * and 2 KiB per block halves the one-shot/Lamport latency at 16 KiB against 16 KiB per block. */
-SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 64,
+/* Measured on 2x H200 (perf/RESULTS.md): the push two-shot moves 1.07-1.17x the bytes with 128
+ * blocks as with 64 from 16 MiB up, and 2 KiB per block halves the one-shot/Lamport latency at
+ * 16 KiB against 16 KiB per block. */
+SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 128,
                "most thread blocks per all-reduce kernel (1..128); must match on all ranks")
 SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048,
                "all-reduce bytes per thread block before another block is added; same on all ranks")
@@ -268,7 +269,9 @@ __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t e
   TwoShotPlan p;
   const size_t peers = a.nranks > 1 ? (size_t)a.nranks - 1 : 1;
   const size_t sMax = a.halfBytes / (2 * peers * esize) / N * N; /* host checked sMax >= N */
-  p.S = minSize(sMax, roundUp(divUp(a.count, (size_t)a.nranks), (size_t)N));
+  /* As few rounds as the staging allows, all about the same size (no short last round). */
+  const size_t fewest = divUp(a.count, sMax * (size_t)a.nranks);
+  p.S = roundUp(divUp(divUp(a.count, fewest), (size_t)a.nranks), (size_t)N);
   p.B = roundUp(divUp(p.S, (size_t)gridDim.x), (size_t)N);
   p.C = p.S * (size_t)a.nranks;
   p.rounds = (uint32_t)divUp(a.count, p.C);

@@ -45,11 +45,12 @@ struct tuneRow {
 };
 static const struct tuneRow tuneTable[] = {
     /* ranks  elem arch  lamportMax  oneshotMax  multimemMin  multimemMax  twoshotMax */
-    /* 2 ranks: measured on 2x H200 NV18, bf16, graph mode (perf/RESULTS.md, 2026-11-22):
-     * Lamport 3.4-3.8 us to 32 KiB (one-shot 4.9-5.2), one-shot 5-11 us to 1 MiB, two-shot
-     * 24 us at 4 MiB against NCCL's 34; from 8 MiB two-shot only ties NCCL and at 16 MiB it
-     * loses (75 us against 72), so NCCL from there on. */
-    {2, 2, 0, 0, {32 * KiB, 1 * MiB, NEVER, NEVER, 4 * MiB}},
+    /* 2 ranks: measured on 2x H200 NV18, bf16, 2 processes, graph mode (perf/RESULTS.md,
+     * round 3, 2026-11-22): Lamport 3.5-4.4 us to 128 KiB and 6.1 at 256 KiB (one-shot 6.5-6.7,
+     * NCCL 7.2-8.3); one-shot 7.1-19.5 us from 512 KiB to 4 MiB (push two-shot 9.9-21.4);
+     * push two-shot with 128 blocks 33.9 us at 8 MiB up to 2998 at 1 GiB (NCCL 46.3 / 3199):
+     * never NCCL. */
+    {2, 2, 0, 0, {256 * KiB, 4 * MiB, NEVER, NEVER, SIZE_MAX}},
     {3, 4, 0, 0, {8 * KiB, 64 * KiB, 64 * KiB, 1 * GiB, 64 * MiB}},
     {5, 8, 0, 0, {4 * KiB, 32 * KiB, 32 * KiB, 1 * GiB, 32 * MiB}},
 };

@@ -101,10 +101,14 @@ int main(void) {
       CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
       in.bytes = t.twoshotMax;
       CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
-      in.bytes = t.twoshotMax + 1;
-      CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
+      /* SIZE_MAX: two-shot at every larger size (the 2-rank row); else NCCL above. */
+      const int twoshotAlways = t.twoshotMax == SIZE_MAX;
+      if (!twoshotAlways) {
+        in.bytes = t.twoshotMax + 1;
+        CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
+      }
       in.bytes = (size_t)1 << 40;
-      CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
+      CHECK_EQ_INT(symmTunerPick(&in), twoshotAlways ? SYMM_AR_TWOSHOT : SYMM_AR_NCCL);
       /* With multicast (and a multimem kernel), multimem takes its range. */
       in.multicastReady = 1;
       if (t.multimemMax != 0 && symmAllReduceKernelExists(SYMM_AR_MULTIMEM, in.datatype, ncclSum)) {
@@ -141,27 +145,34 @@ int main(void) {
   symmParamResetAll();
   in = input(2, ncclInt8, ncclMin, 20000);
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_LAMPORT);
-  in.bytes = 2 << 20; /* too big: table */
+  in.bytes = 8 << 20; /* too big: table */
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
   clearEnv();
   /* From here on the table's Lamport range is off, to test the other thresholds alone. */
   lamportOff = 1;
   clearEnv();
 
-  /* 2 ranks (measured on 2x H200): one-shot at 1 KiB and 1 MiB, two-shot at 4 MiB, NCCL at
-   * 16 MiB, where NCCL's ring wins. */
+  /* 2 ranks (measured on 2x H200): one-shot at 1 KiB and 4 MiB, two-shot from just above
+   * 4 MiB up to 1 TiB (the push two-shot beats NCCL at every size there). */
   in = input(2, ncclBfloat16, ncclSum, 1024);
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
-  in.bytes = 1 << 20;
-  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
   in.bytes = 4 << 20;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_ONESHOT);
+  in.bytes = (4 << 20) + 2;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
   /* Multicast never changes the 2-rank choice (no multimem rows for 2 ranks). */
   in.multicastReady = 1;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
   in.multicastReady = 0;
-  in.bytes = 16 << 20;
+  in.bytes = (size_t)1 << 40;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_TWOSHOT);
+  /* The byte knob still sends large messages to NCCL. */
+  setenv("SYMMCOLL_TWOSHOT_MAX_BYTES", "16777216", 1);
+  symmParamResetAll();
+  in.bytes = (16 << 20) + 2;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_AR_NCCL);
+  unsetenv("SYMMCOLL_TWOSHOT_MAX_BYTES");
+  symmParamResetAll();
 
   /* Overrides: forced algorithm; unavailable forced algorithm falls back to the table. */
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
