@@ -19,6 +19,8 @@ static __thread struct symmComm** pendingComms;
 static __thread int pendingCount, pendingCap;
 static __thread struct deferredOp* pendingOps;
 static __thread int opCount, opCap;
+static __thread struct symmWindowReg* pendingWindows;
+static __thread int windowCount, windowCap;
 
 int symmGroupDepth(void) { return groupDepth; }
 
@@ -39,6 +41,15 @@ ncclResult_t symmGroupDeferSetup(struct symmComm* comm) {
     return ncclSystemError;
   }
   pendingComms[pendingCount++] = comm;
+  return ncclSuccess;
+}
+
+ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg) {
+  if (grow((void**)&pendingWindows, &windowCap, windowCount + 1, sizeof(*pendingWindows)) != 0) {
+    WARN("out of host memory deferring a window registration");
+    return ncclSystemError;
+  }
+  pendingWindows[windowCount++] = *reg;
   return ncclSuccess;
 }
 
@@ -68,13 +79,19 @@ ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
   return res;
 }
 
-/* Runs what the outermost group deferred: first communicator setups, then our operations. */
+/* Runs what the outermost group deferred: communicator setups, window mappings, then our
+ * operations (window deregistrations among them, in call order). */
 static ncclResult_t flushDeferred(ncclResult_t groupResult) {
   ncclResult_t res = ncclSuccess;
   if (pendingCount > 0) {
     int n = pendingCount;
     pendingCount = 0;
     if (groupResult == ncclSuccess) res = symmCommSetupMany(pendingComms, n);
+  }
+  if (windowCount > 0) {
+    int n = windowCount;
+    windowCount = 0;
+    if (groupResult == ncclSuccess) symmTransportWindowsRegistered(pendingWindows, n);
   }
   int nops = opCount;
   opCount = 0;

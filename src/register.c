@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Memory allocation and registration entry points (peer mapping of windows: src/transport). */
+#include <stdlib.h>
+
 #include "checks.h"
 #include "comm.h"
 #include "forward.h"
+#include "group.h"
 #include "transport.h"
 
 /* Our VMM memory (shareable by POSIX fd, reachable from every peer-accessible device), or the
@@ -53,15 +56,49 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   if (symmRealLoad() != ncclSuccess) return ncclSystemError;
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommWindowRegister, (comm, buff, size, win, winFlags));
-  if (res == ncclSuccess && win != NULL)
-    symmTransportWindowRegistered(symmCommFind(comm), buff, size, *win, winFlags);
+  if (res != ncclSuccess || win == NULL) return res;
+  const struct symmWindowReg reg = {.comm = symmCommFind(comm), .buff = buff, .size = size,
+                                    .win = win, .winFlags = winFlags};
+  if (reg.comm == NULL || !(winFlags & NCCL_WIN_COLL_SYMMETRIC)) return res;
+  /* Inside a group the peers' registrations (maybe issued by this same thread) come later. */
+  if (symmGroupDepth() > 0) {
+    (void)symmGroupDeferWindow(&reg);
+    return res;
+  }
+  symmTransportWindowsRegistered(&reg, 1);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowRegister,
                      (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
 
+struct deferredDeregister {
+  struct symmComm* comm;
+  ncclWindow_t win;
+};
+
+static ncclResult_t runDeferredDeregister(void* arg) {
+  struct deferredDeregister* d = arg;
+  symmTransportWindowDeregister(d->comm, d->win);
+  free(d);
+  return ncclSuccess;
+}
+
+/* Inside a group our unmapping waits for the group's end: operations deferred before it in the
+ * same group may read through the mapping. */
 SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  if (symmRealDepth == 0) symmTransportWindowDeregister(symmCommFind(comm), win);
+  if (symmRealDepth == 0) {
+    struct symmComm* ours = symmCommFind(comm);
+    struct deferredDeregister* d = NULL;
+    if (ours != NULL && symmGroupDepth() > 0 && (d = malloc(sizeof(*d))) != NULL) {
+      *d = (struct deferredDeregister){.comm = ours, .win = win};
+      if (symmGroupDeferOp(runDeferredDeregister, d) != ncclSuccess) {
+        free(d);
+        symmTransportWindowDeregister(ours, win);
+      }
+    } else {
+      symmTransportWindowDeregister(ours, win);
+    }
+  }
   SYMM_FORWARD(ncclCommWindowDeregister, (comm, win), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))

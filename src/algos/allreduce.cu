@@ -268,11 +268,19 @@ struct TwoShotPlan {
 __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t esize, int N) {
   TwoShotPlan p;
   const size_t peers = a.nranks > 1 ? (size_t)a.nranks - 1 : 1;
-  const size_t sMax = a.halfBytes / (2 * peers * esize) / N * N; /* host checked sMax >= N */
+  /* Large messages (block parts of 16+ pages): slices and parts start on 4 KiB boundaries
+   * (parts at odd 16-byte offsets cost 7% of the bandwidth at 128 MiB-1 GiB on H200), at most
+   * 1/16 of imbalance between blocks; smaller ones: 16 bytes. */
+  size_t unit = (size_t)N;
+  const size_t pageElems = 4096 / esize;
+  const size_t sMaxRaw = a.halfBytes / (2 * peers * esize);
+  if (a.count / (size_t)a.nranks >= 16 * pageElems * gridDim.x && sMaxRaw >= 16 * pageElems)
+    unit = pageElems;
+  const size_t sMax = sMaxRaw / unit * unit; /* host checked sMax >= N */
   /* As few rounds as the staging allows, all about the same size (no short last round). */
   const size_t fewest = divUp(a.count, sMax * (size_t)a.nranks);
-  p.S = roundUp(divUp(divUp(a.count, fewest), (size_t)a.nranks), (size_t)N);
-  p.B = roundUp(divUp(p.S, (size_t)gridDim.x), (size_t)N);
+  p.S = roundUp(divUp(divUp(a.count, fewest), (size_t)a.nranks), unit);
+  p.B = roundUp(divUp(p.S, (size_t)gridDim.x), unit);
   p.C = p.S * (size_t)a.nranks;
   p.rounds = (uint32_t)divUp(a.count, p.C);
   return p;
@@ -443,21 +451,33 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
     for (int r = 0; r < SYMM_MAX_RANKS; r++)
       if (r < a.nranks) storeVolatile16(a.staging[r] + mySlot + i * 16, line);
   }
-  /* Pass 1: wait until every line of every writer arrived. */
+  /* Pass 1: wait until every line of every writer arrived, polling all writers of a line at
+   * once; the data of each thread's first line stays in registers for pass 2 (at the sizes
+   * where time matters every thread has one line). */
   const char* region = a.staging[a.rank] + half;
+  const size_t firstLine = lo + threadIdx.x;
+  uint2 kept[SYMM_MAX_RANKS];
   uint64_t start = 0;
   uint32_t why = 0, polls = 0;
-  for (size_t i = lo + threadIdx.x; i < hi && why == 0; i += blockDim.x) {
-    for (int r = 0; r < a.nranks && why == 0; r++) {
-      const char* p = region + (size_t)r * kLamportSlot + i * 16;
-      for (;;) {
-        const uint4 v = loadVolatile16(p);
-        if (v.y == epoch && v.w == epoch) break;
-        if ((++polls & 2047u) == 0 && (why = shouldGiveUp(a, &start)) != 0) break;
-        if (failed) {
-          why = 3;
-          break;
+  for (size_t i = firstLine; i < hi && why == 0; i += blockDim.x) {
+    uint32_t pending = (1u << a.nranks) - 1u;
+    while (pending != 0) {
+      uint4 v[SYMM_MAX_RANKS];
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if ((pending >> r) & 1u) v[r] = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+        if (((pending >> r) & 1u) && v[r].y == epoch && v[r].w == epoch) {
+          pending &= ~(1u << r);
+          if (i == firstLine) kept[r] = make_uint2(v[r].x, v[r].z);
         }
+      }
+      if (pending == 0) break;
+      if ((++polls & 2047u) == 0 && (why = shouldGiveUp(a, &start)) != 0) break;
+      if (failed) {
+        why = 3;
+        break;
       }
     }
   }
@@ -469,18 +489,27 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
     return;
   }
   /* Pass 2: everything is here; reduce in rank order and write the output. */
-  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+  for (size_t i = firstLine; i < hi; i += blockDim.x) {
     union Line {
       uint2 v;
       T e[kPer];
     } acc, x;
-    uint4 v = loadVolatile16(region + i * 16);
-    acc.v = make_uint2(v.x, v.z);
+    uint2 d[SYMM_MAX_RANKS];
+#pragma unroll
+    for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+      if (r >= a.nranks) continue;
+      if (i == firstLine) {
+        d[r] = kept[r];
+      } else {
+        const uint4 v = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
+        d[r] = make_uint2(v.x, v.z);
+      }
+    }
+    acc.v = d[0];
 #pragma unroll
     for (int r = 1; r < SYMM_MAX_RANKS; r++) {
       if (r < a.nranks) {
-        v = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
-        x.v = make_uint2(v.x, v.z);
+        x.v = d[r];
 #pragma unroll
         for (int k = 0; k < kPer; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
       }
@@ -760,6 +789,9 @@ extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t da
   }
 }
 
+/* Blocks all ranks sharing one GPU may use together (see symmAllReduceLaunch). */
+static const int64_t kSharedGpuBlocks = 64;
+
 static bool hasLamportRegion(size_t bufferBytes) {
   return bufferBytes >= 4 * SYMM_AR_LAMPORT_REGION_BYTES;
 }
@@ -829,8 +861,13 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
   int64_t maxBlocks = symmParamArMaxBlocks();
   if (maxBlocks < 1) maxBlocks = 1;
   if (maxBlocks > SYMM_AR_MAX_BLOCKS) maxBlocks = SYMM_AR_MAX_BLOCKS;
-  /* Several ranks on one GPU (tests only): their spinning blocks must all be resident together. */
-  if (peers->ranksPerDevice > 1) maxBlocks = maxBlocks / peers->ranksPerDevice > 0 ? maxBlocks / peers->ranksPerDevice : 1;
+  /* Several ranks on one GPU (tests only): their spinning blocks must all be resident together,
+   * beside whatever else runs there; the two-shot's 200+ registers per thread allow only one
+   * block per SM, so the ranks share at most 64 blocks (128 on 4 ranks per GPU hung). */
+  if (peers->ranksPerDevice > 1) {
+    if (maxBlocks > kSharedGpuBlocks) maxBlocks = kSharedGpuBlocks;
+    maxBlocks = maxBlocks / peers->ranksPerDevice > 0 ? maxBlocks / peers->ranksPerDevice : 1;
+  }
   int64_t bytesPerBlock = symmParamArBytesPerBlock();
   if (bytesPerBlock < 1024) bytesPerBlock = 1024;
 

@@ -4,6 +4,7 @@
 #define SYMMCOLL_GROUP_H
 
 #include "comm.h"
+#include "transport.h"
 
 /* Nesting depth of ncclGroupStart on this thread. */
 int symmGroupDepth(void);
@@ -16,6 +17,10 @@ ncclResult_t symmGroupDeferSetup(struct symmComm* comm);
  * after the real NCCL's group was launched. `run` owns `arg` and frees it. */
 typedef ncclResult_t (*symmDeferredFn)(void* arg);
 ncclResult_t symmGroupDeferOp(symmDeferredFn run, void* arg);
+
+/* A symmetric window registered inside a group; peer-mapped at the outermost GroupEnd after the
+ * setups and before the deferred operations, all windows of the group in one batch. */
+ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg);
 
 /* Sets up freshly created communicators (all ranks of each call it collectively). */
 ncclResult_t symmCommSetupMany(struct symmComm** comms, int n);

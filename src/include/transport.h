@@ -58,10 +58,18 @@ ncclResult_t symmTransportAsyncError(const struct symmComm* comm);
 ncclResult_t symmTransportMemAlloc(void** ptr, size_t size, int* handled);
 ncclResult_t symmTransportMemFree(void* ptr, int* handled);
 
-/* After the real ncclCommWindowRegister succeeded: map the peers' windows (collective, like the
- * registration itself). Never fails the user's call; an unmapped window is simply not used. */
-void symmTransportWindowRegistered(struct symmComm* comm, void* buff, size_t size,
-                                   ncclWindow_t win, int winFlags);
+/* One ncclCommWindowRegister the real NCCL accepted. */
+struct symmWindowReg {
+  struct symmComm* comm;
+  void* buff;
+  size_t size;
+  ncclWindow_t* win; /* the caller's handle: inside a group NCCL may fill it only at GroupEnd */
+  int winFlags;
+};
+/* After the real registrations succeeded: map the peers' windows of every symmetric one
+ * (collective, like the registration; one thread may pass one per rank it drives, as a group
+ * does). Never fails the user's call; an unmapped window is simply not used. */
+void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n);
 /* Before the real ncclCommWindowDeregister: unmap the peers' windows of `win`. */
 void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win);
 

@@ -59,6 +59,10 @@ struct symmTransport {
 ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void* const* send,
                           void* const* recv, size_t bytes);
 
+/* All-gathers one 32-bit word per rank over each taking comm and ANDs them: agreed[i] = 1 only
+ * if every rank of comms[i] said 1 (0 where the exchange failed). */
+void symmAgree(struct symmComm** comms, int n, int* take, const uint32_t* mine, uint32_t* agreed);
+
 struct symmFdRendezvous;
 /* The socket rendezvous of this rank for exchanges tagged `tag` (zero it after use: it holds
  * the secret). */

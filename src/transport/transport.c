@@ -107,8 +107,8 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void*
 }
 
 /* All-gathers one 32-bit word per rank and ANDs them: 1 only if every rank said 1. */
-static void agree(struct symmComm** comms, int n, int* take, const uint32_t* mine,
-                  uint32_t* agreed) {
+void symmAgree(struct symmComm** comms, int n, int* take, const uint32_t* mine,
+               uint32_t* agreed) {
   const void** send = calloc((size_t)n, sizeof(void*));
   void** recv = calloc((size_t)n, sizeof(void*));
   uint32_t(*all)[SYMM_MAX_RANKS] = calloc((size_t)n, sizeof(*all));
@@ -499,7 +499,7 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     for (int r = 0; r < c->nranks; r++) t->pids[r] = ctx[i].records[r].pid;
     if (buildPrivate(&ctx[i]) == ncclSuccess && buildLocal(&ctx[i]) == ncclSuccess) mine[i] = 1;
   }
-  agree(comms, n, take, mine, agreed);
+  symmAgree(comms, n, take, mine, agreed);
 
   /* Stage 4: map every peer (and multicast where allowed), then the final agreement. */
   for (int i = 0; i < n; i++) {
@@ -522,10 +522,10 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
         mcTake[i] = take[i] && agreed[i] && ctx[i].verdict.multicast;
         if (mcTake[i]) mcMine[i] = mine[i] && multicastServe(&ctx[i]) == ncclSuccess;
       }
-      agree(comms, n, mcTake, mcMine, mcAgreed);
+      symmAgree(comms, n, mcTake, mcMine, mcAgreed);
       for (int i = 0; i < n; i++)
         if (mcTake[i]) mcMine[i] = mcAgreed[i] && multicastJoin(&ctx[i], ctx, n) == ncclSuccess;
-      agree(comms, n, mcTake, mcMine, mcAgreed);
+      symmAgree(comms, n, mcTake, mcMine, mcAgreed);
       for (int i = 0; i < n; i++) {
         if (!mcTake[i]) continue;
         struct symmTransport* t = ctx[i].t;
@@ -536,7 +536,7 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
         }
         mcMine[i] = t->mcBound;
       }
-      agree(comms, n, mcTake, mcMine, mcAgreed);
+      symmAgree(comms, n, mcTake, mcMine, mcAgreed);
       for (int i = 0; i < n; i++) {
         if (!mcTake[i]) continue;
         if (ctx[i].mcServer) (void)symmFdServerFinish(ctx[i].mcServer, 1);
@@ -550,7 +550,7 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     free(mcMine);
     free(mcAgreed);
   }
-  agree(comms, n, take, mine, agreed);
+  symmAgree(comms, n, take, mine, agreed);
 
   for (int i = 0; i < n; i++) {
     if (!take[i]) continue;

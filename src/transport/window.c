@@ -131,127 +131,205 @@ static void releaseWindow(struct symmWindow* w) {
   free(w);
 }
 
-static int exchangeOne(struct symmComm* comm, const void* mine, void* all, size_t bytes) {
-  int take = 1;
-  const void* send[1] = {mine};
-  void* recv[1] = {all};
-  (void)symmExchange(&comm, 1, &take, send, recv, bytes);
-  return take;
-}
+/* One window on its way to being peer-mapped (see symmTransportWindowsRegistered). */
+struct windowJob {
+  const struct symmWindowReg* reg;
+  struct symmTransport* t;
+  int take;                     /* still in: takes part in the next exchange */
+  uint32_t tag;
+  struct windowRecord mine, all[SYMM_MAX_RANKS];
+  CUmemGenericAllocationHandle handle;
+  int retained;                 /* handle is ours to release */
+  struct symmFdServer* server;
+  struct symmWindow* w;
+};
 
-static int agreeOne(struct symmComm* comm, uint32_t ok) {
-  uint32_t all[SYMM_MAX_RANKS];
-  if (!exchangeOne(comm, &ok, all, sizeof(ok))) return 0;
-  for (int r = 0; r < comm->nranks; r++)
-    if (!all[r]) return 0;
-  return 1;
-}
-
-void symmTransportWindowRegistered(struct symmComm* comm, void* buff, size_t size,
-                                   ncclWindow_t win, int winFlags) {
-  if (comm == NULL || comm->transport == NULL || !(winFlags & NCCL_WIN_COLL_SYMMETRIC)) return;
-  struct symmTransport* t = comm->transport;
-  if (symmGroupDepth() > 0) {
-    /* Our exchange would wait on a group that has not been launched yet. */
-    INFO(SYMM_TRANSPORT, "window %p registered inside a group: not peer-mapped (copies instead)",
-         buff);
-    return;
+/* Agreement step over every job still in: a job whose ranks did not all say 1 drops out. */
+static void agreeJobs(struct windowJob* jobs, struct symmComm** comms, int n,
+                      const uint32_t* mine) {
+  int* take = calloc((size_t)n, sizeof(int));
+  uint32_t* agreed = calloc((size_t)n, sizeof(uint32_t));
+  if (take == NULL || agreed == NULL) {
+    for (int i = 0; i < n; i++) jobs[i].take = 0;
+  } else {
+    for (int i = 0; i < n; i++) take[i] = jobs[i].take;
+    symmAgree(comms, n, take, mine, agreed);
+    for (int i = 0; i < n; i++) jobs[i].take = jobs[i].take && take[i] && agreed[i];
   }
-  int rank = comm->rank;
-  struct windowRecord mine;
-  memset(&mine, 0, sizeof(mine));
-  struct windowRecord all[SYMM_MAX_RANKS];
-  CUmemGenericAllocationHandle handle = 0;
-  int retained = 0, fd = -1;
-  struct symmFdServer* server = NULL;
-  struct symmWindow* w = calloc(1, sizeof(*w));
-  int prevDev = -1;
-  (void)cudaGetDevice(&prevDev);
-  (void)cudaSetDevice(t->cudaDev);
-  pthread_mutex_lock(&t->lock);
-  uint32_t tag = SYMM_TAG_WINDOW_BASE + t->windowSeq++;
-  pthread_mutex_unlock(&t->lock);
+  free(take);
+  free(agreed);
+}
 
+/* Our side of one window: the allocation behind it, its offset and size (mine.ok = usable). */
+static void prepareJob(struct windowJob* j) {
+  const struct symmWindowReg* r = j->reg;
   CUdeviceptr base = 0;
   size_t allocBytes = 0;
-  if (w != NULL && buff != NULL && size > 0 &&
-      CU_CALL(SYMM_LOG_INFO, cuMemRetainAllocationHandle, (&handle, buff)) == CUDA_SUCCESS) {
-    retained = 1;
-    if (CU_CALL(SYMM_LOG_INFO, cuMemGetAddressRange, (&base, &allocBytes, (CUdeviceptr)buff)) ==
-            CUDA_SUCCESS &&
-        (CUdeviceptr)buff + size <= base + allocBytes) {
-      mine.ok = 1;
-      mine.allocBytes = allocBytes;
-      mine.offset = (CUdeviceptr)buff - base;
-      mine.bytes = size;
-    }
+  if (j->w == NULL || r->buff == NULL || r->size == 0 ||
+      CU_CALL(SYMM_LOG_INFO, cuMemRetainAllocationHandle, (&j->handle, r->buff)) != CUDA_SUCCESS) {
+    INFO(SYMM_TRANSPORT, "window %p is not VMM memory we can share (use ncclMemAlloc)", r->buff);
+    return;
   }
-  if (!mine.ok)
-    INFO(SYMM_TRANSPORT, "window %p is not VMM memory we can share (use ncclMemAlloc)", buff);
-  int ok = exchangeOne(comm, &mine, all, sizeof(mine));
-  for (int r = 0; ok && r < comm->nranks; r++) ok = all[r].ok && all[r].bytes == size;
-  if (!ok) goto release;
+  j->retained = 1;
+  if (CU_CALL(SYMM_LOG_INFO, cuMemGetAddressRange, (&base, &allocBytes, (CUdeviceptr)r->buff)) ==
+          CUDA_SUCCESS &&
+      (CUdeviceptr)r->buff + r->size <= base + allocBytes) {
+    j->mine.ok = 1;
+    j->mine.allocBytes = allocBytes;
+    j->mine.offset = (CUdeviceptr)r->buff - base;
+    j->mine.bytes = r->size;
+  }
+}
 
-  /* Publish ours (the user's own mapping, borrowed) and serve it to other processes. */
-  uint32_t localOk = 0;
+/* Publishes ours (the user's own mapping, borrowed) and serves it to other processes. */
+static uint32_t publishJob(struct windowJob* j) {
+  struct symmTransport* t = j->t;
+  const int rank = j->reg->comm->rank;
   struct symmMapKey key;
-  symmKeyOf(t, tag, rank, &key);
-  if (symmRegistryPublish(&key, handle, base, allocBytes, 1, t->cudaDev, &w->maps[rank]) ==
-      ncclSuccess) {
-    retained = 0; /* the registry releases it */
-    localOk = 1;
-    uint32_t remote = 0;
-    for (int r = 0; r < comm->nranks; r++)
-      if (t->pids[r] != t->pids[rank]) remote |= 1u << r;
-    if (remote) {
-      struct symmFdRendezvous rv;
-      symmFillRendezvous(t, tag, &rv);
-      localOk = symmVmmExportFd(handle, &fd) == ncclSuccess &&
-                symmFdServerStart(&rv, fd, remote, &server) == ncclSuccess;
-      memset(&rv, 0, sizeof(rv));
-      if (fd >= 0) close(fd);
-    }
-  }
-  if (!agreeOne(comm, localOk)) goto release;
-
-  localOk = 1;
+  symmKeyOf(t, j->tag, rank, &key);
+  CUdeviceptr base = (CUdeviceptr)j->reg->buff - j->mine.offset;
+  if (symmRegistryPublish(&key, j->handle, base, j->mine.allocBytes, 1, t->cudaDev,
+                          &j->w->maps[rank]) != ncclSuccess)
+    return 0;
+  j->retained = 0; /* the registry releases it */
+  uint32_t remote = 0;
+  for (int r = 0; r < j->reg->comm->nranks; r++)
+    if (t->pids[r] != t->pids[rank]) remote |= 1u << r;
+  if (remote == 0) return 1;
   struct symmFdRendezvous rv;
-  symmFillRendezvous(t, tag, &rv);
-  for (int k = 1; k < comm->nranks && localOk; k++) {
-    int q = (rank + k) % comm->nranks;
-    symmKeyOf(t, tag, q, &key);
-    if (t->pids[q] == t->pids[rank]) {
-      localOk = symmRegistryAcquireLocal(&key, t->cudaDev, t->timeoutMs, &w->maps[q]) == ncclSuccess;
+  int fd = -1;
+  symmFillRendezvous(t, j->tag, &rv);
+  const uint32_t ok = symmVmmExportFd(j->handle, &fd) == ncclSuccess &&
+                      symmFdServerStart(&rv, fd, remote, &j->server) == ncclSuccess;
+  memset(&rv, 0, sizeof(rv));
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+/* Maps every peer's window: same process through the registry, others through their server. */
+static uint32_t fetchJob(struct windowJob* j) {
+  struct symmTransport* t = j->t;
+  const struct symmComm* comm = j->reg->comm;
+  struct symmFdRendezvous rv;
+  struct symmMapKey key;
+  uint32_t ok = 1;
+  symmFillRendezvous(t, j->tag, &rv);
+  for (int k = 1; k < comm->nranks && ok; k++) {
+    const int q = (comm->rank + k) % comm->nranks;
+    symmKeyOf(t, j->tag, q, &key);
+    if (t->pids[q] == t->pids[comm->rank]) {
+      ok = symmRegistryAcquireLocal(&key, t->cudaDev, t->timeoutMs, &j->w->maps[q]) == ncclSuccess;
     } else {
       int peerFd = -1;
-      localOk = symmFdFetch(&rv, q, &peerFd) == ncclSuccess &&
-                symmRegistryAcquireFd(&key, peerFd, all[q].allocBytes, t->cudaDev, &w->maps[q]) ==
-                    ncclSuccess;
+      ok = symmFdFetch(&rv, q, &peerFd) == ncclSuccess &&
+           symmRegistryAcquireFd(&key, peerFd, j->all[q].allocBytes, t->cudaDev, &j->w->maps[q]) ==
+               ncclSuccess;
     }
   }
   memset(&rv, 0, sizeof(rv));
-  if (!agreeOne(comm, localOk)) goto release;
+  return ok;
+}
 
-  w->win = win;
-  w->userPtr = (uintptr_t)buff;
-  w->bytes = size;
-  for (int r = 0; r < comm->nranks; r++)
-    w->peerPtrs[r] = (void*)(w->maps[r]->base + all[r].offset);
-  pthread_mutex_lock(&t->lock);
-  w->next = t->windows;
-  t->windows = w;
-  pthread_mutex_unlock(&t->lock);
-  (void)symmFdServerFinish(server, 1);
-  INFO(SYMM_TRANSPORT, "window %p (%zu bytes) peer-mapped on rank %d", buff, size, rank);
-  if (prevDev >= 0) (void)cudaSetDevice(prevDev);
-  return;
+/* Every step is an exchange or agreement over all jobs at once, so one thread driving several
+ * ranks (a group, ncclCommInitAll) takes part for each of them in the same grouped all-gather.
+ * Ranks of one communicator run the same steps: what decides a step is either identical on all
+ * of them (flags, transport presence) or agreed on first. Publishing in a process's registry
+ * comes before any rank of the process acquires (an agreement in between). */
+void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
+  if (n <= 0) return;
+  struct windowJob* jobs = calloc((size_t)n, sizeof(*jobs));
+  struct symmComm** comms = calloc((size_t)n, sizeof(*comms));
+  const void** send = calloc((size_t)n, sizeof(void*));
+  void** recv = calloc((size_t)n, sizeof(void*));
+  uint32_t* mine = calloc((size_t)n, sizeof(uint32_t));
+  int* take = calloc((size_t)n, sizeof(int));
+  if (jobs == NULL || comms == NULL || send == NULL || recv == NULL || mine == NULL || take == NULL) {
+    WARN("symmetric windows: out of host memory; %d window(s) not peer-mapped", n);
+    goto done;
+  }
+  int prevDev = -1;
+  (void)cudaGetDevice(&prevDev);
+  int any = 0;
+  for (int i = 0; i < n; i++) {
+    struct windowJob* j = &jobs[i];
+    const struct symmWindowReg* r = &regs[i];
+    j->reg = r;
+    comms[i] = r->comm;
+    if (r->comm == NULL || r->comm->transport == NULL || !(r->winFlags & NCCL_WIN_COLL_SYMMETRIC))
+      continue;
+    j->t = r->comm->transport;
+    j->take = 1;
+    any = 1;
+    pthread_mutex_lock(&j->t->lock);
+    j->tag = SYMM_TAG_WINDOW_BASE + j->t->windowSeq++;
+    pthread_mutex_unlock(&j->t->lock);
+    j->w = calloc(1, sizeof(*j->w));
+    (void)cudaSetDevice(j->t->cudaDev);
+    prepareJob(j);
+  }
+  if (!any) goto restore;
 
-release:
-  (void)symmFdServerFinish(server, 1);
-  if (w) releaseWindow(w);
-  if (retained) (void)CU_CALL(SYMM_LOG_WARN, cuMemRelease, (handle));
-  INFO(SYMM_TRANSPORT, "window %p not peer-mapped; kernels copy through the staging buffer", buff);
+  /* 1. Everyone's record: all usable and of the same size, or this window stays unmapped. */
+  for (int i = 0; i < n; i++) {
+    take[i] = jobs[i].take;
+    send[i] = &jobs[i].mine;
+    recv[i] = jobs[i].all;
+  }
+  (void)symmExchange(comms, n, take, send, recv, sizeof(struct windowRecord));
+  for (int i = 0; i < n; i++) {
+    struct windowJob* j = &jobs[i];
+    if (!j->take) continue;
+    int ok = take[i];
+    for (int r = 0; ok && r < comms[i]->nranks; r++) ok = j->all[r].ok && j->all[r].bytes == j->reg->size;
+    j->take = ok;
+  }
+  /* 2. Publish ours; 3. map the peers'. Each step ends in an agreement. */
+  for (int i = 0; i < n; i++) {
+    if (!jobs[i].take) continue;
+    (void)cudaSetDevice(jobs[i].t->cudaDev);
+    mine[i] = publishJob(&jobs[i]);
+  }
+  agreeJobs(jobs, comms, n, mine);
+  for (int i = 0; i < n; i++) {
+    if (!jobs[i].take) continue;
+    (void)cudaSetDevice(jobs[i].t->cudaDev);
+    mine[i] = fetchJob(&jobs[i]);
+  }
+  agreeJobs(jobs, comms, n, mine);
+
+  for (int i = 0; i < n; i++) {
+    struct windowJob* j = &jobs[i];
+    if (j->t == NULL) continue;
+    (void)symmFdServerFinish(j->server, 1);
+    if (!j->take) {
+      if (j->w) releaseWindow(j->w);
+      if (j->retained) (void)CU_CALL(SYMM_LOG_WARN, cuMemRelease, (j->handle));
+      INFO(SYMM_TRANSPORT, "window %p not peer-mapped; kernels copy through the staging buffer",
+           j->reg->buff);
+      continue;
+    }
+    struct symmWindow* w = j->w;
+    w->win = *j->reg->win;
+    w->userPtr = (uintptr_t)j->reg->buff;
+    w->bytes = j->reg->size;
+    for (int r = 0; r < comms[i]->nranks; r++)
+      w->peerPtrs[r] = (void*)(w->maps[r]->base + j->all[r].offset);
+    pthread_mutex_lock(&j->t->lock);
+    w->next = j->t->windows;
+    j->t->windows = w;
+    pthread_mutex_unlock(&j->t->lock);
+    INFO(SYMM_TRANSPORT, "window %p (%zu bytes) peer-mapped on rank %d", j->reg->buff,
+         j->reg->size, comms[i]->rank);
+  }
+restore:
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
+done:
+  free(jobs);
+  free(comms);
+  free(send);
+  free(recv);
+  free(mine);
+  free(take);
 }
 
 void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win) {

@@ -299,7 +299,8 @@ static void pingPongPhase(struct rankCtx* local, int n) {
 }
 
 /* Registered windows: peers read each other's ncclMemAlloc memory through the window mapping.
- * Needs one thread per rank (registration inside a group is not peer-mapped, by design). */
+ * A thread driving several ranks registers (and deregisters) them inside one group, as NCCL
+ * requires; the mapping then happens at the group's end. */
 static void windowPhase(struct rankCtx* local, int n) {
   const size_t bytes = (3u << 20) + 4096 * 3; /* not a granularity multiple */
   uint32_t seed = runSeed ^ 0xabcdu;
@@ -311,9 +312,17 @@ static void windowPhase(struct rankCtx* local, int n) {
     if (buf[i] == NULL) return;
     CUDA_OK(testLaunchFill(buf[i], bytes / 4, seed, (uint32_t)local[i].rank, local[i].stream));
     CUDA_OK(cudaStreamSynchronize(local[i].stream));
+  }
+  if (n > 1) TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  for (int i = 0; i < n; i++) {
+    CUDA_OK(cudaSetDevice(local[i].dev));
     TCHECK_EQ_INT(ncclCommWindowRegister(local[i].comm, buf[i], bytes, &win[i], NCCL_WIN_COLL_SYMMETRIC),
                   ncclSuccess);
+    /* Inside the group nothing is mapped yet. */
+    void* early[SYMM_MAX_RANKS];
+    if (n > 1) TCHECK_EQ_INT(symmTransportFindWindow(local[i].entry, buf[i], 64, early), 0);
   }
+  if (n > 1) TCHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
   worldBarrier(local, n);
   for (int i = 0; i < n; i++) {
     struct rankCtx* c = &local[i];
@@ -337,9 +346,16 @@ static void windowPhase(struct rankCtx* local, int n) {
     TCHECK_EQ_INT(symmTransportFindWindow(c->entry, c->peers->buffers[c->rank], 64, ptrs), 0);
   }
   worldBarrier(local, n);
+  if (n > 1) TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++) {
     void* ptrs[SYMM_MAX_RANKS];
     TCHECK_EQ_INT(ncclCommWindowDeregister(local[i].comm, win[i]), ncclSuccess);
+    /* Inside a group the mapping stays until the group's end (deferred operations may use it). */
+    TCHECK_EQ_INT(symmTransportFindWindow(local[i].entry, buf[i], 64, ptrs), n > 1 ? 1 : 0);
+  }
+  if (n > 1) TCHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  for (int i = 0; i < n; i++) {
+    void* ptrs[SYMM_MAX_RANKS];
     TCHECK_EQ_INT(symmTransportFindWindow(local[i].entry, buf[i], 64, ptrs), 0);
   }
   worldBarrier(local, n);
@@ -662,6 +678,10 @@ static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
     struct symmComm* e = symmCommFind(child);
     ineligible += e == NULL || symmTransportPeers(e) == NULL;
     failed += ncclCommDestroy(child) != ncclSuccess;
+    if (local->rank == 0 && i > 0 && i % 100 == 0) {
+      printf("rank 0: %d cycles done\n", i);
+      fflush(stdout);
+    }
   }
   processBarrier(local, word, stream);
   measure(&after, local->dev);
@@ -1020,8 +1040,7 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "procs") == 0) {
       runProcesses(peerBody, &windows);
     } else if (strcmp(mode, "initall") == 0) {
-      windows = 0; /* one thread registering for all ranks = a group: not peer-mapped by design */
-      runInitAll(2, peerBody, &windows);
+      runInitAll(2, peerBody, &windows); /* one thread, both ranks: windows through a group */
     } else if (strcmp(mode, "threads") == 0) {
       runThreads(2, peerBody, &windows);
     } else if (strcmp(mode, "bootstrap") == 0) {
