@@ -79,7 +79,9 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
   local.call = (struct symmAllReduceCall){.sendbuff = sendbuff, .recvbuff = recvbuff,
                                           .count = count, .datatype = datatype, .op = op,
                                           .algo = algo, .emulateMultimem = !multicastReady,
-                                          .inputPeers = registered ? local.inputPeers : NULL};
+                                          .inputPeers = symmTunerZeroCopy(&in, algo)
+                                                            ? local.inputPeers
+                                                            : NULL};
   local.comm = comm;
   local.stream = stream;
   *handled = 1;

@@ -28,6 +28,11 @@ unsigned symmTunerAvailable(const struct symmTuneInput* in);
  * byte-threshold knobs applied). Logs the choice at INFO once per distinct case. */
 enum symmArAlgo symmTunerPick(const struct symmTuneInput* in);
 
+/* 1 when `algo` should read a registered input in place (zero-copy) rather than through the
+ * staging buffer: only the two-shot can, and only up to SYMMCOLL_ZERO_COPY_MAX_BYTES (measured:
+ * above 4 MiB its pull reduce-scatter is slower than the push path). Same on all ranks. */
+int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo);
+
 /* The table's thresholds for `in` after knobs (tests, logging). */
 struct symmTuneThresholds {
   size_t lamportMax;   /* Lamport one-shot for bytes <= this (checked first) */

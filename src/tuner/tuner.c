@@ -20,6 +20,11 @@ SYMMCOLL_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", -1,
                "one-shot all-reduce up to this many bytes (-1: tuner table)")
 SYMMCOLL_PARAM(TwoshotMaxBytes, "TWOSHOT_MAX_BYTES", -1,
                "two-shot all-reduce up to this many bytes, NCCL above (-1: tuner table)")
+/* 2x H200, bf16, graphs (perf/RESULTS.md, round 5): the two-shot reading registered windows in
+ * place took 11.9/15.8/22.5 us at 1/2/4 MiB (push path 13.0/16.2/23.2) but 64.3 us at 16 MiB and
+ * 3285 at 1 GiB (push 60.2 / 3034). */
+SYMMCOLL_PARAM(ZeroCopyMaxBytes, "ZERO_COPY_MAX_BYTES", 4 << 20,
+               "two-shot reads registered symmetric windows in place up to this many bytes")
 SYMMCOLL_PARAM(MultimemMinBytes, "MULTIMEM_MIN_BYTES", -1,
                "multimem all-reduce from this many bytes (-1: tuner table)")
 SYMMCOLL_PARAM(MultimemMaxBytes, "MULTIMEM_MAX_BYTES", -1,
@@ -177,4 +182,9 @@ enum symmArAlgo symmTunerPick(const struct symmTuneInput* in) {
     pick = SYMM_AR_TWOSHOT;
   logOnce(in, pick, "table");
   return pick;
+}
+
+int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo) {
+  const int64_t max = symmParamZeroCopyMaxBytes();
+  return algo == SYMM_AR_TWOSHOT && in->registered && max >= 0 && in->bytes <= (size_t)max;
 }

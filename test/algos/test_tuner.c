@@ -174,6 +174,25 @@ int main(void) {
   unsetenv("SYMMCOLL_TWOSHOT_MAX_BYTES");
   symmParamResetAll();
 
+  /* Zero-copy (registered windows): two-shot only, up to 4 MiB unless the knob says otherwise. */
+  in = input(2, ncclBfloat16, ncclSum, 4 << 20);
+  in.registered = 1;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_AR_TWOSHOT), 1);
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_AR_ONESHOT), 0);
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_AR_NCCL), 0);
+  in.bytes = (4 << 20) + 2;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_AR_TWOSHOT), 0);
+  in.registered = 0;
+  in.bytes = 1024;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_AR_TWOSHOT), 0);
+  setenv("SYMMCOLL_ZERO_COPY_MAX_BYTES", "1073741824", 1);
+  symmParamResetAll();
+  in.registered = 1;
+  in.bytes = (size_t)1 << 30;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_AR_TWOSHOT), 1);
+  unsetenv("SYMMCOLL_ZERO_COPY_MAX_BYTES");
+  symmParamResetAll();
+
   /* Overrides: forced algorithm; unavailable forced algorithm falls back to the table. */
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
   symmParamResetAll();

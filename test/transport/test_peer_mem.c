@@ -4,7 +4,7 @@
  * for every way ranks are created (two processes, ncclCommInitAll, threads, the test bootstrap).
  *
  * Usage: test_peer_mem peers procs|initall|threads|bootstrap [nranks]
- *        test_peer_mem cycles bootstrap|procs <count>
+ *        test_peer_mem cycles bootstrap|procs|setup <count>
  *        test_peer_mem security nonmember|squat
  *        test_peer_mem mcguard
  * White-box: linked with the internal library, so its nccl* entry points are libsymmcoll's and
@@ -695,6 +695,45 @@ static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
+/* Two processes, one real communicator: our peer memory alone torn down and set up again
+ * `cycles` times (the fd exchange between the processes every time, without the ~0.8 s that
+ * each ncclCommSplit of the real NCCL costs). Measured in each process. */
+static void cyclesSetupBody(struct rankCtx* local, int n, void* arg) {
+  int cycles = *(int*)arg;
+  struct resources before, after;
+  int ineligible = 0;
+  int* word = NULL;
+  cudaStream_t stream = NULL;
+  (void)n;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&word, sizeof(int)));
+  CUDA_OK(cudaMemset(word, 0, sizeof(int)));
+  struct symmComm* entry = local->entry;
+  for (int i = -5; i < cycles; i++) {
+    if (i == 0) {
+      processBarrier(local, word, stream);
+      measure(&before, local->dev);
+    }
+    symmTransportTeardown(entry, 0);
+    struct symmComm* one[1] = {entry};
+    (void)symmTransportSetup(one, 1);
+    ineligible += symmTransportPeers(entry) == NULL;
+    if (local->rank == 0 && i > 0 && i % 250 == 0) {
+      printf("rank 0: %d cycles done\n", i);
+      fflush(stdout);
+    }
+  }
+  processBarrier(local, word, stream);
+  measure(&after, local->dev);
+  CHECK_EQ_INT(ineligible, 0);
+  CHECK_EQ_INT(ourSocketsLeft(), 0);
+  char what[64];
+  snprintf(what, sizeof(what), "rank %d setup/teardown (2 processes)", local->rank);
+  compareResources(&before, &after, cycles, what);
+  CUDA_OK(cudaFree(word));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
 /* ---- security: non-members and squatters (two processes, white-box spy on the exchange) -- */
 
 /* The spy wraps the real ncclAllGather this process's libsymmcoll calls during setup: it reads
@@ -1057,6 +1096,7 @@ int main(int argc, char** argv) {
     symmParamResetAll();
     if (strcmp(mode, "bootstrap") == 0) cyclesInitAll(cycles);
     else if (strcmp(mode, "procs") == 0) runProcesses(cyclesSplitBody, &cycles);
+    else if (strcmp(mode, "setup") == 0) runProcesses(cyclesSetupBody, &cycles);
     else return usage();
   } else if (strcmp(what, "security") == 0) {
     if (strcmp(mode, "nonmember") == 0) runSecurity(1);
