@@ -19,6 +19,8 @@ SYMMCOLL_PARAM(SpinTimeoutMs, "SPIN_TIMEOUT_MS", 10000,
  * 16 KiB against 16 KiB per block. */
 SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 128,
                "most thread blocks per all-reduce kernel (1..128); must match on all ranks")
+SYMMCOLL_PARAM(ArRoundBytes, "AR_ROUND_BYTES", 0,
+               "two-shot: most message bytes per round inside a launch (0: what staging holds)")
 SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048,
                "all-reduce bytes per thread block before another block is added; same on all ranks")
 
@@ -267,15 +269,13 @@ struct TwoShotPlan {
 
 __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t esize, int N) {
   TwoShotPlan p;
-  const size_t peers = a.nranks > 1 ? (size_t)a.nranks - 1 : 1;
   /* Large messages (block parts of 16+ pages): slices and parts start on 4 KiB boundaries
    * (parts at odd 16-byte offsets cost 7% of the bandwidth at 128 MiB-1 GiB on H200), at most
    * 1/16 of imbalance between blocks; smaller ones: 16 bytes. */
   size_t unit = (size_t)N;
   const size_t pageElems = 4096 / esize;
-  const size_t sMaxRaw = a.halfBytes / (2 * peers * esize);
-  if (a.count / (size_t)a.nranks >= 16 * pageElems * gridDim.x && sMaxRaw >= 16 * pageElems)
-    unit = pageElems;
+  const size_t sMaxRaw = a.twoShotSliceMax; /* host: staging and SYMMCOLL_AR_ROUND_BYTES */
+  if (minSize(a.count / (size_t)a.nranks, sMaxRaw) >= 16 * pageElems * gridDim.x) unit = pageElems;
   const size_t sMax = sMaxRaw / unit * unit; /* host checked sMax >= N */
   /* As few rounds as the staging allows, all about the same size (no short last round). */
   const size_t fewest = divUp(a.count, sMax * (size_t)a.nranks);
@@ -851,6 +851,16 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
   args.errorFlag = peers->errorFlag;
   args.multicast = (char*)peers->multicastBuffer;
   args.halfBytes = chunkBytes;
+  {
+    /* Two-shot rounds: 2(n-1) slices of staging per round, and the round-size knob. */
+    const size_t peerCount = peers->nranks > 1 ? (size_t)peers->nranks - 1 : 1;
+    size_t sliceMax = chunkBytes / (2 * peerCount * esize);
+    const int64_t roundBytes = symmParamArRoundBytes();
+    if (roundBytes > 0 && (size_t)roundBytes / ((size_t)peers->nranks * esize) < sliceMax)
+      sliceMax = (size_t)roundBytes / ((size_t)peers->nranks * esize);
+    if (sliceMax < 16 / esize) sliceMax = 16 / esize;
+    args.twoShotSliceMax = sliceMax;
+  }
   args.lamportOffset = 2 * chunkBytes;
   args.timeoutNs = (uint64_t)(symmParamSpinTimeoutMs() > 0 ? symmParamSpinTimeoutMs() : 0) * 1000000ull;
   args.rank = peers->rank;

@@ -26,6 +26,7 @@ struct KernelArgs {
   volatile uint32_t* errorFlag;
   char* multicast;                    /* multicast address of the staging buffers, or NULL */
   size_t halfBytes;                   /* bytes of one staging half (multiple of 16) */
+  size_t twoShotSliceMax;             /* two-shot: most elements of one rank's slice per round */
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
   uint64_t timeoutNs;                 /* 0 = spin forever (abort still honoured) */
   int rank, nranks;
