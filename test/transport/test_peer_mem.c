@@ -613,6 +613,7 @@ static void compareResources(const struct resources* before, const struct resour
     if (before->freeMem[d])
       printf(", dev%d free %zu -> %zu MiB", d, before->freeMem[d] >> 20, after->freeMem[d] >> 20);
   printf("\n");
+  fflush(stdout); /* rank processes leave through _exit */
   CHECK_EQ_INT(after->fds, before->fds);
   CHECK_EQ_INT(after->maps, before->maps);
   for (int d = 0; d < ndev && d < 8; d++)
