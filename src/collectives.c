@@ -74,6 +74,8 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
                              .multicastReady = multicastReady, .arch = 0,
                              .stagingBytes = peers->bufferBytes};
   const enum symmArAlgo algo = symmTunerPick(&in);
+  TRACE(SYMM_TUNER, "comm %p rank %d: all-reduce of %zu bytes, type %d, op %d: %s",
+        (void*)comm->real, comm->rank, bytes, (int)datatype, (int)op, symmArAlgoName(algo));
   if (algo == SYMM_AR_NCCL) return ncclSuccess;
 
   local.call = (struct symmAllReduceCall){.sendbuff = sendbuff, .recvbuff = recvbuff,
