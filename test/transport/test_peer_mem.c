@@ -656,10 +656,36 @@ static void processBarrier(struct rankCtx* c, int* word, cudaStream_t stream) {
   CUDA_OK(cudaStreamSynchronize(stream));
 }
 
-static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
-  int cycles = *(int*)arg;
+/* One create/destroy cycle; returns 0 when it worked and the communicator was eligible. */
+typedef int (*cycleFn)(struct rankCtx* local);
+
+/* A child of the parent communicator through the real NCCL's ncclCommSplit, then destroyed. */
+static int splitCycle(struct rankCtx* local) {
+  ncclComm_t child = NULL;
+  if (ncclCommSplit(local->comm, 0, local->rank, &child, NULL) != ncclSuccess || child == NULL)
+    return 1;
+  struct symmComm* e = symmCommFind(child);
+  int bad = e == NULL || symmTransportPeers(e) == NULL;
+  bad |= ncclCommDestroy(child) != ncclSuccess;
+  return bad;
+}
+
+/* Our peer memory alone torn down and set up again on the parent communicator: the fd exchange
+ * between the processes every time, without the ~0.8 s each ncclCommSplit costs the real NCCL. */
+static int setupCycle(struct rankCtx* local) {
+  struct symmComm* entry = symmCommFind(local->comm);
+  if (entry == NULL) return 1;
+  symmTransportTeardown(entry, 0);
+  struct symmComm* one[1] = {entry};
+  (void)symmTransportSetup(one, 1);
+  return symmTransportPeers(entry) == NULL;
+}
+
+/* `cycles` cycles after 5 of warm-up, fds / maps / free device memory measured in each process
+ * before and after, both processes at the same point each time. */
+static void runCycles(struct rankCtx* local, int cycles, cycleFn cycle, const char* label) {
   struct resources before, after;
-  int ineligible = 0, failed = 0;
+  int failed = 0;
   int* word = NULL;
   cudaStream_t stream = NULL;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -670,15 +696,7 @@ static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
       processBarrier(local, word, stream);
       measure(&before, local->dev); /* the other device is the other process's to change */
     }
-    ncclComm_t child = NULL;
-    ncclResult_t res = ncclCommSplit(local->comm, 0, local->rank, &child, NULL);
-    if (res != ncclSuccess || child == NULL) {
-      failed++;
-      continue;
-    }
-    struct symmComm* e = symmCommFind(child);
-    ineligible += e == NULL || symmTransportPeers(e) == NULL;
-    failed += ncclCommDestroy(child) != ncclSuccess;
+    failed += cycle(local);
     if (local->rank == 0 && i > 0 && i % 100 == 0) {
       printf("rank 0: %d cycles done\n", i);
       fflush(stdout);
@@ -687,54 +705,22 @@ static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
   processBarrier(local, word, stream);
   measure(&after, local->dev);
   CHECK_EQ_INT(failed, 0);
-  CHECK_EQ_INT(ineligible, 0);
   CHECK_EQ_INT(ourSocketsLeft(), 0);
   char what[64];
-  snprintf(what, sizeof(what), "rank %d Split(2 processes)", local->rank);
+  snprintf(what, sizeof(what), "rank %d %s (2 processes)", local->rank, label);
   compareResources(&before, &after, cycles, what);
   CUDA_OK(cudaFree(word));
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
-/* Two processes, one real communicator: our peer memory alone torn down and set up again
- * `cycles` times (the fd exchange between the processes every time, without the ~0.8 s that
- * each ncclCommSplit of the real NCCL costs). Measured in each process. */
-static void cyclesSetupBody(struct rankCtx* local, int n, void* arg) {
-  int cycles = *(int*)arg;
-  struct resources before, after;
-  int ineligible = 0;
-  int* word = NULL;
-  cudaStream_t stream = NULL;
+static void cyclesSplitBody(struct rankCtx* local, int n, void* arg) {
   (void)n;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  CUDA_OK(cudaMalloc((void**)&word, sizeof(int)));
-  CUDA_OK(cudaMemset(word, 0, sizeof(int)));
-  struct symmComm* entry = symmCommFind(local->comm);
-  CHECK(entry != NULL && symmTransportPeers(entry) != NULL);
-  if (entry == NULL) return;
-  for (int i = -5; i < cycles; i++) {
-    if (i == 0) {
-      processBarrier(local, word, stream);
-      measure(&before, local->dev);
-    }
-    symmTransportTeardown(entry, 0);
-    struct symmComm* one[1] = {entry};
-    (void)symmTransportSetup(one, 1);
-    ineligible += symmTransportPeers(entry) == NULL;
-    if (local->rank == 0 && i > 0 && i % 250 == 0) {
-      printf("rank 0: %d cycles done\n", i);
-      fflush(stdout);
-    }
-  }
-  processBarrier(local, word, stream);
-  measure(&after, local->dev);
-  CHECK_EQ_INT(ineligible, 0);
-  CHECK_EQ_INT(ourSocketsLeft(), 0);
-  char what[64];
-  snprintf(what, sizeof(what), "rank %d setup/teardown (2 processes)", local->rank);
-  compareResources(&before, &after, cycles, what);
-  CUDA_OK(cudaFree(word));
-  CUDA_OK(cudaStreamDestroy(stream));
+  runCycles(local, *(int*)arg, splitCycle, "Split");
+}
+
+static void cyclesSetupBody(struct rankCtx* local, int n, void* arg) {
+  (void)n;
+  runCycles(local, *(int*)arg, setupCycle, "setup/teardown");
 }
 
 /* ---- security: non-members and squatters (two processes, white-box spy on the exchange) -- */
