@@ -29,6 +29,7 @@
 #include "comm.h"
 #include "debug.h"
 #include "harness.h"
+#include "procs.h"
 #include "nccl_api.h"
 #include "param.h"
 #include "symm_peers.h"
@@ -175,22 +176,10 @@ static void connectDirectLocal(struct rankCtx* ctx, int n) {
 /* Forked processes: every child sends a blob up a pipe; the parent sends all blobs to all. */
 static int upPipe[SYMM_MAX_RANKS][2], downPipe[SYMM_MAX_RANKS][2];
 static void writeAll(int fd, const void* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) { perror("write"); exit(2); }
-    p = (const char*)p + w;
-    n -= (size_t)w;
-  }
+  if (procsWriteAll(fd, p, n) != 0) { perror("write"); exit(2); }
 }
 static void readAll(int fd, void* p, size_t n) {
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) { fprintf(stderr, "pipe closed early\n"); exit(2); }
-    p = (char*)p + r;
-    n -= (size_t)r;
-  }
+  if (procsReadAll(fd, p, n) != 0) { fprintf(stderr, "pipe closed early\n"); exit(2); }
 }
 
 struct blob {
@@ -921,20 +910,6 @@ static int childMain(int rank) {
   return harnessReport(name);
 }
 
-/* The GPU count without initialising CUDA in this process (children of a process that did
- * cannot use CUDA). */
-static int countGpusInChild(void) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    _exit(n > 100 ? 100 : n);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) return 0;
-  return WEXITSTATUS(status);
-}
-
 static void usage(void) {
   fprintf(stderr,
           "usage: test_allreduce [--mode direct|nccl] [--ranks N] [--procs N] [--threads]\n"
@@ -984,7 +959,7 @@ int main(int argc, char** argv) {
   if (nranksWorld < 1 || nranksWorld > SYMM_MAX_RANKS) usage();
   if (opt.maxBytes < (4u << 20)) opt.maxBytes = 4u << 20;
 
-  ngpus = countGpusInChild();
+  ngpus = procsCountGpus();
   if (ngpus == 0) {
     printf("test_allreduce: no GPU, skipped\n");
     return TEST_SKIP_CODE;

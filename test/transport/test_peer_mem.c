@@ -37,6 +37,7 @@
 #include "internal.h"
 #include "multicast.h"
 #include "param.h"
+#include "procs.h"
 #include "transport.h"
 
 #define MAX_LOCAL SYMM_MAX_RANKS
@@ -476,30 +477,6 @@ static void runInitAll(int nranks, rankBody body, void* arg) {
   for (int r = 0; r < nranks; r++) TCHECK_EQ_INT(ncclCommDestroy(comms[r]), ncclSuccess);
 }
 
-static int writeAll(int fd, const void* buf, size_t n) {
-  const char* p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
-static int readAll(int fd, void* buf, size_t n) {
-  char* p = buf;
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    p += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
 /* Parent side of a two-process test: closes the pipes' other ends, adds each rank's check
  * counts to ours, reaps both (and, with requireCleanExit, checks that each exited 0). */
 static void collectRanks(int idPipe[2], int resultPipe[2], const pid_t pids[2], int requireCleanExit) {
@@ -508,7 +485,7 @@ static void collectRanks(int idPipe[2], int resultPipe[2], const pid_t pids[2], 
   close(resultPipe[1]);
   for (int r = 0; r < 2; r++) {
     int counts[2];
-    if (readAll(resultPipe[0], counts, sizeof(counts)) == 0) {
+    if (procsReadAll(resultPipe[0], counts, sizeof(counts)) == 0) {
       harnessChecks += counts[0];
       harnessFailures += counts[1];
     } else {
@@ -544,11 +521,11 @@ static void runProcesses(rankBody body, void* arg) {
       int ok = 1;
       if (r == 0) {
         close(idPipe[0]);
-        ok = ncclGetUniqueId(&id) == ncclSuccess && writeAll(idPipe[1], &id, sizeof(id)) == 0;
+        ok = ncclGetUniqueId(&id) == ncclSuccess && procsWriteAll(idPipe[1], &id, sizeof(id)) == 0;
         close(idPipe[1]);
       } else {
         close(idPipe[1]);
-        ok = readAll(idPipe[0], &id, sizeof(id)) == 0;
+        ok = procsReadAll(idPipe[0], &id, sizeof(id)) == 0;
         close(idPipe[0]);
       }
       CHECK(ok);
@@ -565,7 +542,7 @@ static void runProcesses(rankBody body, void* arg) {
         }
       }
       int counts[2] = {harnessChecks, harnessFailures};
-      (void)writeAll(resultPipe[1], counts, sizeof(counts));
+      (void)procsWriteAll(resultPipe[1], counts, sizeof(counts));
       close(resultPipe[1]);
       _exit(0);
     }
@@ -931,8 +908,8 @@ static void runSecurity(int mode) {
       ncclUniqueId id;
       installSpy(r);
       int ok;
-      if (r == 0) ok = ncclGetUniqueId(&id) == ncclSuccess && writeAll(idPipe[1], &id, sizeof(id)) == 0;
-      else ok = readAll(idPipe[0], &id, sizeof(id)) == 0;
+      if (r == 0) ok = ncclGetUniqueId(&id) == ncclSuccess && procsWriteAll(idPipe[1], &id, sizeof(id)) == 0;
+      else ok = procsReadAll(idPipe[0], &id, sizeof(id)) == 0;
       close(idPipe[0]);
       close(idPipe[1]);
       CHECK(ok);
@@ -947,7 +924,7 @@ static void runSecurity(int mode) {
       }
       CHECK_EQ_INT(ourSocketsLeft(), 0);
       int counts[2] = {harnessChecks, harnessFailures};
-      (void)writeAll(resultPipe[1], counts, sizeof(counts));
+      (void)procsWriteAll(resultPipe[1], counts, sizeof(counts));
       _exit(0);
     }
   }
@@ -1006,22 +983,9 @@ static void mcGuardEachAlone(void) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-/* Counts GPUs in a child, so that this process stays CUDA-free until it forks its ranks. */
-static int probeDevices(void) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    _exit(n > 100 ? 100 : n);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 0;
-  return WEXITSTATUS(status);
-}
-
 static int usage(void) {
   fprintf(stderr, "usage: test_peer_mem peers procs|initall|threads|bootstrap [nranks]\n"
-                  "       test_peer_mem cycles bootstrap|procs <count>\n"
+                  "       test_peer_mem cycles bootstrap|procs|setup <count>\n"
                   "       test_peer_mem security nonmember|squat\n"
                   "       test_peer_mem mcguard\n");
   return 2;
@@ -1039,7 +1003,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage();
   const char* what = argv[1];
   const char* mode = argc > 2 ? argv[2] : "";
-  ndev = probeDevices();
+  ndev = procsCountGpus();
   int needed = 2;
   if (strcmp(what, "mcguard") == 0 || strcmp(mode, "bootstrap") == 0) needed = 1;
   if (ndev < needed) {
