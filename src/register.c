@@ -59,13 +59,12 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   if (res != ncclSuccess || win == NULL) return res;
   const struct symmWindowReg reg = {.comm = symmCommFind(comm), .buff = buff, .size = size,
                                     .win = win, .winFlags = winFlags};
-  if (reg.comm == NULL || !(winFlags & NCCL_WIN_COLL_SYMMETRIC)) return res;
-  /* Inside a group the peers' registrations (maybe issued by this same thread) come later. */
-  if (symmGroupDepth() > 0) {
+  /* Inside a group the peers' registrations (maybe issued by this same thread) come later.
+   * Windows that are not ours to map (not symmetric, foreign communicator) are skipped there. */
+  if (symmGroupDepth() > 0)
     (void)symmGroupDeferWindow(&reg);
-    return res;
-  }
-  symmTransportWindowsRegistered(&reg, 1);
+  else
+    symmTransportWindowsRegistered(&reg, 1);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowRegister,
@@ -84,20 +83,21 @@ static ncclResult_t runDeferredDeregister(void* arg) {
 }
 
 /* Inside a group our unmapping waits for the group's end: operations deferred before it in the
- * same group may read through the mapping. */
+ * same group may read through the mapping. 0 when it could not be deferred. */
+static int deferDeregister(struct symmComm* comm, ncclWindow_t win) {
+  if (comm == NULL || symmGroupDepth() == 0) return 0;
+  struct deferredDeregister* d = malloc(sizeof(*d));
+  if (d == NULL) return 0;
+  *d = (struct deferredDeregister){.comm = comm, .win = win};
+  if (symmGroupDeferOp(runDeferredDeregister, d) == ncclSuccess) return 1;
+  free(d);
+  return 0;
+}
+
 SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   if (symmRealDepth == 0) {
     struct symmComm* ours = symmCommFind(comm);
-    struct deferredDeregister* d = NULL;
-    if (ours != NULL && symmGroupDepth() > 0 && (d = malloc(sizeof(*d))) != NULL) {
-      *d = (struct deferredDeregister){.comm = ours, .win = win};
-      if (symmGroupDeferOp(runDeferredDeregister, d) != ncclSuccess) {
-        free(d);
-        symmTransportWindowDeregister(ours, win);
-      }
-    } else {
-      symmTransportWindowDeregister(ours, win);
-    }
+    if (!deferDeregister(ours, win)) symmTransportWindowDeregister(ours, win);
   }
   SYMM_FORWARD(ncclCommWindowDeregister, (comm, win), ncclSystemError);
 }
