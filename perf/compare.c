@@ -157,8 +157,8 @@ static int cmpDouble(const void* x, const void* y) {
 }
 
 /* Folds the repetitions of one library into reps[0]: per case and placement the median time
- * (bandwidths scaled to it), and every wrong count added up. Cases missing from a repetition
- * are taken from the repetitions that have them. */
+ * (bandwidths scaled to it), and every wrong count added up. The cases are those of the first
+ * run; a case missing from a later run has that many fewer samples. */
 static void medianOfReps(struct perfResult** reps, const size_t* nReps, int nrep) {
   double t[2][99];
   for (size_t i = 0; i < nReps[0]; i++) {
