@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* All-reduce kernels (one-shot, two-shot, multimem and its emulation) and their C launcher. */
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "algos.h"
@@ -769,7 +770,59 @@ template <typename E> static bool multimemOk(ncclRedOp_t op) {
   }
 }
 
+/* Loads every kernel instance of one datatype into the current device's context. */
+template <typename E, int Kind> static cudaError_t loadTyped() {
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)oneShotKernel<E, Kind>);
+  if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, (const void*)twoShotKernel<E, Kind>);
+  if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, Kind>);
+  if constexpr (Mm<E, Kind>::kOk) {
+    /* Loading only: nothing here touches a multicast object. */
+    if (err == cudaSuccess)
+      err = cudaFuncGetAttributes(&attr, (const void*)multimemKernel<E, Kind, true>);
+    if (err == cudaSuccess)
+      err = cudaFuncGetAttributes(&attr, (const void*)multimemKernel<E, Kind, false>);
+  }
+  return err;
+}
+
+template <typename E> static cudaError_t loadAllOps() {
+  cudaError_t err = loadTyped<E, kSum>();
+  if (err == cudaSuccess) err = loadTyped<E, kProd>();
+  if (err == cudaSuccess) err = loadTyped<E, kMin>();
+  if (err == cudaSuccess) err = loadTyped<E, kMax>();
+  return err;
+}
+
 }  // namespace symm
+
+/* Devices whose context has every kernel loaded (bit = device ordinal), and its lock. */
+static pthread_mutex_t loadLock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t loadedDevices;
+
+extern "C" ncclResult_t symmAllReduceLoadKernels(int device) {
+  if (device < 0 || device >= 64) return ncclInvalidArgument;
+  pthread_mutex_lock(&loadLock);
+  ncclResult_t res = ncclSuccess;
+  if (!(loadedDevices & (1ull << device))) {
+    int oldDev = -1;
+    cudaError_t err = cudaGetDevice(&oldDev);
+    if (err == cudaSuccess && oldDev != device) err = cudaSetDevice(device);
+    for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
+      SYMM_DISPATCH_DTYPE((ncclDataType_t)dt, err = symm::loadAllOps<E>());
+    if (err == cudaSuccess) {
+      loadedDevices |= 1ull << device;
+    } else {
+      INFO(SYMM_INIT, "all-reduce kernels do not load on device %d: %s", device,
+           cudaGetErrorString(err));
+      (void)cudaGetLastError();
+      res = ncclUnhandledCudaError;
+    }
+    if (oldDev >= 0 && oldDev != device) (void)cudaSetDevice(oldDev);
+  }
+  pthread_mutex_unlock(&loadLock);
+  return res;
+}
 
 extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t datatype,
                                          ncclRedOp_t op) {
@@ -904,6 +957,8 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
     int64_t blocks = (int64_t)((moved + (size_t)bytesPerBlock - 1) / (size_t)bytesPerBlock);
     if (blocks > maxBlocks) blocks = maxBlocks;
     if (blocks < 1) blocks = 1;
+    TRACE(SYMM_COLL, "rank %d: all-reduce kernel %d, %zu elements, %lld blocks, stream %p",
+          peers->rank, (int)call->algo, n, (long long)blocks, (void*)stream);
     cudaError_t err = cudaErrorInvalidValue;
     SYMM_DISPATCH_DTYPE(call->datatype,
                         err = symm::launchOp<E>(call->op, call->algo, call->emulateMultimem != 0,

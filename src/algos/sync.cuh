@@ -98,9 +98,9 @@ __device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint32_
  * to the kernel arguments would force them into local memory. */
 __device__ __noinline__ void reportTimeout(int rank, unsigned long long ms, int peer, int purpose,
                                            uint32_t want, uint32_t seen) {
-  printf("libsymmcoll: rank %d block %d gave up after %llu ms waiting for rank %d "
+  printf("libsymmcoll: rank %d block %d/%d gave up after %llu ms waiting for rank %d "
          "(signal %d, epoch %u, seen %u)\n",
-         rank, (int)blockIdx.x, ms, peer, purpose, want, seen);
+         rank, (int)blockIdx.x, (int)gridDim.x, ms, peer, purpose, want, seen);
 }
 
 /* Block-level barrier with block blockIdx.x of every rank (itself included).

@@ -41,6 +41,13 @@ struct symmAllReduceCall {
  * multimem.ld_reduce supports; emulation follows the same list). */
 int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t datatype, ncclRedOp_t op);
 
+/* Loads every all-reduce kernel into `device`'s context now (once per device and process).
+ * CUDA loads kernels lazily by default, and a lazy load may wait until the context is idle:
+ * if a rank's spinning kernel waits for a rank whose launch is stuck behind such a load, they
+ * deadlock (seen with several ranks per process). NCCL preloads its kernels for the same
+ * reason. Fails when the kernels have no image for this device. */
+ncclResult_t symmAllReduceLoadKernels(int device);
+
 /* Enqueues the all-reduce on `stream` (capturable). Messages larger than half the staging
  * buffer run as several launches. count 0 launches nothing. The call is collective: every
  * rank must issue the same sequence of launches (same algo, count, datatype) on its peers. */

@@ -15,6 +15,7 @@ struct symmComm {
   int blocking;    /* config.blocking; non-blocking comms are set up lazily */
   int attrsKnown;  /* rank/nranks/cudaDev read from the real NCCL */
   int setupDone;   /* symmetric-memory setup attempted (successfully or not) */
+  int kernelsLoaded; /* our kernels are loaded in this device's context (symmCommSetupMany) */
   struct symmTransport* transport; /* non-NULL when eligible and set up */
   /* Readers: launches in flight (symmTransportBeginLaunch..End). Writer: teardown, which detaches
    * `transport` so an abort from another thread never frees memory under a launch. */

@@ -45,6 +45,11 @@ int symmDecideFromRecords(const struct symmPeerRecord* records, int nranks, int 
       setReason(verdict, "rank %d could not prepare its local state", r, 0);
       return 0;
     }
+    if (rec->flags & SYMM_REC_NO_KERNELS) {
+      setReason(verdict, "libsymmcoll's kernels do not load on the GPU of rank %d (built for "
+                "other architectures: -Dgpu_archs)", r, 0);
+      return 0;
+    }
     if (rec->hostHash != records[0].hostHash || rec->hostHash == 0) {
       setReason(verdict, "rank %d is not on the same host as rank 0", r, 0);
       return 0;

@@ -17,6 +17,7 @@ enum {
   SYMM_REC_VMM = 1u << 1,            /* driver loaded; VMM + POSIX fd handles supported */
   SYMM_REC_MULTICAST = 1u << 2,      /* multicast env guards pass AND device reports support */
   SYMM_REC_SETUP_FAILED = 1u << 3,   /* something local failed before the exchange */
+  SYMM_REC_NO_KERNELS = 1u << 4,     /* our kernels have no image for this rank's GPU */
 };
 
 /* Fixed layout, all-gathered as bytes over the real communicator (identical binaries on a node). */

@@ -170,6 +170,7 @@ static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
   rec->uid = (uint32_t)getuid();
   rec->cudaDev = c->cudaDev;
   if (symmDisabled()) rec->flags |= SYMM_REC_DISABLED;
+  if (!c->kernelsLoaded) rec->flags |= SYMM_REC_NO_KERNELS;
   if (cudaDeviceGetAttribute(&rec->ccMajor, cudaDevAttrComputeCapabilityMajor, c->cudaDev) !=
           cudaSuccess ||
       cudaDeviceGetAttribute(&rec->ccMinor, cudaDevAttrComputeCapabilityMinor, c->cudaDev) !=

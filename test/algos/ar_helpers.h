@@ -30,6 +30,9 @@ size_t arCompare(ncclDataType_t dtype, const void* expect, const void* got, size
                  double tol, const char* label);
 double arToDouble(ncclDataType_t dtype, const void* base, size_t i);
 
+/* Loads this file's kernels into the current device's context now: with several ranks per
+ * process, a lazy load while a rank's kernel spins can stall the launches it waits for. */
+cudaError_t arLoadKernels(void);
 /* Device: buf[i] += 1 (float32, int32 only); graph-captured input update. */
 cudaError_t arAddOneDevice(void* buf, size_t count, ncclDataType_t dtype, cudaStream_t stream);
 /* Device: *mismatches += number of bytes where a and b differ. */

@@ -132,6 +132,13 @@ static void allocRankMemory(struct rankCtx* c) {
   CUDA_OR_DIE(cudaMalloc((void**)&c->sendMem, opt.maxBytes + 256));
   CUDA_OR_DIE(cudaMalloc((void**)&c->recvMem, opt.maxBytes + 256));
   CUDA_OR_DIE(cudaMalloc((void**)&c->devMismatch, sizeof(unsigned long long)));
+  /* Every kernel loaded before any spins (the library does this itself at communicator setup;
+   * the direct mode has no communicator). */
+  CUDA_OR_DIE(arLoadKernels());
+  if (symmAllReduceLoadKernels(c->dev) != ncclSuccess) {
+    fprintf(stderr, "rank %d: the all-reduce kernels do not load on device %d\n", c->rank, c->dev);
+    exit(2);
+  }
   CUDA_OR_DIE(cudaMemset(c->devMismatch, 0, sizeof(unsigned long long)));
   if (opt.mode != MODE_DIRECT) return;
   CUDA_OR_DIE(cudaMalloc(&c->staging, opt.stagingBytes));

@@ -113,6 +113,10 @@ int main(void) {
   CHECK_EQ_INT(decide(recs, 2, 8, &v), 0);
   CHECK_REASON(v, "rank 0 could not prepare");
   makeTable(recs, 2);
+  recs[1].flags |= SYMM_REC_NO_KERNELS;
+  CHECK_EQ_INT(decide(recs, 2, 8, &v), 0);
+  CHECK_REASON(v, "kernels do not load on the GPU of rank 1");
+  makeTable(recs, 2);
   recs[1].version = 99;
   CHECK_EQ_INT(decide(recs, 2, 8, &v), 0);
   makeTable(recs, 2);

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Host cost of the CUDA calls on our eager all-reduce path, one at a time (perf/NOTES.md):
+ * kernel launches with a small and with an all-reduce-sized argument block, cudaEventRecord,
+ * cudaStreamIsCapturing, cudaGetDevice. Prints microseconds per call (median of 11 batches). */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct Big {
+  char bytes[328]; /* about sizeof(symm::KernelArgs) */
+};
+__global__ void smallKernel(int x) {
+  if (x == 12345) printf("never\n");
+}
+__global__ void bigKernel(Big b) {
+  if (b.bytes[0] == 123) printf("never\n");
+}
+
+static double nowUs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+#define CK(x)                                                              \
+  do {                                                                     \
+    cudaError_t e = (x);                                                   \
+    if (e != cudaSuccess) {                                                \
+      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));              \
+      exit(1);                                                             \
+    }                                                                      \
+  } while (0)
+
+static int cmp(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+enum { kBatch = 400, kBatches = 11 };
+
+template <typename F> static double perCall(const char* name, cudaStream_t s, F body) {
+  double t[kBatches];
+  for (int b = 0; b < kBatches; b++) {
+    CK(cudaStreamSynchronize(s));
+    double t0 = nowUs();
+    for (int i = 0; i < kBatch; i++) body();
+    t[b] = (nowUs() - t0) / kBatch;
+  }
+  CK(cudaStreamSynchronize(s));
+  qsort(t, kBatches, sizeof(double), cmp);
+  printf("%-40s %8.3f us/call\n", name, t[kBatches / 2]);
+  return t[kBatches / 2];
+}
+
+int main() {
+  CK(cudaSetDevice(0));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t ev;
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  Big big = {};
+  CK(cudaFuncGetAttributes(new cudaFuncAttributes, (const void*)smallKernel));
+  CK(cudaFuncGetAttributes(new cudaFuncAttributes, (const void*)bigKernel));
+  perCall("launch, 4-byte argument", s, [&] { smallKernel<<<1, 32, 0, s>>>(1); });
+  perCall("launch, 328-byte argument", s, [&] { bigKernel<<<1, 32, 0, s>>>(big); });
+  perCall("launch 328 B + cudaGetLastError", s, [&] {
+    bigKernel<<<1, 32, 0, s>>>(big);
+    (void)cudaGetLastError();
+  });
+  perCall("cudaEventRecord", s, [&] { (void)cudaEventRecord(ev, s); });
+  perCall("launch 328 B + cudaEventRecord", s, [&] {
+    bigKernel<<<1, 32, 0, s>>>(big);
+    (void)cudaEventRecord(ev, s);
+  });
+  perCall("cudaStreamIsCapturing", s, [&] {
+    cudaStreamCaptureStatus st;
+    (void)cudaStreamIsCapturing(s, &st);
+  });
+  perCall("cudaGetDevice", s, [&] {
+    int d;
+    (void)cudaGetDevice(&d);
+  });
+  return 0;
+}
