@@ -2,6 +2,7 @@
 /* Host cost of the CUDA calls on our eager all-reduce path, one at a time (perf/NOTES.md):
  * kernel launches with a small and with an all-reduce-sized argument block, cudaEventRecord,
  * cudaStreamIsCapturing, cudaGetDevice. Prints microseconds per call (median of 11 batches). */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,24 @@ int main() {
     bigKernel<<<1, 32, 0, s>>>(big);
     (void)cudaGetLastError();
   });
+  perCall("cudaLaunchKernel, 328 B", s, [&] {
+    void* args[] = {&big};
+    (void)cudaLaunchKernel((const void*)bigKernel, dim3(1), dim3(32), args, 0, s);
+  });
+  {
+    typedef CUresult (*LaunchFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                 unsigned, unsigned, CUstream, void**, void**);
+    void* fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    CK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &fn, 12000, cudaEnableDefault, &q));
+    cudaFunction_t f;
+    CK(cudaGetFuncBySymbol(&f, (const void*)bigKernel));
+    LaunchFn launch = (LaunchFn)fn;
+    perCall("cuLaunchKernel (driver), 328 B", s, [&] {
+      void* args[] = {&big};
+      (void)launch((CUfunction)f, 1, 1, 1, 32, 1, 1, 0, (CUstream)s, args, NULL);
+    });
+  }
   perCall("cudaEventRecord", s, [&] { (void)cudaEventRecord(ev, s); });
   perCall("launch 328 B + cudaEventRecord", s, [&] {
     bigKernel<<<1, 32, 0, s>>>(big);

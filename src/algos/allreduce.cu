@@ -248,19 +248,27 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
  * block owns the same staging bytes in every round):
  *   scatter area, slot s(w): writer w's input slice r          (n-1 slots)
  *   gather area,  slot s(q): owner q's reduced slice q         (n-1 slots)
- * where s(x) = x - (x > r) skips our own rank. Per round, rank r:
- *   A  pushes its input slice q to rank q's scatter slot s_q(r), every q != r (remote stores);
- *   C  (of the previous round) copies the gather area to its output (local);
- *   barrier start;
- *   B  reduces slice r in rank order from its own input and its scatter slots, writes the output
- *      and pushes the result into every peer's gather slot (remote stores);
- *   barrier mid.
+ * where s(x) = x - (x > r) skips our own rank. Round k (epoch e0+k, staging half (e0+k) & 1),
+ * rank r, with split barriers (arrive = release our signal, wait = acquire everyone's):
+ *   A(k)  pushes its input slice q to rank q's scatter slot s_q(r), every q != r (remote stores);
+ *   arrive start(k);
+ *   wait mid(k-1), then C(k-1): copies the gather area of round k-1 to its output (local);
+ *   wait start(k);
+ *   B(k)  reduces slice r in rank order from its own input and its scatter slots, writes the
+ *         output and pushes the result into every peer's gather slot (remote stores);
+ *   arrive mid(k).
+ * After the last round: wait mid, C. The waits come as late as the data allows, so the pushes
+ * of A(k+1) overlap the mid barrier of round k and C(k-1) overlaps the start barrier of round k.
  * Every remote byte travels as a store; nothing is copied in. Zero-copy (inputs[] from a
  * registered symmetric window): no A, B reads peers' user buffers directly; B never reads the
- * slice another rank writes in its B, and C comes after the mid barrier, so in-place is safe.
- * Reuse: rank r writes block b's bytes of half p in round k+2 only after its round-(k+1) start
- * barrier with block b of every peer, which each peer passes after its C(k) (C(k) precedes
- * barrier start(k+1)) and its B(k). Across launches see the double-buffering note above. */
+ * slice another rank writes in its B, and C(k) comes after wait mid(k), so in-place is safe.
+ * Reuse of half p = k & 1 (block b's bytes):
+ *   - A(k) overwrites scatter slots the peer read in B(k-2), which precedes the peer's arrive
+ *     mid(k-2); we waited mid(k-2) before C(k-2), before A(k).
+ *   - B(k) overwrites gather slots the peer read in C(k-2), which precedes the peer's A(k) and
+ *     arrive start(k); we wait start(k) before B(k).
+ * Across launches the same holds with the rounds of the previous kernel (see the
+ * double-buffering note above: a peer arriving in this kernel has finished its last one). */
 struct TwoShotPlan {
   size_t S;        /* staging stride of one slice (elements, multiple of the vector width) */
   size_t B;        /* elements of a slice per block */
@@ -349,8 +357,12 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
                      (const char*)a.send + s.first * sizeof(T), s.lo, s.hi, sendVec, false);
       }
     }
-    if (round > 0) twoShotGather<E>(a, p, round - 1, epoch - 1);
-    if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+    blockArrive(a, kSigStart, epoch);
+    if (round > 0) {
+      if (!blockWait(a, kSigMid, epoch - 1, &failed)) return;
+      twoShotGather<E>(a, p, round - 1, epoch - 1);
+    }
+    if (!blockWait(a, kSigStart, epoch, &failed)) return;
     /* B: reduce our slice in rank order; write the output and every peer's gather slot. */
     const TwoShotSlice s = twoShotSlice(a, p, round, me, N);
     const char* srcs[SYMM_MAX_RANKS];
@@ -372,8 +384,9 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
     }
     const bool reduceVec = recvVec && (a.zeroCopy ? zeroVec : sendVec);
     reduceRange<E, Kind>(srcs, n, dsts, ndst, s.lo, s.hi, reduceVec, a.avg != 0);
-    if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
+    blockArrive(a, kSigMid, epoch);
   }
+  if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
   twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
   endCall(a, epoch0 + p.rounds - 1);
 }

@@ -103,17 +103,23 @@ __device__ __noinline__ void reportTimeout(int rank, unsigned long long ms, int 
          rank, (int)blockIdx.x, (int)gridDim.x, ms, peer, purpose, want, seen);
 }
 
-/* Block-level barrier with block blockIdx.x of every rank (itself included).
+/* Block-level barrier with block blockIdx.x of every rank (itself included), in two halves so a
+ * block can work between them (the two-shot does).
  * Arrive: __syncthreads orders this block's prior writes before thread t's system-scope release
- * store of `epoch` into rank t's pad. Wait: thread t acquires rank t's word in our pad, then
- * __syncthreads publishes that to the whole block. `failed` is block-shared. */
-__device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, uint32_t epoch,
-                                             volatile int* failed) {
+ * store of `epoch` into rank t's pad. */
+__device__ __forceinline__ void blockArrive(const KernelArgs& a, int purpose, uint32_t epoch) {
   __syncthreads();
+  const int t = threadIdx.x;
+  if (t < a.nranks) storeReleaseSys(a.signals[t] + signalIndex(purpose, blockIdx.x, a.rank), epoch);
+}
+
+/* Wait: thread t acquires rank t's word in our pad, then __syncthreads publishes that to the
+ * whole block. `failed` is block-shared. */
+__device__ __forceinline__ bool blockWait(const KernelArgs& a, int purpose, uint32_t epoch,
+                                          volatile int* failed) {
   const int t = threadIdx.x;
   uint32_t why = 0, seen = 0;
   if (t < a.nranks) {
-    storeReleaseSys(a.signals[t] + signalIndex(purpose, blockIdx.x, a.rank), epoch);
     why = spinUntil(a, a.signals[a.rank] + signalIndex(purpose, blockIdx.x, t), epoch, &seen);
     if (why != 0) *failed = 1;
   }
@@ -122,6 +128,12 @@ __device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, u
   if (why == SYMM_AR_ERROR_TIMEOUT)
     reportTimeout(a.rank, (unsigned long long)(a.timeoutNs / 1000000u), t, purpose, epoch, seen);
   return false;
+}
+
+__device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, uint32_t epoch,
+                                             volatile int* failed) {
+  blockArrive(a, purpose, epoch);
+  return blockWait(a, purpose, epoch, failed);
 }
 
 /* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device).
