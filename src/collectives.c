@@ -130,6 +130,12 @@ SYMM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
   ncclResult_t res = tryOurAllReduce(ours, sendbuff, recvbuff, count, datatype, op, stream,
                                      &handled);
   if (handled || res != ncclSuccess) return res;
+  if (!ours->setupDone) {
+    /* A non-blocking communicator's first all-reduce: forward it, then set up. */
+    SYMM_CALL_REAL(res, ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream));
+    if (res == ncclSuccess || res == ncclInProgress) (void)symmCommSetupOnFirstUse(ours, stream);
+    return res;
+  }
 forward:
   SYMM_FORWARD(ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream),
                ncclSystemError);

@@ -90,6 +90,22 @@ int symmCommCount(void) {
   return n;
 }
 
+ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs) {
+  if (comm->blocking) return ncclSuccess;
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    ncclResult_t state = ncclSuccess, res;
+    SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm->real, &state));
+    if (res != ncclSuccess) return res;
+    if (state != ncclInProgress) return state;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const double ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) * 1e-6;
+    if (ms > (double)timeoutMs) return ncclInProgress;
+    sched_yield();
+  }
+}
+
 ncclResult_t symmCommReadAttrs(struct symmComm* comm) {
   if (comm->attrsKnown) return ncclSuccess;
   ncclResult_t res;

@@ -9,6 +9,9 @@
 #include "forward.h"
 #include "transport.h"
 
+/* How long a non-blocking communicator may take to finish launching before we give up on it. */
+static const int64_t kIdleWaitMs = 30000;
+
 struct deferredOp {
   symmDeferredFn run;
   void* arg;
@@ -65,6 +68,32 @@ ncclResult_t symmGroupDeferOp(symmDeferredFn run, void* arg) {
   return ncclSuccess;
 }
 
+ncclResult_t symmCommSetupOnFirstUse(struct symmComm* comm, cudaStream_t stream) {
+  if (comm->setupDone || comm->blocking) return ncclSuccess;
+  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    comm->setupDone = 1;
+    INFO(SYMM_INIT, "comm %p forwards: its first all-reduce was captured in a CUDA graph, where "
+         "setting up peer memory is not allowed", (void*)comm->real);
+    return ncclSuccess;
+  }
+  if (symmGroupDepth() > 0) {
+    comm->setupDone = 1; /* runs at the outermost GroupEnd */
+    return symmGroupDeferSetup(comm);
+  }
+  /* The real NCCL refuses other calls on the communicator while that all-reduce is launching. */
+  const ncclResult_t idle = symmCommWaitIdle(comm, kIdleWaitMs);
+  if (idle != ncclSuccess) {
+    comm->setupDone = 1;
+    INFO(SYMM_INIT, "comm %p forwards: not idle after its first all-reduce (%d)", (void*)comm->real,
+         (int)idle);
+    return ncclSuccess;
+  }
+  return symmCommSetupMany(&comm, 1);
+}
+
 ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
   for (int i = 0; i < n; i++) {
     ncclResult_t res = symmCommReadAttrs(comms[i]);
@@ -91,12 +120,23 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult) {
   if (pendingCount > 0) {
     int n = pendingCount;
     pendingCount = 0;
-    if (groupResult == ncclSuccess) res = symmCommSetupMany(pendingComms, n);
+    for (int i = 0; i < n && groupResult == ncclInProgress; i++)
+      if (symmCommWaitIdle(pendingComms[i], kIdleWaitMs) != ncclSuccess) groupResult = ncclSystemError;
+    /* ncclInProgress: a non-blocking communicator's group is still being launched; the setup's
+     * exchange waits for it. */
+    if (groupResult == ncclSuccess || groupResult == ncclInProgress)
+      res = symmCommSetupMany(pendingComms, n);
   }
   if (windowCount > 0) {
     int n = windowCount;
     windowCount = 0;
-    if (groupResult == ncclSuccess) symmTransportWindowsRegistered(pendingWindows, n);
+    /* Non-blocking communicators: the handles are filled in once the group has completed, and
+     * every rank must map (the mapping is collective), so wait for that first. */
+    int ok = groupResult == ncclSuccess || groupResult == ncclInProgress;
+    for (int i = 0; i < n && ok && groupResult == ncclInProgress; i++)
+      if (pendingWindows[i].comm != NULL)
+        ok = symmCommWaitIdle(pendingWindows[i].comm, kIdleWaitMs) == ncclSuccess;
+    if (ok) symmTransportWindowsRegistered(pendingWindows, n);
   }
   int nops = opCount;
   opCount = 0;

@@ -13,11 +13,14 @@ static int configBlocking(const ncclConfig_t* config) {
 }
 
 /* Records a communicator the real NCCL returned; sets it up now or at the outermost GroupEnd.
+ * A non-blocking one is set up after its first all-reduce instead (symmCommSetupOnFirstUse):
+ * its ranks may see it ready at different calls, but they all issue the same operations.
  * Our failures never fail the user's call: the communicator then simply forwards. */
 static void commCreated(ncclResult_t res, ncclComm_t real, int blocking) {
   if ((res != ncclSuccess && res != ncclInProgress) || real == NULL) return;
   struct symmComm* comm = NULL;
   if (symmCommAdd(real, blocking, &comm) != ncclSuccess) return;
+  if (!blocking) return;
   if (symmGroupDepth() > 0) {
     if (symmGroupDeferSetup(comm) != ncclSuccess) comm->setupDone = 1;
     return;

@@ -56,8 +56,13 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   if (symmRealLoad() != ncclSuccess) return ncclSystemError;
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommWindowRegister, (comm, buff, size, win, winFlags));
+  struct symmComm* ours = symmCommFind(comm);
+  /* Non-blocking: every rank maps (collectively) once its registration is complete. */
+  if (res == ncclInProgress && ours != NULL && symmGroupDepth() == 0 &&
+      symmCommWaitIdle(ours, 30000) == ncclSuccess)
+    res = ncclSuccess;
   if (res != ncclSuccess || win == NULL) return res;
-  const struct symmWindowReg reg = {.comm = symmCommFind(comm), .buff = buff, .size = size,
+  const struct symmWindowReg reg = {.comm = ours, .buff = buff, .size = size,
                                     .win = win, .winFlags = winFlags};
   /* Inside a group the peers' registrations (maybe issued by this same thread) come later.
    * Windows that are not ours to map (not symmetric, foreign communicator) are skipped there. */

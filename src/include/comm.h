@@ -4,6 +4,7 @@
 #define SYMMCOLL_COMM_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 #include "nccl_api.h"
 
@@ -31,6 +32,11 @@ struct symmComm* symmCommFind(ncclComm_t real);
 void symmCommRemove(ncclComm_t real);
 /* Number of live entries (tests). */
 int symmCommCount(void);
+
+/* A non-blocking communicator may still be launching its last operation (ncclInProgress):
+ * polls the real NCCL until that is done, at most timeoutMs. ncclSuccess when idle (at once for
+ * blocking communicators); ncclInProgress on timeout; else the communicator's error. */
+ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs);
 
 /* Reads rank/size/device from the real NCCL once the communicator is ready. */
 ncclResult_t symmCommReadAttrs(struct symmComm* comm);

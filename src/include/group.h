@@ -25,4 +25,9 @@ ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg);
 /* Sets up freshly created communicators (all ranks of each call it collectively). */
 ncclResult_t symmCommSetupMany(struct symmComm** comms, int n);
 
+/* A non-blocking communicator: set up right after its first ncclAllReduce (which itself always
+ * forwards, on every rank alike), or at the outermost GroupEnd when that call was grouped.
+ * Never when the call was captured in a CUDA graph: the communicator then always forwards. */
+ncclResult_t symmCommSetupOnFirstUse(struct symmComm* comm, cudaStream_t stream);
+
 #endif

@@ -50,6 +50,11 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void*
   for (int i = 0; i < n; i++) {
     if (!take[i]) continue;
     struct symmComm* c = comms[i];
+    if (symmCommWaitIdle(c, symmParamSetupTimeoutMs()) != ncclSuccess) {
+      WARN("symmetric memory: communicator of rank %d is not idle for the setup exchange", c->rank);
+      take[i] = 0;
+      continue;
+    }
     if (cudaSetDevice(c->cudaDev) != cudaSuccess ||
         cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking) != cudaSuccess) {
       WARN("symmetric memory: cannot prepare the setup exchange on device %d", c->cudaDev);
@@ -75,20 +80,24 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void*
     SYMM_CALL_REAL(res, ncclAllGather,
                    ((char*)scratch[i] + bytes * (size_t)c->rank, scratch[i], bytes, ncclUint8,
                     c->real, streams[i]));
-    if (res != ncclSuccess) {
+    if (res != ncclSuccess && res != ncclInProgress) {
       WARN("symmetric memory: setup all-gather failed (%d) on rank %d", (int)res, c->rank);
       take[i] = 0;
     }
   }
   if (taking > 1) {
     SYMM_CALL_REAL(res, ncclGroupEnd, ());
-    if (res != ncclSuccess) {
+    if (res != ncclSuccess && res != ncclInProgress) {
       WARN("symmetric memory: setup group failed (%d)", (int)res);
       for (int i = 0; i < n; i++) take[i] = 0;
     }
   }
   for (int i = 0; i < n; i++) {
     if (streams[i] == NULL) continue;
+    if (take[i] && symmCommWaitIdle(comms[i], symmParamSetupTimeoutMs()) != ncclSuccess) {
+      WARN("symmetric memory: setup all-gather did not complete on rank %d", comms[i]->rank);
+      take[i] = 0;
+    }
     (void)cudaSetDevice(comms[i]->cudaDev);
     if (take[i] && (cudaMemcpyAsync(recv[i], scratch[i], bytes * (size_t)comms[i]->nranks,
                                     cudaMemcpyDeviceToHost, streams[i]) != cudaSuccess ||
@@ -435,11 +444,6 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
   for (int i = 0; i < n; i++) {
     struct symmComm* c = comms[i];
     ctx[i].comm = c;
-    if (!c->blocking) {
-      INFO(SYMM_INIT, "comm %p forwards: non-blocking communicators are not set up in this version",
-           (void*)c->real);
-      continue;
-    }
     if (c->nranks < 2 || c->nranks > maxRanks()) {
       INFO(SYMM_INIT, "comm %p forwards: world size %d outside 2..%d (SYMMCOLL_MAX_RANKS)",
            (void*)c->real, c->nranks, maxRanks());

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* CPU test: setup paths decided without any exchange (non-blocking, world size) and the
+/* CPU test: setup paths decided without any exchange (world size) and the
  * transport queries on communicators without symmetric memory. No GPU, no real NCCL needed. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,11 +24,11 @@ static struct symmComm* fakeComm(uintptr_t id, int rank, int nranks, int blockin
 int main(void) {
   /* Any exchange would call into the real NCCL, which this test never loads: reaching one would
    * crash (NULL entry point), so returning proves the decision was taken locally. */
-  struct symmComm* nonBlocking = fakeComm(0x1000, 0, 2, 0);
+  struct symmComm* huge = fakeComm(0x1000, 0, 1000, 0);
   struct symmComm* tooSmall = fakeComm(0x2000, 0, 1, 1);
   struct symmComm* tooLarge = fakeComm(0x3000, 3, SYMM_MAX_RANKS + 1, 1);
-  CHECK(nonBlocking && tooSmall && tooLarge);
-  struct symmComm* all[3] = {nonBlocking, tooSmall, tooLarge};
+  CHECK(huge && tooSmall && tooLarge);
+  struct symmComm* all[3] = {huge, tooSmall, tooLarge};
   CHECK_EQ_INT(symmTransportSetup(all, 3), ncclSuccess);
   for (int i = 0; i < 3; i++) {
     CHECK(all[i]->transport == NULL);

@@ -3,7 +3,7 @@
  * registered windows, create/destroy cycles, handle-exchange security and the multicast guard,
  * for every way ranks are created (two processes, ncclCommInitAll, threads, the test bootstrap).
  *
- * Usage: test_peer_mem peers procs|initall|threads|bootstrap [nranks]
+ * Usage: test_peer_mem peers procs|nonblocking|initall|threads|bootstrap [nranks]
  *        test_peer_mem cycles bootstrap|procs|setup <count>
  *        test_peer_mem security nonmember|squat
  *        test_peer_mem mcguard
@@ -141,6 +141,26 @@ static int usingBootstrap(void) {
   return symmRealLoad() == ncclSuccess && dlsym(symmReal.handle, "symmTestBootstrapIsFake") != NULL;
 }
 
+/* Non-blocking communicators (ncclConfig_t.blocking = 0) in runProcesses: created, polled until
+ * ready, then set up by libsymmcoll after their first all-reduce (which the real NCCL runs). */
+static int nonBlockingComms;
+static void nonBlockingAllReduces(struct rankCtx* c);
+
+/* Non-blocking communicators: waits until the last call's launch completed. */
+static ncclResult_t waitReady(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int polls = 0; state == ncclInProgress && polls < 60000000; polls++) {
+    ncclResult_t res = ncclCommGetAsyncError(comm, &state);
+    if (res != ncclSuccess) return res;
+  }
+  return state;
+}
+
+/* A call's result, waiting out ncclInProgress (non-blocking communicators). */
+static ncclResult_t settle(ncclComm_t comm, ncclResult_t res) {
+  return res == ncclInProgress ? waitReady(comm) : res;
+}
+
 /* Waits until every rank of the world got here with its stream drained. Uses the real NCCL
  * (SYMM_CALL_REAL), never our kernels: those could write the staging buffers under test. */
 static void worldBarrier(struct rankCtx* local, int n) {
@@ -156,10 +176,12 @@ static void worldBarrier(struct rankCtx* local, int n) {
     CUDA_OK(cudaSetDevice(local[i].dev));
     SYMM_CALL_REAL(r, ncclAllReduce, (local[i].barrierWord, local[i].barrierWord, 1, ncclInt32,
                                       ncclSum, local[i].comm, local[i].stream));
+    if (n == 1) r = settle(local[i].comm, r);
     if (res == ncclSuccess) res = r;
   }
   if (n > 1) {
     SYMM_CALL_REAL(r, ncclGroupEnd, ());
+    for (int i = 0; i < n && r == ncclInProgress; i++) r = settle(local[i].comm, r);
     if (res == ncclSuccess) res = r;
   }
   TCHECK_EQ_INT(res, ncclSuccess);
@@ -317,7 +339,8 @@ static void windowPhase(struct rankCtx* local, int n) {
   if (n > 1) TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++) {
     CUDA_OK(cudaSetDevice(local[i].dev));
-    TCHECK_EQ_INT(ncclCommWindowRegister(local[i].comm, buf[i], bytes, &win[i], NCCL_WIN_COLL_SYMMETRIC),
+    TCHECK_EQ_INT(settle(local[i].comm, ncclCommWindowRegister(local[i].comm, buf[i], bytes,
+                                                                &win[i], NCCL_WIN_COLL_SYMMETRIC)),
                   ncclSuccess);
     /* Inside the group nothing is mapped yet. */
     void* early[SYMM_MAX_RANKS];
@@ -350,7 +373,7 @@ static void windowPhase(struct rankCtx* local, int n) {
   if (n > 1) TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++) {
     void* ptrs[SYMM_MAX_RANKS];
-    TCHECK_EQ_INT(ncclCommWindowDeregister(local[i].comm, win[i]), ncclSuccess);
+    TCHECK_EQ_INT(settle(local[i].comm, ncclCommWindowDeregister(local[i].comm, win[i])), ncclSuccess);
     /* Inside a group the mapping stays until the group's end (deferred operations may use it). */
     TCHECK_EQ_INT(symmTransportFindWindow(local[i].entry, buf[i], 64, ptrs), n > 1 ? 1 : 0);
   }
@@ -416,6 +439,8 @@ static void peerTest(struct rankCtx* local, int n, int windows) {
     TCHECK_EQ_INT(ourSocketsLeft(), 0);
     pingPongPhase(local, n);
     if (windows) windowPhase(local, n);
+    if (nonBlockingComms)
+      for (int i = 0; i < n; i++) nonBlockingAllReduces(&local[i]);
     abortPhase(local, n);
   }
   for (int i = 0; i < n; i++) detach(&local[i]);
@@ -500,6 +525,86 @@ static void collectRanks(int idPipe[2], int resultPipe[2], const pid_t pids[2], 
   }
 }
 
+
+static ncclResult_t initNonBlocking(struct rankCtx* c, ncclUniqueId id) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t res = ncclCommInitRankConfig(&c->comm, c->nranks, id, c->rank, &config);
+  if (res != ncclSuccess && res != ncclInProgress) return res;
+  res = waitReady(c->comm);
+  if (res != ncclSuccess) return res;
+  /* Not set up yet: that waits for the first all-reduce, which every rank issues alike. */
+  struct symmComm* entry = symmCommFind(c->comm);
+  CHECK(entry != NULL && symmTransportPeers(entry) == NULL);
+  int* word = NULL;
+  int got = 0;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&word, sizeof(int)));
+  const int one = 1;
+  CUDA_OK(cudaMemcpy(word, &one, sizeof(int), cudaMemcpyHostToDevice));
+  res = ncclAllReduce(word, word, 1, ncclInt32, ncclSum, c->comm, stream);
+  if (res == ncclInProgress) res = waitReady(c->comm);
+  CHECK_EQ_INT(res, ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaMemcpy(&got, word, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK_EQ_INT(got, c->nranks);
+  CUDA_OK(cudaFree(word));
+  CUDA_OK(cudaStreamDestroy(stream));
+  CHECK(entry != NULL && symmTransportPeers(entry) != NULL);
+  return res;
+}
+
+/* After the peer test (which wants untouched staging and signals): our kernels run on the
+ * non-blocking communicator, each forced algorithm once, checked on the host; the device call
+ * counter (localState[0]) proves the all-reduce was ours, not forwarded. */
+static void nonBlockingAllReduces(struct rankCtx* c) {
+  struct symmComm* entry = symmCommFind(c->comm);
+  const struct symmPeers* peers = entry != NULL ? symmTransportPeers(entry) : NULL;
+  CHECK(peers != NULL);
+  ncclResult_t res;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (peers == NULL) return;
+  /* The phases before wrote patterns into staging and counters into the signal pads, which our
+   * kernels own: back to the state setup leaves them in (zeroed), on every rank before any. */
+  CUDA_OK(cudaMemset(peers->buffers[c->rank], 0, peers->bufferBytes));
+  CUDA_OK(cudaMemset(peers->signals[c->rank], 0, peers->signalBytes));
+  CUDA_OK(cudaMemset(peers->localState, 0, peers->localStateBytes));
+  CUDA_OK(cudaDeviceSynchronize());
+  worldBarrier(c, 1);
+  static const char* const algos[] = {"lamport", "oneshot", "twoshot"};
+  const size_t count = (1u << 20) + 3;
+  int32_t* host = malloc(count * sizeof(int32_t));
+  int32_t* dev = NULL;
+  CHECK(host != NULL);
+  CUDA_OK(cudaMalloc((void**)&dev, count * sizeof(int32_t)));
+  for (int k = 0; k < 3 && peers != NULL && host != NULL; k++) {
+    setenv("SYMMCOLL_ALLREDUCE_ALGO", algos[k], 1);
+    symmParamResetAll();
+    const size_t n = k == 0 ? 1000 : count; /* Lamport: small messages only */
+    for (size_t i = 0; i < n; i++) host[i] = (int32_t)(i * 7 % 100003) + c->rank;
+    CUDA_OK(cudaMemcpy(dev, host, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    uint32_t before = 0, after = 0;
+    CUDA_OK(cudaMemcpy(&before, peers->localState, sizeof(before), cudaMemcpyDeviceToHost));
+    res = ncclAllReduce(dev, dev, n, ncclInt32, ncclSum, c->comm, stream);
+    if (res == ncclInProgress) res = waitReady(c->comm);
+    CHECK_EQ_INT(res, ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaMemcpy(&after, peers->localState, sizeof(after), cudaMemcpyDeviceToHost));
+    CHECK(after != before);
+    CUDA_OK(cudaMemcpy(host, dev, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += host[i] != (int32_t)(2 * (i * 7 % 100003) + 1);
+    CHECK_EQ_INT((int)bad, 0);
+  }
+  unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
+  symmParamResetAll();
+  CUDA_OK(cudaFree(dev));
+  free(host);
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
 /* Two processes, one GPU each, the real NCCL: rank 0 makes the id and pipes it to rank 1. Each
  * child sends back its check counts. The parent never touches CUDA. */
 static void runProcesses(rankBody body, void* arg) {
@@ -533,7 +638,8 @@ static void runProcesses(rankBody body, void* arg) {
         struct rankCtx c = {.rank = r, .nranks = 2, .dev = r};
         CUDA_OK(cudaSetDevice(r));
         CUDA_OK(testPrewarmKernels());
-        ncclResult_t res = ncclCommInitRank(&c.comm, 2, id, r);
+        ncclResult_t res = nonBlockingComms ? initNonBlocking(&c, id)
+                                            : ncclCommInitRank(&c.comm, 2, id, r);
         CHECK_EQ_INT(res, ncclSuccess);
         CHECK_EQ_INT(usingBootstrap(), 0);
         if (res == ncclSuccess) {
@@ -984,7 +1090,7 @@ static void mcGuardEachAlone(void) {
 /* ---- main -------------------------------------------------------------------------------- */
 
 static int usage(void) {
-  fprintf(stderr, "usage: test_peer_mem peers procs|initall|threads|bootstrap [nranks]\n"
+  fprintf(stderr, "usage: test_peer_mem peers procs|nonblocking|initall|threads|bootstrap [nranks]\n"
                   "       test_peer_mem cycles bootstrap|procs|setup <count>\n"
                   "       test_peer_mem security nonmember|squat\n"
                   "       test_peer_mem mcguard\n");
@@ -1017,7 +1123,8 @@ int main(int argc, char** argv) {
   snprintf(name, sizeof(name), "peer_mem %s %s%s%s", what, mode, argc > 3 ? " " : "", argc > 3 ? argv[3] : "");
 
   int wantBootstrap = strcmp(mode, "bootstrap") == 0 || strcmp(what, "mcguard") == 0;
-  if (strcmp(mode, "procs") != 0 && strcmp(what, "security") != 0) {
+  if (strcmp(mode, "procs") != 0 && strcmp(mode, "nonblocking") != 0 &&
+      strcmp(what, "security") != 0) {
     /* This process is a rank (or several): the NCCL it forwards to must be the intended one. */
     CHECK_EQ_INT(symmRealLoad(), ncclSuccess);
     CHECK_EQ_INT(usingBootstrap(), wantBootstrap);
@@ -1030,6 +1137,9 @@ int main(int argc, char** argv) {
   if (strcmp(what, "peers") == 0) {
     int windows = 1;
     if (strcmp(mode, "procs") == 0) {
+      runProcesses(peerBody, &windows);
+    } else if (strcmp(mode, "nonblocking") == 0) {
+      nonBlockingComms = 1;
       runProcesses(peerBody, &windows);
     } else if (strcmp(mode, "initall") == 0) {
       runInitAll(2, peerBody, &windows); /* one thread, both ranks: windows through a group */
