@@ -107,8 +107,17 @@ SYMM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
                               (sendbuff, recvbuff, count, datatype, op, comm, stream),
                               ncclSystemError);
   struct symmComm* ours = symmCommFind(comm);
-  /* NULL, destroyed or foreign communicators: the real NCCL returns its own error code. */
-  if (ours == NULL) goto forward;
+  if (ours == NULL) {
+    /* NULL, destroyed or foreign communicators: the real NCCL returns its own error code. One it
+     * accepts that we never saw is a non-blocking split or shrink whose handle appeared only
+     * after the call returned: adopted here, set up after this first all-reduce. */
+    ncclResult_t res;
+    SYMM_CALL_REAL(res, ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream));
+    if ((res == ncclSuccess || res == ncclInProgress) && comm != NULL &&
+        symmCommAdd(comm, 0, &ours) == ncclSuccess)
+      (void)symmCommSetupOnFirstUse(ours, stream);
+    return res;
+  }
   const size_t esize = symmTypeSize(datatype);
   if (esize == 0) {
     WARN("ncclAllReduce: invalid datatype %d", (int)datatype);

@@ -2,8 +2,10 @@
 /* The communicator side table: a small hash map keyed by the real ncclComm_t. */
 #include "comm.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "checks.h"
 #include "forward.h"
@@ -88,6 +90,18 @@ int symmCommCount(void) {
   int n = liveCount;
   pthread_rwlock_unlock(&tableLock);
   return n;
+}
+
+int symmConfigBlocking(const ncclConfig_t* config, int inherited) {
+  const char* env = getenv("NCCL_COMM_BLOCKING");
+  if (env != NULL && env[0] != '\0') {
+    char* end = NULL;
+    const long long v = strtoll(env, &end, 0);
+    if (*end == '\0' && (v == 0 || v == 1)) return (int)v;
+  }
+  if (config == NULL) return inherited != 0;
+  if (config->blocking == NCCL_CONFIG_UNDEF_INT) return 1;
+  return config->blocking != 0;
 }
 
 ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs) {

@@ -8,8 +8,12 @@
 #include "group.h"
 #include "transport.h"
 
-static int configBlocking(const ncclConfig_t* config) {
-  return config == NULL || config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
+static int configBlocking(const ncclConfig_t* config) { return symmConfigBlocking(config, 1); }
+
+/* ncclCommSplit/Shrink without a config inherit the parent's. */
+static int childBlocking(ncclComm_t parent, const ncclConfig_t* config) {
+  const struct symmComm* p = symmCommFind(parent);
+  return symmConfigBlocking(config, p != NULL ? p->blocking : 1);
 }
 
 /* Records a communicator the real NCCL returned; sets it up now or at the outermost GroupEnd.
@@ -101,8 +105,9 @@ SYMM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   SYMM_FORWARD_IF_PASSTHROUGH(ncclCommSplit, (comm, color, key, newcomm, config), ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
+  const int blocking = childBlocking(comm, config);
   SYMM_CALL_REAL(res, ncclCommSplit, (comm, color, key, newcomm, config));
-  if (newcomm != NULL) commCreated(res, *newcomm, configBlocking(config));
+  if (newcomm != NULL) commCreated(res, *newcomm, blocking);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommSplit,
@@ -116,9 +121,10 @@ SYMM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
                               ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
+  const int blocking = childBlocking(comm, config);
   SYMM_CALL_REAL(res, ncclCommShrink,
                  (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
-  if (newcomm != NULL) commCreated(res, *newcomm, configBlocking(config));
+  if (newcomm != NULL) commCreated(res, *newcomm, blocking);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommShrink,

@@ -38,6 +38,12 @@ int symmCommCount(void);
  * blocking communicators); ncclInProgress on timeout; else the communicator's error. */
 ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs);
 
+/* Whether the real NCCL will make this communicator blocking, decided as NCCL does: the
+ * NCCL_COMM_BLOCKING environment variable (0 or 1) wins, then config->blocking, then
+ * `inherited` when there is no config (a split's parent; 1 for new communicators), else 1.
+ * Identical on every rank given the same configs and environment. */
+int symmConfigBlocking(const ncclConfig_t* config, int inherited);
+
 /* Reads rank/size/device from the real NCCL once the communicator is ready. */
 ncclResult_t symmCommReadAttrs(struct symmComm* comm);
 

@@ -55,6 +55,22 @@ int main(void) {
   CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
   CHECK_EQ_INT(symmRegistryCount(), 0);
 
+  /* Blocking or not, as the real NCCL decides it: environment, then config, then inheritance. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  unsetenv("NCCL_COMM_BLOCKING");
+  CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 1);
+  CHECK_EQ_INT(symmConfigBlocking(NULL, 0), 0); /* a split of a non-blocking parent */
+  CHECK_EQ_INT(symmConfigBlocking(&config, 0), 1); /* undefined field: NCCL's default */
+  config.blocking = 0;
+  CHECK_EQ_INT(symmConfigBlocking(&config, 1), 0);
+  setenv("NCCL_COMM_BLOCKING", "1", 1);
+  CHECK_EQ_INT(symmConfigBlocking(&config, 0), 1);
+  setenv("NCCL_COMM_BLOCKING", "0", 1);
+  CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 0);
+  setenv("NCCL_COMM_BLOCKING", "7", 1); /* invalid: ignored, as NCCL does */
+  CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 1);
+  unsetenv("NCCL_COMM_BLOCKING");
+
   /* ncclMemAlloc without a GPU is not ours: the caller forwards. */
   void* ptr = NULL;
   int handled = 1;

@@ -600,6 +600,44 @@ static void nonBlockingAllReduces(struct rankCtx* c) {
   }
   unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
   symmParamResetAll();
+  /* A split without a config inherits "non-blocking": set up at its first all-reduce too. */
+  ncclComm_t child = NULL;
+  res = settle(c->comm, ncclCommSplit(c->comm, 0, c->rank, &child, NULL));
+  /* Non-blocking: the real NCCL may store the handle from its own thread, after returning. */
+  for (int polls = 0; res == ncclSuccess && polls < 100000 && __atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL; polls++)
+    usleep(10);
+  if (res == ncclSuccess && child != NULL) res = waitReady(child);
+  CHECK_EQ_INT(res, ncclSuccess);
+  CHECK(child != NULL);
+  if (res == ncclSuccess && child != NULL) {
+    /* Either recorded at the split (its handle was there when the call returned) or unknown
+     * until its first all-reduce adopts it; never set up before that call. */
+    struct symmComm* childEntry = symmCommFind(child);
+    CHECK(childEntry == NULL || (!childEntry->blocking && symmTransportPeers(childEntry) == NULL));
+    res = settle(child, ncclAllReduce(dev, dev, 1000, ncclInt32, ncclSum, child, stream));
+    CHECK_EQ_INT(res, ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    childEntry = symmCommFind(child);
+    const struct symmPeers* childPeers = childEntry != NULL ? symmTransportPeers(childEntry) : NULL;
+    CHECK(childPeers != NULL);
+    if (childPeers != NULL) {
+      /* The next one runs on our kernels: values and the device call counter. */
+      for (size_t i = 0; i < 1000; i++) host[i] = (int32_t)i + c->rank;
+      CUDA_OK(cudaMemcpy(dev, host, 1000 * sizeof(int32_t), cudaMemcpyHostToDevice));
+      uint32_t before = 0, after = 0;
+      CUDA_OK(cudaMemcpy(&before, childPeers->localState, sizeof(before), cudaMemcpyDeviceToHost));
+      CHECK_EQ_INT(settle(child, ncclAllReduce(dev, dev, 1000, ncclInt32, ncclSum, child, stream)),
+                   ncclSuccess);
+      CUDA_OK(cudaStreamSynchronize(stream));
+      CUDA_OK(cudaMemcpy(&after, childPeers->localState, sizeof(after), cudaMemcpyDeviceToHost));
+      CHECK(after != before);
+      CUDA_OK(cudaMemcpy(host, dev, 1000 * sizeof(int32_t), cudaMemcpyDeviceToHost));
+      size_t bad = 0;
+      for (size_t i = 0; i < 1000; i++) bad += host[i] != (int32_t)(2 * i + 1);
+      CHECK_EQ_INT((int)bad, 0);
+    }
+    CHECK_EQ_INT(settle(child, ncclCommDestroy(child)), ncclSuccess);
+  }
   CUDA_OK(cudaFree(dev));
   free(host);
   CUDA_OK(cudaStreamDestroy(stream));
