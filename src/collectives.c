@@ -100,6 +100,21 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
   return res;
 }
 
+/* A non-blocking communicator's first all-reduce: the real NCCL runs it on every rank alike, then
+ * we set up. `ours` NULL: a communicator we never saw (a non-blocking split or shrink whose
+ * handle appeared only after that call returned), adopted once the real NCCL accepted the call;
+ * anything else unknown (NULL, destroyed, foreign) gets the real NCCL's own error. */
+static ncclResult_t forwardThenSetUp(struct symmComm* ours, const void* sendbuff, void* recvbuff,
+                                     size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                                     ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream));
+  if (res != ncclSuccess && res != ncclInProgress) return res;
+  if (ours == NULL && (comm == NULL || symmCommAdd(comm, 0, &ours) != ncclSuccess)) return res;
+  (void)symmCommSetupOnFirstUse(ours, stream);
+  return res;
+}
+
 SYMM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
@@ -107,17 +122,8 @@ SYMM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
                               (sendbuff, recvbuff, count, datatype, op, comm, stream),
                               ncclSystemError);
   struct symmComm* ours = symmCommFind(comm);
-  if (ours == NULL) {
-    /* NULL, destroyed or foreign communicators: the real NCCL returns its own error code. One it
-     * accepts that we never saw is a non-blocking split or shrink whose handle appeared only
-     * after the call returned: adopted here, set up after this first all-reduce. */
-    ncclResult_t res;
-    SYMM_CALL_REAL(res, ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream));
-    if ((res == ncclSuccess || res == ncclInProgress) && comm != NULL &&
-        symmCommAdd(comm, 0, &ours) == ncclSuccess)
-      (void)symmCommSetupOnFirstUse(ours, stream);
-    return res;
-  }
+  if (ours == NULL)
+    return forwardThenSetUp(NULL, sendbuff, recvbuff, count, datatype, op, comm, stream);
   const size_t esize = symmTypeSize(datatype);
   if (esize == 0) {
     WARN("ncclAllReduce: invalid datatype %d", (int)datatype);
@@ -139,12 +145,8 @@ SYMM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
   ncclResult_t res = tryOurAllReduce(ours, sendbuff, recvbuff, count, datatype, op, stream,
                                      &handled);
   if (handled || res != ncclSuccess) return res;
-  if (!ours->setupDone) {
-    /* A non-blocking communicator's first all-reduce: forward it, then set up. */
-    SYMM_CALL_REAL(res, ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream));
-    if (res == ncclSuccess || res == ncclInProgress) (void)symmCommSetupOnFirstUse(ours, stream);
-    return res;
-  }
+  if (!ours->setupDone)
+    return forwardThenSetUp(ours, sendbuff, recvbuff, count, datatype, op, comm, stream);
 forward:
   SYMM_FORWARD(ncclAllReduce, (sendbuff, recvbuff, count, datatype, op, comm, stream),
                ncclSystemError);
