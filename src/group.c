@@ -9,9 +9,6 @@
 #include "forward.h"
 #include "transport.h"
 
-/* How long a non-blocking communicator may take to finish launching before we give up on it. */
-static const int64_t kIdleWaitMs = 30000;
-
 struct deferredOp {
   symmDeferredFn run;
   void* arg;
@@ -84,7 +81,7 @@ ncclResult_t symmCommSetupOnFirstUse(struct symmComm* comm, cudaStream_t stream)
     return symmGroupDeferSetup(comm);
   }
   /* The real NCCL refuses other calls on the communicator while that all-reduce is launching. */
-  const ncclResult_t idle = symmCommWaitIdle(comm, kIdleWaitMs);
+  const ncclResult_t idle = symmCommWaitIdle(comm, symmTransportSetupTimeoutMs());
   if (idle != ncclSuccess) {
     comm->setupDone = 1;
     INFO(SYMM_INIT, "comm %p forwards: not idle after its first all-reduce (%d)", (void*)comm->real,
@@ -121,7 +118,8 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult) {
     int n = pendingCount;
     pendingCount = 0;
     for (int i = 0; i < n && groupResult == ncclInProgress; i++)
-      if (symmCommWaitIdle(pendingComms[i], kIdleWaitMs) != ncclSuccess) groupResult = ncclSystemError;
+      if (symmCommWaitIdle(pendingComms[i], symmTransportSetupTimeoutMs()) != ncclSuccess)
+        groupResult = ncclSystemError;
     /* ncclInProgress: a non-blocking communicator's group is still being launched; the setup's
      * exchange waits for it. */
     if (groupResult == ncclSuccess || groupResult == ncclInProgress)
@@ -135,7 +133,7 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult) {
     int ok = groupResult == ncclSuccess || groupResult == ncclInProgress;
     for (int i = 0; i < n && ok && groupResult == ncclInProgress; i++)
       if (pendingWindows[i].comm != NULL)
-        ok = symmCommWaitIdle(pendingWindows[i].comm, kIdleWaitMs) == ncclSuccess;
+        ok = symmCommWaitIdle(pendingWindows[i].comm, symmTransportSetupTimeoutMs()) == ncclSuccess;
     if (ok) symmTransportWindowsRegistered(pendingWindows, n);
   }
   int nops = opCount;

@@ -59,7 +59,7 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   struct symmComm* ours = symmCommFind(comm);
   /* Non-blocking: every rank maps (collectively) once its registration is complete. */
   if (res == ncclInProgress && ours != NULL && symmGroupDepth() == 0 &&
-      symmCommWaitIdle(ours, 30000) == ncclSuccess)
+      symmCommWaitIdle(ours, symmTransportSetupTimeoutMs()) == ncclSuccess)
     res = ncclSuccess;
   if (res != ncclSuccess || win == NULL) return res;
   const struct symmWindowReg reg = {.comm = ours, .buff = buff, .size = size,

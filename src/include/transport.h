@@ -15,6 +15,10 @@
  * user's communicator: an ineligible or failed setup leaves comm->transport NULL (forwarding). */
 ncclResult_t symmTransportSetup(struct symmComm** comms, int n);
 
+/* How long setup waits for a peer or for a non-blocking communicator to go idle before giving up
+ * (forwarding): SYMMCOLL_SETUP_TIMEOUT_MS. */
+int64_t symmTransportSetupTimeoutMs(void);
+
 /* Releases everything symmTransportSetup built, in reverse order. `abort` marks an abort. */
 void symmTransportTeardown(struct symmComm* comm, int abort);
 

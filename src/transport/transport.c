@@ -25,6 +25,8 @@ SYMMCOLL_PARAM(LocalStateBytes, "LOCAL_STATE_BYTES", 64 << 10,
 SYMMCOLL_PARAM(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000,
                "how long setup waits for a peer's handle before giving up (forwarding)")
 
+int64_t symmTransportSetupTimeoutMs(void) { return symmParamSetupTimeoutMs(); }
+
 #define FLAG_ABORT 0
 #define FLAG_ERROR 32 /* own cache line */
 #define HOST_FLAG_WORDS 64
