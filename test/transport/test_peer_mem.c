@@ -543,8 +543,7 @@ static ncclResult_t initNonBlocking(struct rankCtx* c, ncclUniqueId id) {
   CUDA_OK(cudaMalloc((void**)&word, sizeof(int)));
   const int one = 1;
   CUDA_OK(cudaMemcpy(word, &one, sizeof(int), cudaMemcpyHostToDevice));
-  res = ncclAllReduce(word, word, 1, ncclInt32, ncclSum, c->comm, stream);
-  if (res == ncclInProgress) res = waitReady(c->comm);
+  res = settle(c->comm, ncclAllReduce(word, word, 1, ncclInt32, ncclSum, c->comm, stream));
   CHECK_EQ_INT(res, ncclSuccess);
   CUDA_OK(cudaStreamSynchronize(stream));
   CUDA_OK(cudaMemcpy(&got, word, sizeof(int), cudaMemcpyDeviceToHost));
@@ -555,17 +554,37 @@ static ncclResult_t initNonBlocking(struct rankCtx* c, ncclUniqueId id) {
   return res;
 }
 
+/* One in-place int32 sum of `n` elements on `comm`, checked on the host, with the device call
+ * counter (localState[0]) proving it ran on our kernels, not the real NCCL. */
+static void checkOurAllReduce(ncclComm_t comm, const struct symmPeers* peers, int rank,
+                              int nranks, int32_t* host, int32_t* dev, size_t n,
+                              cudaStream_t stream) {
+  for (size_t i = 0; i < n; i++) host[i] = (int32_t)(i * 7 % 100003) + rank;
+  CUDA_OK(cudaMemcpy(dev, host, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  uint32_t before = 0, after = 0;
+  CUDA_OK(cudaMemcpy(&before, peers->localState, sizeof(before), cudaMemcpyDeviceToHost));
+  CHECK_EQ_INT(settle(comm, ncclAllReduce(dev, dev, n, ncclInt32, ncclSum, comm, stream)),
+               ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaMemcpy(&after, peers->localState, sizeof(after), cudaMemcpyDeviceToHost));
+  CHECK(after != before);
+  CUDA_OK(cudaMemcpy(host, dev, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += host[i] != (int32_t)(nranks * (i * 7 % 100003)) + nranks * (nranks - 1) / 2;
+  CHECK_EQ_INT((int)bad, 0);
+}
+
 /* After the peer test (which wants untouched staging and signals): our kernels run on the
- * non-blocking communicator, each forced algorithm once, checked on the host; the device call
- * counter (localState[0]) proves the all-reduce was ours, not forwarded. */
+ * non-blocking communicator, each forced algorithm once (checkOurAllReduce). */
 static void nonBlockingAllReduces(struct rankCtx* c) {
   struct symmComm* entry = symmCommFind(c->comm);
   const struct symmPeers* peers = entry != NULL ? symmTransportPeers(entry) : NULL;
   CHECK(peers != NULL);
+  if (peers == NULL) return;
   ncclResult_t res;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  if (peers == NULL) return;
   /* The phases before wrote patterns into staging and counters into the signal pads, which our
    * kernels own: back to the state setup leaves them in (zeroed), on every rank before any. */
   CUDA_OK(cudaMemset(peers->buffers[c->rank], 0, peers->bufferBytes));
@@ -579,24 +598,11 @@ static void nonBlockingAllReduces(struct rankCtx* c) {
   int32_t* dev = NULL;
   CHECK(host != NULL);
   CUDA_OK(cudaMalloc((void**)&dev, count * sizeof(int32_t)));
-  for (int k = 0; k < 3 && peers != NULL && host != NULL; k++) {
+  for (int k = 0; k < 3 && host != NULL; k++) {
     setenv("SYMMCOLL_ALLREDUCE_ALGO", algos[k], 1);
     symmParamResetAll();
     const size_t n = k == 0 ? 1000 : count; /* Lamport: small messages only */
-    for (size_t i = 0; i < n; i++) host[i] = (int32_t)(i * 7 % 100003) + c->rank;
-    CUDA_OK(cudaMemcpy(dev, host, n * sizeof(int32_t), cudaMemcpyHostToDevice));
-    uint32_t before = 0, after = 0;
-    CUDA_OK(cudaMemcpy(&before, peers->localState, sizeof(before), cudaMemcpyDeviceToHost));
-    res = ncclAllReduce(dev, dev, n, ncclInt32, ncclSum, c->comm, stream);
-    if (res == ncclInProgress) res = waitReady(c->comm);
-    CHECK_EQ_INT(res, ncclSuccess);
-    CUDA_OK(cudaStreamSynchronize(stream));
-    CUDA_OK(cudaMemcpy(&after, peers->localState, sizeof(after), cudaMemcpyDeviceToHost));
-    CHECK(after != before);
-    CUDA_OK(cudaMemcpy(host, dev, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += host[i] != (int32_t)(2 * (i * 7 % 100003) + 1);
-    CHECK_EQ_INT((int)bad, 0);
+    checkOurAllReduce(c->comm, peers, c->rank, c->nranks, host, dev, n, stream);
   }
   unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
   symmParamResetAll();
@@ -620,22 +626,8 @@ static void nonBlockingAllReduces(struct rankCtx* c) {
     childEntry = symmCommFind(child);
     const struct symmPeers* childPeers = childEntry != NULL ? symmTransportPeers(childEntry) : NULL;
     CHECK(childPeers != NULL);
-    if (childPeers != NULL) {
-      /* The next one runs on our kernels: values and the device call counter. */
-      for (size_t i = 0; i < 1000; i++) host[i] = (int32_t)i + c->rank;
-      CUDA_OK(cudaMemcpy(dev, host, 1000 * sizeof(int32_t), cudaMemcpyHostToDevice));
-      uint32_t before = 0, after = 0;
-      CUDA_OK(cudaMemcpy(&before, childPeers->localState, sizeof(before), cudaMemcpyDeviceToHost));
-      CHECK_EQ_INT(settle(child, ncclAllReduce(dev, dev, 1000, ncclInt32, ncclSum, child, stream)),
-                   ncclSuccess);
-      CUDA_OK(cudaStreamSynchronize(stream));
-      CUDA_OK(cudaMemcpy(&after, childPeers->localState, sizeof(after), cudaMemcpyDeviceToHost));
-      CHECK(after != before);
-      CUDA_OK(cudaMemcpy(host, dev, 1000 * sizeof(int32_t), cudaMemcpyDeviceToHost));
-      size_t bad = 0;
-      for (size_t i = 0; i < 1000; i++) bad += host[i] != (int32_t)(2 * i + 1);
-      CHECK_EQ_INT((int)bad, 0);
-    }
+    if (childPeers != NULL) /* the next one runs on our kernels */
+      checkOurAllReduce(child, childPeers, c->rank, c->nranks, host, dev, 1000, stream);
     CHECK_EQ_INT(settle(child, ncclCommDestroy(child)), ncclSuccess);
   }
   CUDA_OK(cudaFree(dev));
