@@ -23,7 +23,8 @@ SYMMCOLL_PARAM(SignalBytes, "SIGNAL_BYTES", 1 << 20, "signal pad per rank (zeroe
 SYMMCOLL_PARAM(LocalStateBytes, "LOCAL_STATE_BYTES", 64 << 10,
                "per-rank private device state (epochs), zeroed at creation")
 SYMMCOLL_PARAM(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000,
-               "how long setup waits for a peer's handle before giving up (forwarding)")
+               "how long setup waits for a peer's handle, or for a non-blocking communicator to go "
+               "idle, before giving up (forwarding)")
 
 int64_t symmTransportSetupTimeoutMs(void) { return symmParamSetupTimeoutMs(); }
 
