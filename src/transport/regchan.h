@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The message channel of ncclCommRegister zero-copy: one unnamed datagram socket pair per
+ * (communicator, rank), whose sending end only members hold; credential- and token-checked
+ * receive. Plain POSIX: testable without a GPU. */
+#ifndef SYMMCOLL_TRANSPORT_REGCHAN_H
+#define SYMMCOLL_TRANSPORT_REGCHAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "eligibility.h"
+#include "nccl_api.h"
+
+#define SYMM_REGCHAN_AUTH_BYTES (SYMM_SECRET_BYTES / 2)
+
+enum symmRegMsgType {
+  SYMM_REGMSG_MAP = 1,   /* writer -> reader: map my region (one fd attached) */
+  SYMM_REGMSG_UNMAP = 2, /* writer -> reader: forget it */
+  SYMM_REGMSG_ACK = 3,   /* reader -> writer: mapped, table entry written */
+};
+
+struct symmRegMsg {
+  uint32_t magic;
+  uint32_t type;
+  int32_t rank; /* the sender's rank */
+  uint32_t slot;
+  uint32_t generation;
+  uint32_t pad;
+  uint64_t allocBytes; /* MAP: size of the exported allocation */
+  uint8_t auth[SYMM_REGCHAN_AUTH_BYTES]; /* second half of the secret; filled by the sender */
+};
+
+/* What the receiving end checks: who may send (member pids, our uid) and the token. */
+struct symmRegChanPeers {
+  int rank, nranks;
+  int32_t pids[SYMM_MAX_RANKS];
+  uint32_t uid;
+  uint8_t auth[SYMM_REGCHAN_AUTH_BYTES]; /* never logged; wiped by the owner */
+};
+
+/* A connected SOCK_DGRAM pair (close-on-exec, SO_PASSCRED on the receiving end): rxFd is read by
+ * this rank's receiver thread; txFd is what peers (and this rank) send to. No name exists, so no
+ * stranger can bind or reach it: only processes given txFd over an authenticated fdpass can. */
+ncclResult_t symmRegChanCreate(int* rxFd, int* txFd);
+
+/* Sends `msg` (magic filled in here) to a channel's sending end, with `fd` attached when >= 0.
+ * Never blocks (a full queue only means "not sent"). Returns 1 when sent, else 0. */
+int symmRegChanSend(int txFd, const struct symmRegMsg* msg, int fd);
+
+enum symmRegRecv {
+  SYMM_REGRECV_EMPTY = -1,  /* nothing queued (or a socket error: errno says) */
+  SYMM_REGRECV_DROPPED = 0, /* a message was read and rejected; every fd it carried is closed */
+  SYMM_REGRECV_GOT = 1,     /* *msg is valid; MAP comes with *fdOut (close-on-exec), else -1 */
+};
+
+/* Reads one message without blocking and checks it: SCM_CREDENTIALS present, sender uid ours,
+ * its pid the pid of the rank it claims (not our own rank), exact size, magic, type, slot, auth
+ * token (constant time), and exactly one fd for MAP and none otherwise; MSG_CTRUNC/MSG_TRUNC
+ * reject. Rejections are logged at INFO (pid, uid, reason; never the token). */
+enum symmRegRecv symmRegChanReceive(int rxFd, const struct symmRegChanPeers* who,
+                                    struct symmRegMsg* msg, int* fdOut);
+
+#endif

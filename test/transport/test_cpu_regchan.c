@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* CPU test: the ncclCommRegister channel (unnamed datagram pairs): a member's MAP arrives with its
+ * fd; non-members, wrong tokens, wrong descriptor counts and oversized messages are dropped with
+ * every fd closed; there is no name to squat; a full queue never blocks the sender. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "regchan.h"
+
+static int countFds(void) {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1; /* the directory's own descriptor */
+}
+
+static int makeMemfd(const char* content) {
+  int fd = memfd_create("symmcoll-regchan-test", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (write(fd, content, strlen(content)) != (ssize_t)strlen(content)) abort();
+  return fd;
+}
+
+static int waitExit(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* Receiving rank 0 of 3: rank 1 is this process, rank 2 is filled in per test. */
+static void freshPeers(struct symmRegChanPeers* who) {
+  memset(who, 0, sizeof(*who));
+  who->rank = 0;
+  who->nranks = 3;
+  who->pids[0] = getpid();
+  who->pids[1] = getpid();
+  who->pids[2] = -1;
+  who->uid = (uint32_t)getuid();
+  if (getrandom(who->auth, sizeof(who->auth), 0) != (ssize_t)sizeof(who->auth)) abort();
+}
+
+static void message(const struct symmRegChanPeers* who, uint32_t type, int rank,
+                    struct symmRegMsg* m) {
+  memset(m, 0, sizeof(*m));
+  m->type = type;
+  m->rank = rank;
+  m->slot = 5;
+  m->generation = 77;
+  m->allocBytes = 2u << 20;
+  memcpy(m->auth, who->auth, sizeof(m->auth));
+}
+
+/* One pending message: GOT/DROPPED/EMPTY, the fd closed (content checked when `expect`). */
+static int receiveOne(int rx, const struct symmRegChanPeers* who, const char* expect) {
+  struct symmRegMsg m;
+  int fd = -1;
+  enum symmRegRecv got = symmRegChanReceive(rx, who, &m, &fd);
+  if (got == SYMM_REGRECV_GOT && m.type == SYMM_REGMSG_MAP) {
+    CHECK(fd >= 0);
+    CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    CHECK_EQ_INT(m.slot, 5);
+    CHECK_EQ_INT(m.generation, 77);
+    CHECK_EQ_INT(m.allocBytes, 2u << 20);
+    if (expect != NULL) {
+      char buf[64] = {0};
+      CHECK(pread(fd, buf, sizeof(buf) - 1, 0) >= 0);
+      CHECK_EQ_STR(buf, expect);
+    }
+  } else {
+    CHECK_EQ_INT(fd, -1);
+  }
+  if (fd >= 0) close(fd);
+  return got;
+}
+
+/* In-process members: MAP with its fd, ACK and UNMAP without; the channel has no name. */
+static void testMemberInProcess(void) {
+  int fdsBefore = countFds();
+  struct symmRegChanPeers who;
+  freshPeers(&who);
+  int rx = -1, tx = -1;
+  CHECK_EQ_INT(symmRegChanCreate(&rx, &tx), ncclSuccess);
+  struct sockaddr_un addr;
+  socklen_t len = sizeof(addr);
+  CHECK(getsockname(rx, (struct sockaddr*)&addr, &len) == 0);
+  CHECK_EQ_INT(len, sizeof(sa_family_t)); /* unnamed: nothing anyone could bind first */
+  len = sizeof(addr);
+  CHECK(getsockname(tx, (struct sockaddr*)&addr, &len) == 0);
+  CHECK_EQ_INT(len, sizeof(sa_family_t));
+  CHECK(fcntl(rx, F_GETFD) & FD_CLOEXEC);
+  CHECK(fcntl(tx, F_GETFD) & FD_CLOEXEC);
+
+  struct symmRegMsg m;
+  int memfd = makeMemfd("region of rank 1");
+  message(&who, SYMM_REGMSG_MAP, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
+  close(memfd);
+  CHECK_EQ_INT(receiveOne(rx, &who, "region of rank 1"), SYMM_REGRECV_GOT);
+  message(&who, SYMM_REGMSG_ACK, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
+  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_GOT);
+  message(&who, SYMM_REGMSG_UNMAP, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
+  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_GOT);
+  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_EMPTY);
+  close(rx);
+  close(tx);
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+/* Everything a member (our own pid) could get wrong: each dropped, each fd closed. */
+static void testMalformedDropped(void) {
+  int fdsBefore = countFds();
+  struct symmRegChanPeers who;
+  freshPeers(&who);
+  int rx = -1, tx = -1;
+  CHECK_EQ_INT(symmRegChanCreate(&rx, &tx), ncclSuccess);
+  struct symmRegMsg m;
+  int memfd = makeMemfd("never accepted");
+
+  message(&who, SYMM_REGMSG_MAP, 1, &m);
+  m.auth[3] ^= 0x40; /* wrong token */
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
+  message(&who, SYMM_REGMSG_MAP, 0, &m); /* claims the receiver's own rank */
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
+  message(&who, SYMM_REGMSG_MAP, 2, &m); /* rank 2's pid is not ours */
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
+  message(&who, SYMM_REGMSG_MAP, 7, &m); /* no such rank */
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
+  message(&who, SYMM_REGMSG_MAP, 1, &m); /* MAP without its fd */
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
+  message(&who, SYMM_REGMSG_ACK, 1, &m); /* ACK with an fd */
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
+  message(&who, SYMM_REGMSG_UNMAP, 1, &m);
+  m.slot = SYMM_USER_REG_SLOTS; /* out of range */
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
+  message(&who, 99, 1, &m); /* unknown type */
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
+  for (int i = 0; i < 8; i++) CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_DROPPED);
+
+  /* Raw datagrams: bad magic, too long (truncated), too short, and a MAP with 12 fds (more
+   * than the receiver's control buffer: the kernel closes the excess, we close the rest). */
+  message(&who, SYMM_REGMSG_MAP, 1, &m);
+  struct symmRegMsg raw = m;
+  raw.magic = 0x12345678u;
+  CHECK(send(tx, &raw, sizeof(raw), 0) == (ssize_t)sizeof(raw));
+  char big[sizeof(m) + 16];
+  memset(big, 0, sizeof(big));
+  CHECK(send(tx, big, sizeof(big), 0) == (ssize_t)sizeof(big));
+  CHECK(send(tx, &raw, sizeof(raw) - 4, 0) == (ssize_t)sizeof(raw) - 4);
+  {
+    int fds[12];
+    for (int i = 0; i < 12; i++) fds[i] = memfd;
+    raw.magic = 0x53594d55u;
+    union {
+      struct cmsghdr align;
+      char buf[CMSG_SPACE(sizeof(fds))];
+    } control;
+    memset(&control, 0, sizeof(control));
+    struct iovec iov = {.iov_base = &raw, .iov_len = sizeof(raw)};
+    struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                         .msg_controllen = sizeof(control.buf)};
+    struct cmsghdr* c = CMSG_FIRSTHDR(&hdr);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(fds));
+    memcpy(CMSG_DATA(c), fds, sizeof(fds));
+    CHECK(sendmsg(tx, &hdr, 0) == (ssize_t)sizeof(raw));
+  }
+  for (int i = 0; i < 4; i++) CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_DROPPED);
+  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_EMPTY);
+  close(memfd);
+  close(rx);
+  close(tx);
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+/* Another process holding the sending end (a forked child inherits it): accepted only once its
+ * pid is a member's; as a non-member its fd is closed unread. Exit codes: 0 sent, 1 not. */
+static void testOtherProcess(void) {
+  int fdsBefore = countFds();
+  struct symmRegChanPeers who;
+  freshPeers(&who);
+  int rx = -1, tx = -1;
+  CHECK_EQ_INT(symmRegChanCreate(&rx, &tx), ncclSuccess);
+  for (int asMember = 0; asMember < 2; asMember++) {
+    int gate[2];
+    CHECK(pipe(gate) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+      close(gate[1]);
+      char c;
+      if (read(gate[0], &c, 1) != 1) _exit(3);
+      struct symmRegMsg m;
+      message(&who, SYMM_REGMSG_MAP, 2, &m);
+      int fd = makeMemfd(asMember ? "from member 2" : "from a stranger");
+      _exit(symmRegChanSend(tx, &m, fd) ? 0 : 1);
+    }
+    close(gate[0]);
+    if (asMember) who.pids[2] = child;
+    CHECK(write(gate[1], "g", 1) == 1);
+    close(gate[1]);
+    CHECK_EQ_INT(waitExit(child), 0);
+    CHECK_EQ_INT(receiveOne(rx, &who, asMember ? "from member 2" : NULL),
+                 asMember ? SYMM_REGRECV_GOT : SYMM_REGRECV_DROPPED);
+    CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_EMPTY);
+    CHECK_EQ_INT(countFds(), fdsBefore + 2);
+  }
+  /* Another uid, same pid as a member (only testable as root): dropped. */
+  if (geteuid() == 0) {
+    pid_t child = fork();
+    if (child == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+      struct symmRegMsg m;
+      message(&who, SYMM_REGMSG_ACK, 1, &m);
+      _exit(symmRegChanSend(tx, &m, -1) ? 0 : 1);
+    }
+    who.pids[1] = child;
+    CHECK_EQ_INT(waitExit(child), 0);
+    CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_DROPPED);
+  }
+  close(rx);
+  close(tx);
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+static double secondsSince(const struct timespec* t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+/* Nobody reads: sends fill the queue and then report "not sent" at once, never block; what was
+ * queued is delivered intact afterwards, fds included. */
+static void testQueueFull(void) {
+  int fdsBefore = countFds();
+  struct symmRegChanPeers who;
+  freshPeers(&who);
+  int rx = -1, tx = -1;
+  CHECK_EQ_INT(symmRegChanCreate(&rx, &tx), ncclSuccess);
+  int small = 4096;
+  CHECK(setsockopt(tx, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
+  int memfd = makeMemfd("queued");
+  struct symmRegMsg m;
+  message(&who, SYMM_REGMSG_MAP, 1, &m);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int sent = 0, refused = 0;
+  for (int i = 0; i < 100000 && refused < 3; i++) {
+    if (symmRegChanSend(tx, &m, memfd)) sent++;
+    else refused++;
+  }
+  CHECK(secondsSince(&t0) < 2.0);
+  CHECK(sent > 0);
+  CHECK_EQ_INT(refused, 3);
+  close(memfd);
+  int got = 0;
+  while (receiveOne(rx, &who, "queued") == SYMM_REGRECV_GOT) got++;
+  CHECK_EQ_INT(got, sent);
+  /* Room again. */
+  message(&who, SYMM_REGMSG_ACK, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
+  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_GOT);
+  close(rx);
+  close(tx);
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  testMemberInProcess();
+  testMalformedDropped();
+  testOtherProcess();
+  testQueueFull();
+  return harnessReport("transport_cpu_regchan");
+}
