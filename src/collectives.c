@@ -37,6 +37,9 @@ static ncclResult_t launchAllReduce(struct allReduceOp* op) {
   CUDACHECKGOTO(cudaGetDevice(&oldDev), res, end_launch);
   if (oldDev != op->comm->cudaDev) CUDACHECKGOTO(cudaSetDevice(op->comm->cudaDev), res, end_launch);
   if (op->call.inputPeers != NULL) op->call.inputPeers = op->inputPeers; /* after a copy */
+  if (op->call.exchangeDescs)
+    op->call.inputDesc = symmTransportUserInputDesc(
+        op->comm, op->call.sendbuff, op->call.count * symmTypeSize(op->call.datatype));
   res = symmAllReduceLaunch(&op->call, peers, op->stream);
   launched = (res == ncclSuccess);
   if (oldDev != op->comm->cudaDev) CUDACHECKGOTO(cudaSetDevice(oldDev), res, end_launch);
@@ -78,12 +81,13 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
         (void*)comm->real, comm->rank, bytes, (int)datatype, (int)op, symmArAlgoName(algo));
   if (algo == SYMM_AR_NCCL) return ncclSuccess;
 
-  local.call = (struct symmAllReduceCall){.sendbuff = sendbuff, .recvbuff = recvbuff,
-                                          .count = count, .datatype = datatype, .op = op,
-                                          .algo = algo, .emulateMultimem = !multicastReady,
-                                          .inputPeers = symmTunerZeroCopy(&in, algo)
-                                                            ? local.inputPeers
-                                                            : NULL};
+  /* ncclCommRegister memory: each rank says in the kernel whether its input is read in place. */
+  const int exchangeDescs = symmTunerUserZeroCopy(&in, algo);
+  local.call = (struct symmAllReduceCall){
+      .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count, .datatype = datatype,
+      .op = op, .algo = algo, .emulateMultimem = !multicastReady,
+      .inputPeers = symmTunerZeroCopy(&in, algo) ? local.inputPeers : NULL,
+      .exchangeDescs = exchangeDescs}; /* inputDesc: at launch, under the transport's lock */
   local.comm = comm;
   local.stream = stream;
   *handled = 1;

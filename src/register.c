@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Memory allocation and registration entry points (peer mapping of windows: src/transport). */
+/* Memory allocation and registration entry points (peer mapping of windows and of registered
+ * buffers: src/transport). */
 #include <stdlib.h>
 
 #include "checks.h"
@@ -33,16 +34,32 @@ SYMM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclMemFree, (void* ptr))
 
-/* Not collective in NCCL, so nothing can be exchanged here: forwarded only (kernels copy such
- * buffers through the staging buffer; symmetric windows are the zero-copy path). */
+/* Not collective in NCCL, so nothing is agreed here: the real NCCL registers first (its result is
+ * the user's), then we offer the buffer's allocation to every peer, which maps it in the
+ * background and acknowledges (src/transport/userreg.c). Until every peer has, and for memory
+ * that cannot be shared (cudaMalloc), kernels copy the buffer through the staging buffer. */
 SYMM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
                                           void** handle) {
-  SYMM_FORWARD(ncclCommRegister, (comm, buff, size, handle), ncclSystemError);
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommRegister, (comm, buff, size, handle), ncclSystemError);
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclCommRegister, (comm, buff, size, handle));
+  /* NULL handles (NCCL_LOCAL_REGISTER=0) cannot name the region at deregistration: not shared. */
+  if (res != ncclSuccess || handle == NULL || *handle == NULL) return res;
+  struct symmComm* ours = symmCommFind(comm);
+  if (ours != NULL) symmTransportUserRegister(ours, buff, size, *handle);
+  return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRegister,
                      (const ncclComm_t comm, void* buff, size_t size, void** handle))
 
+static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHandle);
+
+/* Peers unmap the region (after our last kernel; inside a group at GroupEnd), then forward. */
 SYMM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  if (symmRealDepth == 0 && handle != NULL) {
+    struct symmComm* ours = symmCommFind(comm);
+    if (!deferDeregister(ours, NULL, handle)) symmTransportUserDeregister(ours, handle);
+  }
   SYMM_FORWARD(ncclCommDeregister, (comm, handle), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
@@ -75,25 +92,30 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowRegister,
                      (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
 
+/* A window (win) or an ncclCommRegister region (userHandle) to withdraw at GroupEnd. */
 struct deferredDeregister {
   struct symmComm* comm;
   ncclWindow_t win;
+  void* userHandle;
 };
 
 static ncclResult_t runDeferredDeregister(void* arg) {
   struct deferredDeregister* d = arg;
-  symmTransportWindowDeregister(d->comm, d->win);
+  if (d->userHandle != NULL)
+    symmTransportUserDeregister(d->comm, d->userHandle);
+  else
+    symmTransportWindowDeregister(d->comm, d->win);
   free(d);
   return ncclSuccess;
 }
 
 /* Inside a group our unmapping waits for the group's end: operations deferred before it in the
  * same group may read through the mapping. 0 when it could not be deferred. */
-static int deferDeregister(struct symmComm* comm, ncclWindow_t win) {
+static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHandle) {
   if (comm == NULL || symmGroupDepth() == 0) return 0;
   struct deferredDeregister* d = malloc(sizeof(*d));
   if (d == NULL) return 0;
-  *d = (struct deferredDeregister){.comm = comm, .win = win};
+  *d = (struct deferredDeregister){.comm = comm, .win = win, .userHandle = userHandle};
   if (symmGroupDeferOp(runDeferredDeregister, d) == ncclSuccess) return 1;
   free(d);
   return 0;
@@ -102,7 +124,7 @@ static int deferDeregister(struct symmComm* comm, ncclWindow_t win) {
 SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   if (symmRealDepth == 0) {
     struct symmComm* ours = symmCommFind(comm);
-    if (!deferDeregister(ours, win)) symmTransportWindowDeregister(ours, win);
+    if (!deferDeregister(ours, win, NULL)) symmTransportWindowDeregister(ours, win);
   }
   SYMM_FORWARD(ncclCommWindowDeregister, (comm, win), ncclSystemError);
 }

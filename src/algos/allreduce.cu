@@ -330,31 +330,59 @@ __device__ __forceinline__ void twoShotGather(const KernelArgs& a, const TwoShot
   }
 }
 
+/* ncclCommRegister zero-copy: writer t's input as mapped here when t published a descriptor (it
+ * did not push), else NULL. Called by the thread that acquired t's start(0) signal, so the
+ * descriptor it reads is this call's. */
+__device__ __forceinline__ const char* peerInput(const KernelArgs& a, int t, volatile int* failed) {
+  if (t == a.rank) return nullptr;
+  const uint64_t d = *(volatile const uint64_t*)descSlot(a.signals[a.rank], blockIdx.x, t);
+  if (d == 0) return nullptr;
+  const int slot = SYMM_USER_REG_DESC_SLOT(d);
+  const unsigned long long base =
+      slot >= 0 && slot < SYMM_USER_REG_SLOTS
+          ? __ldcg((const unsigned long long*)a.userRegTable + t * SYMM_USER_REG_SLOTS + slot)
+          : 0ull;
+  if (base == 0) {
+    /* Only if the writer deregistered memory still in use: give up rather than guess. */
+    *a.errorFlag = SYMM_AR_ERROR_BAD_DESC;
+    *failed = 1;
+    return nullptr;
+  }
+  return (const char*)(uintptr_t)(base + SYMM_USER_REG_DESC_OFFSET(d));
+}
+
 template <typename E, int Kind>
 __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
+  __shared__ const char* pulled[SYMM_MAX_RANKS];
   uint32_t epoch0;
   if (!beginCall(a, &epoch0, &failed)) return;
   const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
   const int me = a.rank, n = a.nranks;
   const size_t peers = (size_t)n - 1;
-  const bool sendVec = aligned16(a.send), recvVec = aligned16(a.recv);
-  bool zeroVec = true;
+  const bool recvVec = aligned16(a.recv);
+  /* Our input reaches the peers through their scatter slots unless they read it in place. */
+  const bool push = !a.zeroCopy && a.inputDesc == 0;
+  bool srcVec = aligned16(a.send); /* every reduce source 16-byte aligned */
   if (a.zeroCopy)
-    for (int r = 0; r < n; r++) zeroVec = zeroVec && aligned16(a.inputs[r]);
+    for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(a.inputs[r]);
+  /* Our descriptor travels ahead of our start signal (same thread, release store after it). */
+  if (a.exchangeDescs && threadIdx.x < n && threadIdx.x != me)
+    *descSlot(a.signals[threadIdx.x], blockIdx.x, me) = a.inputDesc;
   for (uint32_t round = 0; round < p.rounds; round++) {
     const uint32_t epoch = epoch0 + round;
     const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
     /* A: our input slice q into rank q's scatter slot for us. */
-    if (!a.zeroCopy) {
+    if (push) {
       for (int q = 0; q < n; q++) {
         if (q == me) continue;
         const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
         const size_t slot = (size_t)(me - (me > q));
         copyRange<E>(a.staging[q] + half + slot * p.S * sizeof(T),
-                     (const char*)a.send + s.first * sizeof(T), s.lo, s.hi, sendVec, false);
+                     (const char*)a.send + s.first * sizeof(T), s.lo, s.hi, aligned16(a.send),
+                     false);
       }
     }
     blockArrive(a, kSigStart, epoch);
@@ -362,7 +390,16 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
       if (!blockWait(a, kSigMid, epoch - 1, &failed)) return;
       twoShotGather<E>(a, p, round - 1, epoch - 1);
     }
-    if (!blockWait(a, kSigStart, epoch, &failed)) return;
+    if (round == 0 && a.exchangeDescs) {
+      /* Each waiting thread resolves its writer's descriptor right after the acquire, so the
+       * block's one barrier publishes both. */
+      if (!blockWait(a, kSigStart, epoch, &failed,
+                     [&](int t) { pulled[t] = peerInput(a, t, &failed); }))
+        return;
+      for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(pulled[r]);
+    } else if (!blockWait(a, kSigStart, epoch, &failed)) {
+      return;
+    }
     /* B: reduce our slice in rank order; write the output and every peer's gather slot. */
     const TwoShotSlice s = twoShotSlice(a, p, round, me, N);
     const char* srcs[SYMM_MAX_RANKS];
@@ -373,17 +410,19 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
     for (int r = 0; r < SYMM_MAX_RANKS; r++) {
       srcs[r] = nullptr;
       if (r >= n) continue;
+      const size_t at = s.first * sizeof(T);
       if (a.zeroCopy)
-        srcs[r] = a.inputs[r] + s.first * sizeof(T);
+        srcs[r] = a.inputs[r] + at;
       else if (r == me)
-        srcs[r] = (const char*)a.send + s.first * sizeof(T);
+        srcs[r] = (const char*)a.send + at;
+      else if (a.exchangeDescs && pulled[r] != nullptr)
+        srcs[r] = pulled[r] + at;
       else
         srcs[r] = a.staging[me] + half + (size_t)(r - (r > me)) * p.S * sizeof(T);
       if (r != me)
         dsts[ndst++] = a.staging[r] + half + (peers + (size_t)(me - (me > r))) * p.S * sizeof(T);
     }
-    const bool reduceVec = recvVec && (a.zeroCopy ? zeroVec : sendVec);
-    reduceRange<E, Kind>(srcs, n, dsts, ndst, s.lo, s.hi, reduceVec, a.avg != 0);
+    reduceRange<E, Kind>(srcs, n, dsts, ndst, s.lo, s.hi, recvVec && srcVec, a.avg != 0);
     blockArrive(a, kSigMid, epoch);
   }
   if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
@@ -937,6 +976,13 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
   args.nranks = peers->nranks;
   args.avg = call->op == ncclAvg;
   args.zeroCopy = call->algo == SYMM_AR_TWOSHOT && call->inputPeers != NULL;
+  /* The call's flag and the pad size are the same on all ranks. A rank without a table (its
+   * registration receiver is off) never acknowledges a region, so no peer ever publishes a
+   * descriptor that rank would not read: it pushes and reads scatter slots as usual. */
+  args.exchangeDescs = call->algo == SYMM_AR_TWOSHOT && call->exchangeDescs && !args.zeroCopy &&
+                       peers->userRegTable != NULL && peers->signalBytes >= SYMM_AR_PAD_BYTES;
+  args.inputDesc = args.exchangeDescs ? call->inputDesc : 0;
+  args.userRegTable = peers->userRegTable;
 
   int64_t maxBlocks = symmParamArMaxBlocks();
   if (maxBlocks < 1) maxBlocks = 1;

@@ -32,6 +32,11 @@ struct KernelArgs {
   int rank, nranks;
   int avg;                            /* ncclAvg: sum, then Arith::avgFinish */
   int zeroCopy;                       /* inputs[] valid */
+  /* ncclCommRegister zero-copy (two-shot): our input's descriptor, whether descriptors are
+   * exchanged in this call, and the table that resolves peers' descriptors here. */
+  uint64_t inputDesc;
+  int exchangeDescs;
+  const uint64_t* userRegTable;
 };
 
 /* Signal purposes: one word per (purpose, block, writer) in the reader's pad. */
@@ -39,6 +44,11 @@ enum { kSigStart = 0, kSigMid = 1, kSigEnd = 2 };
 
 __device__ __forceinline__ int signalIndex(int purpose, int block, int writer) {
   return (purpose * SYMM_AR_MAX_BLOCKS + block) * SYMM_MAX_RANKS + writer;
+}
+
+/* The descriptor writer `writer`'s block `block` left in a pad. */
+__device__ __forceinline__ uint64_t* descSlot(uint32_t* pad, int block, int writer) {
+  return (uint64_t*)(pad + SYMM_AR_SIGNAL_WORDS) + block * SYMM_MAX_RANKS + writer;
 }
 
 __device__ __forceinline__ uint32_t loadAcquireSys(const uint32_t* p) {
@@ -113,15 +123,22 @@ __device__ __forceinline__ void blockArrive(const KernelArgs& a, int purpose, ui
   if (t < a.nranks) storeReleaseSys(a.signals[t] + signalIndex(purpose, blockIdx.x, a.rank), epoch);
 }
 
-/* Wait: thread t acquires rank t's word in our pad, then __syncthreads publishes that to the
- * whole block. `failed` is block-shared. */
+struct NoHook {
+  __device__ void operator()(int) const {}
+};
+
+/* Wait: thread t acquires rank t's word in our pad (then runs afterAcquire(t): what rank t wrote
+ * before its signal is visible to it), then __syncthreads publishes that to the whole block.
+ * `failed` is block-shared. */
+template <typename Hook = NoHook>
 __device__ __forceinline__ bool blockWait(const KernelArgs& a, int purpose, uint32_t epoch,
-                                          volatile int* failed) {
+                                          volatile int* failed, Hook afterAcquire = Hook()) {
   const int t = threadIdx.x;
   uint32_t why = 0, seen = 0;
   if (t < a.nranks) {
     why = spinUntil(a, a.signals[a.rank] + signalIndex(purpose, blockIdx.x, t), epoch, &seen);
     if (why != 0) *failed = 1;
+    else afterAcquire(t);
   }
   __syncthreads();
   if (*failed == 0) return true;

@@ -35,6 +35,12 @@ struct symmAllReduceCall {
   /* NULL, or every rank's address of sendbuff in a registered symmetric window (zero-copy
    * input for the two-shot kernel; the other kernels ignore it). */
   void* const* inputPeers;
+  /* Two-shot, ncclCommRegister zero-copy: this rank's input descriptor (SYMM_USER_REG_DESC, or
+   * 0: it goes through staging). Rank-local; the kernel tells every peer which it is. */
+  uint64_t inputDesc;
+  /* Two-shot: every rank publishes its descriptor and reads the peers' (decided identically on
+   * all ranks, by size). Without it inputDesc must be 0. */
+  int exchangeDescs;
 };
 
 /* 1 when `algo` has a kernel for this datatype/op (multimem: the types and ops that
@@ -68,11 +74,15 @@ int symmAllReduceLamportFits(size_t bytes, size_t bufferBytes);
 #define SYMM_AR_MAX_BLOCKS 128
 #define SYMM_AR_SIGNAL_PURPOSES 3
 #define SYMM_AR_SIGNAL_WORDS (SYMM_AR_SIGNAL_PURPOSES * SYMM_AR_MAX_BLOCKS * SYMM_MAX_RANKS)
+/* After the signal words: one 64-bit input descriptor per (block, writer rank). */
+#define SYMM_AR_DESC_WORDS (SYMM_AR_MAX_BLOCKS * SYMM_MAX_RANKS)
+#define SYMM_AR_PAD_BYTES (SYMM_AR_SIGNAL_WORDS * sizeof(uint32_t) + SYMM_AR_DESC_WORDS * sizeof(uint64_t))
 #define SYMM_AR_STATE_WORDS 2
 
 /* errorFlag values a kernel writes. */
 #define SYMM_AR_ERROR_ABORT 1u
 #define SYMM_AR_ERROR_TIMEOUT 2u
+#define SYMM_AR_ERROR_BAD_DESC 4u /* a peer published a registered input we have not mapped */
 
 #ifdef __cplusplus
 }

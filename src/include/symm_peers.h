@@ -11,6 +11,14 @@
 /* Compile-time bound on ranks of a symmetric communicator; SYMMCOLL_MAX_RANKS narrows it. */
 #define SYMM_MAX_RANKS 8
 
+/* ncclCommRegister zero-copy (src/transport/userreg.c): each rank numbers its registered regions
+ * in SYMM_USER_REG_SLOTS slots. An all-reduce input descriptor is 0 ("my input went through
+ * staging") or SYMM_USER_REG_DESC(slot, byte offset of the input in that region's allocation). */
+#define SYMM_USER_REG_SLOTS 32
+#define SYMM_USER_REG_DESC(slot, offset) ((((uint64_t)(slot) + 1u) << 48) | (uint64_t)(offset))
+#define SYMM_USER_REG_DESC_SLOT(desc) ((int)((desc) >> 48) - 1)
+#define SYMM_USER_REG_DESC_OFFSET(desc) ((desc) & ((((uint64_t)1) << 48) - 1u))
+
 struct symmPeers {
   int rank, nranks;
   /* Each rank's staging buffer, mapped in this process (buffers[rank] is our own). */
@@ -32,6 +40,11 @@ struct symmPeers {
    * run several ranks per GPU). Identical on all ranks: kernels use it to keep their grids small
    * enough that every rank's blocks on a GPU can be resident at once. 0 reads as 1. */
   int ranksPerDevice;
+  /* Device table in this rank's private memory, [writer rank][slot]: the address here of the
+   * allocation that rank registered in that slot, 0 where not mapped here. Written by the host
+   * before it acknowledges the mapping to the writer, so a kernel that sees a writer's descriptor
+   * finds the entry filled. */
+  const uint64_t* userRegTable;
   /* Multicast address of the staging buffers, or NULL (never set where multicast is off). */
   void* multicastBuffer;
 };

@@ -33,10 +33,26 @@ const struct symmPeers* symmTransportBeginLaunch(struct symmComm* comm);
 void symmTransportEndLaunch(struct symmComm* comm, cudaStream_t stream, int launched);
 
 /* If [ptr, ptr+bytes) lies inside a symmetric window registered on `comm` (ncclCommWindowRegister
- * with NCCL_WIN_COLL_SYMMETRIC, or ncclCommRegister of ncclMemAlloc memory on every rank),
+ * with NCCL_WIN_COLL_SYMMETRIC),
  * fills peerPtrs[r] with rank r's address of the same offset and returns 1; otherwise 0. */
 int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t bytes,
                             void* peerPtrs[SYMM_MAX_RANKS]);
+
+/* ncclCommRegister zero-copy: the descriptor this rank publishes to the kernels for an all-reduce
+ * input [ptr, ptr+bytes) (see SYMM_USER_REG_DESC): non-zero only when the range lies in a region
+ * this rank registered on `comm` and every peer has acknowledged mapping that region; else 0
+ * (the input goes through staging). Lock-free; called on every launch. */
+uint64_t symmTransportUserInputDesc(const struct symmComm* comm, const void* ptr, size_t bytes);
+
+/* ncclCommRegister after the real NCCL returned `realHandle` (non-NULL): if `buff` is VMM memory
+ * exportable as a POSIX fd (ncclMemAlloc), offers its allocation to every peer, which maps it in
+ * the background and acknowledges. Local, never blocks on peers, never fails the user's call. */
+void symmTransportUserRegister(struct symmComm* comm, void* buff, size_t size, void* realHandle);
+/* ncclCommDeregister (inside a group: at the outermost GroupEnd), before forwarding: withdraws
+ * the region NCCL named `realHandle`, waits for our last kernel, tells the peers to unmap it. */
+void symmTransportUserDeregister(struct symmComm* comm, void* realHandle);
+/* Peer regions this rank has mapped now (tests). */
+int symmTransportUserRegMappedCount(const struct symmComm* comm);
 
 /* 1 when the multicast path may be used at all on this communicator (device support, size >= 4,
  * and none of NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1,

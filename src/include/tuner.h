@@ -33,6 +33,11 @@ enum symmArAlgo symmTunerPick(const struct symmTuneInput* in);
  * above 4 MiB its pull reduce-scatter is slower than the push path). Same on all ranks. */
 int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo);
 
+/* 1 when the ranks should tell each other, inside the kernel, which inputs lie in memory they
+ * registered with ncclCommRegister (rank-local, so no rank knows the others' in advance): where
+ * symmTunerZeroCopy would read a window in place, for inputs outside windows. Same on all ranks. */
+int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo);
+
 /* The table's thresholds for `in` after knobs (tests, logging). */
 struct symmTuneThresholds {
   size_t lamportMax;   /* Lamport one-shot for bytes <= this (checked first) */

@@ -14,6 +14,7 @@
 /* Tags name the shared objects of one communicator in socket names and the registry. */
 #define SYMM_TAG_STAGING 0u
 #define SYMM_TAG_MULTICAST 1u
+#define SYMM_TAG_USER_REG 2u     /* setup only: hands out each rank's registration channel */
 #define SYMM_TAG_WINDOW_BASE 16u /* + window sequence number */
 
 /* A peer-mapped NCCL_WIN_COLL_SYMMETRIC window. */
@@ -51,6 +52,8 @@ struct symmTransport {
   pthread_mutex_t lock;
   struct symmWindow* windows;
   uint32_t windowSeq;
+  /* ncclCommRegister zero-copy (userreg.c); NULL when off on this rank. */
+  struct symmUserReg* userReg;
 };
 
 /* One all-gather over the real communicator, for every comm of `comms` that takes part
@@ -72,5 +75,19 @@ void symmFillRendezvous(const struct symmTransport* t, uint32_t tag, struct symm
 void symmKeyOf(const struct symmTransport* t, uint32_t tag, int rank, struct symmMapKey* key);
 
 void symmWindowsTeardown(struct symmTransport* t);
+
+struct symmFdServer;
+/* ncclCommRegister zero-copy (userreg.c). Stage 3: creates this rank's registration channel and
+ * serves its sending end to every other rank (*server, finished with the setup's servers);
+ * returns 1 when serving (0: off, e.g. SYMMCOLL_USER_REG=0). */
+int symmUserRegServe(struct symmTransport* t, struct symmFdServer** server);
+/* Stage 4, when every rank serves (agreed): fetches every peer's sending end, starts the
+ * receiver thread and sets peers.userRegTable. Any failure turns the feature off on this rank
+ * only (it then never acknowledges, so no peer publishes a region to it). */
+void symmUserRegConnect(struct symmTransport* t, int everyoneServes);
+/* Teardown, before windows, peer mappings and localState go: stops the thread, unmaps the
+ * peers' regions, releases our retained handles, closes the sockets. With !kernelsDone (abort,
+ * kernels still running) only stops the thread and leaks the rest with the transport. */
+void symmUserRegTeardown(struct symmTransport* t, int kernelsDone);
 
 #endif

@@ -118,7 +118,8 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void*
   return ncclSuccess;
 }
 
-/* All-gathers one 32-bit word per rank and ANDs them: 1 only if every rank said 1. */
+/* All-gathers one 32-bit word per rank and ANDs them bitwise: for 0/1 words, 1 only if every
+ * rank said 1; other bits are independent agreements riding on the same exchange. */
 void symmAgree(struct symmComm** comms, int n, int* take, const uint32_t* mine,
                uint32_t* agreed) {
   const void** send = calloc((size_t)n, sizeof(void*));
@@ -138,8 +139,8 @@ void symmAgree(struct symmComm** comms, int n, int* take, const uint32_t* mine,
   (void)symmExchange(comms, n, took, send, recv, sizeof(uint32_t));
   for (int i = 0; i < n; i++) {
     if (!take[i]) continue;
-    agreed[i] = took[i];
-    for (int r = 0; r < comms[i]->nranks && agreed[i]; r++) agreed[i] = all[i][r] != 0;
+    agreed[i] = took[i] ? ~0u : 0u;
+    for (int r = 0; r < comms[i]->nranks && agreed[i]; r++) agreed[i] &= all[i][r];
   }
 done:
   free(send);
@@ -244,6 +245,8 @@ struct setupCtx {
   struct symmTransport* t;
   struct symmFdServer* server;
   struct symmFdServer* mcServer;
+  struct symmFdServer* regServer; /* this rank's registration channel (userreg.c) */
+  int userRegAll;                 /* every rank serves one */
 };
 
 static void freeTransport(struct symmTransport* t, int abort);
@@ -411,7 +414,8 @@ static void multicastDrop(struct symmTransport* t) {
 static void finishServers(struct setupCtx* x, int cancel) {
   if (x->server) (void)symmFdServerFinish(x->server, cancel);
   if (x->mcServer) (void)symmFdServerFinish(x->mcServer, cancel);
-  x->server = x->mcServer = NULL;
+  if (x->regServer) (void)symmFdServerFinish(x->regServer, cancel);
+  x->server = x->mcServer = x->regServer = NULL;
 }
 
 /* Most ranks on one GPU (by PCI bus id), from the all-gathered records: the same on all ranks. */
@@ -505,21 +509,25 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     t->timeoutMs = (int)symmParamSetupTimeoutMs();
     memcpy(t->secret, ctx[i].records[0].secret, sizeof(t->secret));
     for (int r = 0; r < c->nranks; r++) t->pids[r] = ctx[i].records[r].pid;
-    if (buildPrivate(&ctx[i]) == ncclSuccess && buildLocal(&ctx[i]) == ncclSuccess) mine[i] = 1;
+    /* Bit 0: built; bit 1: serving a registration channel (optional, agreed separately). */
+    if (buildPrivate(&ctx[i]) == ncclSuccess && buildLocal(&ctx[i]) == ncclSuccess)
+      mine[i] = 1u | (symmUserRegServe(t, &ctx[i].regServer) ? 2u : 0u);
   }
   symmAgree(comms, n, take, mine, agreed);
 
   /* Stage 4: map every peer (and multicast where allowed), then the final agreement. */
   for (int i = 0; i < n; i++) {
     if (!take[i]) continue;
-    if (!agreed[i]) {
+    if (!(agreed[i] & 1u)) {
       mine[i] = 0;
       continue;
     }
+    ctx[i].userRegAll = (agreed[i] & 2u) != 0;
     mine[i] = mapPeers(&ctx[i]) == ncclSuccess;
+    if (mine[i]) symmUserRegConnect(ctx[i].t, ctx[i].userRegAll);
   }
   int anyMulticast = 0;
-  for (int i = 0; i < n; i++) anyMulticast |= take[i] && agreed[i] && ctx[i].verdict.multicast;
+  for (int i = 0; i < n; i++) anyMulticast |= take[i] && (agreed[i] & 1u) && ctx[i].verdict.multicast;
   if (anyMulticast) {
     /* Multicast is optional: its own agreements; failure only turns multimem off. */
     int* mcTake = calloc((size_t)n, sizeof(int));
@@ -527,7 +535,7 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     uint32_t* mcAgreed = calloc((size_t)n, sizeof(uint32_t));
     if (mcTake && mcMine && mcAgreed) {
       for (int i = 0; i < n; i++) {
-        mcTake[i] = take[i] && agreed[i] && ctx[i].verdict.multicast;
+        mcTake[i] = take[i] && (agreed[i] & 1u) && ctx[i].verdict.multicast;
         if (mcTake[i]) mcMine[i] = mine[i] && multicastServe(&ctx[i]) == ncclSuccess;
       }
       symmAgree(comms, n, mcTake, mcMine, mcAgreed);
@@ -628,8 +636,11 @@ static void freeTransport(struct symmTransport* t, int abort) {
   if (!quiesce(t, abort)) {
     WARN("symmetric memory: kernels on device %d did not finish; leaking their memory rather than "
          "unmapping it under them", t->cudaDev);
+    symmUserRegTeardown(t, 0);
     goto restore;
   }
+  /* First: its thread writes into localState and maps peers' regions. */
+  symmUserRegTeardown(t, 1);
   symmWindowsTeardown(t);
   multicastDrop(t);
   for (int r = SYMM_MAX_RANKS - 1; r >= 0; r--) {

@@ -24,7 +24,8 @@ SYMMCOLL_PARAM(TwoshotMaxBytes, "TWOSHOT_MAX_BYTES", -1,
  * place took 11.9/15.8/22.5 us at 1/2/4 MiB (push path 13.0/16.2/23.2) but 64.3 us at 16 MiB and
  * 3285 at 1 GiB (push 60.2 / 3034). */
 SYMMCOLL_PARAM(ZeroCopyMaxBytes, "ZERO_COPY_MAX_BYTES", 4 << 20,
-               "two-shot reads registered symmetric windows in place up to this many bytes")
+               "two-shot reads registered inputs (symmetric windows, ncclCommRegister) in place up "
+               "to this many bytes")
 SYMMCOLL_PARAM(MultimemMinBytes, "MULTIMEM_MIN_BYTES", -1,
                "multimem all-reduce from this many bytes (-1: tuner table)")
 SYMMCOLL_PARAM(MultimemMaxBytes, "MULTIMEM_MAX_BYTES", -1,
@@ -184,7 +185,15 @@ enum symmArAlgo symmTunerPick(const struct symmTuneInput* in) {
   return pick;
 }
 
-int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo) {
+static int zeroCopySize(const struct symmTuneInput* in, enum symmArAlgo algo) {
   const int64_t max = symmParamZeroCopyMaxBytes();
-  return algo == SYMM_AR_TWOSHOT && in->registered && max >= 0 && in->bytes <= (size_t)max;
+  return algo == SYMM_AR_TWOSHOT && max >= 0 && in->bytes <= (size_t)max;
+}
+
+int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo) {
+  return in->registered && zeroCopySize(in, algo);
+}
+
+int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo) {
+  return !in->registered && zeroCopySize(in, algo);
 }

@@ -90,6 +90,7 @@ static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
 
 #define SIGNAL_BYTES (64u << 10)
 #define STATE_BYTES (64u << 10)
+#define USER_REG_TABLE_OFFSET 4096
 
 struct rankCtx {
   int rank, dev;
@@ -178,6 +179,21 @@ static void connectDirectLocal(struct rankCtx* ctx, int n) {
       ctx[a].peers.signals[b] = ctx[b].signalsMem;
     }
   }
+  /* ncclCommRegister zero-copy as the kernel sees it: in one process every rank's memory is
+   * already reachable, so each rank's table says writer w registered its send buffer in slot 0
+   * and its receive buffer (in-place inputs) in slot 1. */
+  for (int a = 0; a < n; a++) {
+    uint64_t table[SYMM_MAX_RANKS * SYMM_USER_REG_SLOTS];
+    memset(table, 0, sizeof(table));
+    for (int w = 0; w < n; w++) {
+      table[w * SYMM_USER_REG_SLOTS + 0] = (uint64_t)(uintptr_t)ctx[w].sendMem;
+      table[w * SYMM_USER_REG_SLOTS + 1] = (uint64_t)(uintptr_t)ctx[w].recvMem;
+    }
+    char* at = (char*)ctx[a].stateMem + USER_REG_TABLE_OFFSET;
+    CUDA_OR_DIE(cudaSetDevice(ctx[a].dev));
+    CUDA_OR_DIE(cudaMemcpy(at, table, sizeof(table), cudaMemcpyHostToDevice));
+    ctx[a].peers.userRegTable = (const uint64_t*)at;
+  }
 }
 
 /* Forked processes: every child sends a blob up a pipe; the parent sends all blobs to all. */
@@ -236,6 +252,10 @@ struct arCall {
   size_t sendOff[SYMM_MAX_RANKS], recvOff[SYMM_MAX_RANKS]; /* bytes, per global rank */
   int inPlace;
   int zeroCopy; /* direct mode, all ranks in this process: two-shot reads peers' sendbuff */
+  /* Direct mode, all ranks in this process, two-shot: the ranks in descMask say their input is
+   * registered (ncclCommRegister style), the others push it; exchangeDescs on every rank. */
+  int exchangeDescs;
+  uint32_t descMask;
 };
 
 static const void* sendPtr(const struct rankCtx* c, const struct arCall* a) {
@@ -258,6 +278,14 @@ static ncclResult_t issueOne(struct rankCtx* c, const struct arCall* a, cudaStre
                                      .count = a->count, .datatype = a->dtype, .op = a->op,
                                      .algo = a->algo, .emulateMultimem = 1,
                                      .inputPeers = zeroCopy ? inputPeers : NULL};
+    if (a->exchangeDescs && allRanks != NULL) {
+      call.exchangeDescs = 1;
+      if (a->descMask & (1u << c->rank)) {
+        const char* base = a->inPlace ? c->recvMem : c->sendMem;
+        call.inputDesc = SYMM_USER_REG_DESC(a->inPlace ? 1 : 0,
+                                            (const char*)call.sendbuff - base);
+      }
+    }
     return symmAllReduceLaunch(&call, &c->peers, stream);
   }
   return ncclAllReduce(sendPtr(c, a), recvPtr(c, a), a->count, a->dtype, a->op, c->comm, stream);
@@ -411,7 +439,11 @@ static void runCase(struct driver* d, struct arCall* a, struct hostCase* h, int 
     selectAlgo(d, a->algo);
     for (int t = 0; t < tries; t++) {
       /* Two-shot also reads peers' user buffers directly (as from a registered window). */
-      a->zeroCopy = a->algo == SYMM_AR_TWOSHOT && allRanks != NULL && (rnd() & 1);
+      /* ... or those of the ranks that registered them (random subset, ncclCommRegister). */
+      const uint64_t mode = rnd() % 3;
+      a->zeroCopy = a->algo == SYMM_AR_TWOSHOT && allRanks != NULL && mode == 1;
+      a->exchangeDescs = a->algo == SYMM_AR_TWOSHOT && allRanks != NULL && mode == 2;
+      a->descMask = (uint32_t)rnd();
       uploadInputs(d, a, h);
       ncclResult_t r = issueAll(d, a, 0);
       TCHECK(r == ncclSuccess, "issue algo=%s: %s", symmArAlgoName(a->algo), ncclGetErrorString(r));
@@ -510,6 +542,9 @@ static void graphTest(struct driver* d) {
                            .count = counts[ci]};
         if (!algoWanted(a.algo, a.dtype, a.op, a.count)) continue;
         if (a.count * 4 + 64 > opt.maxBytes) continue;
+        /* Two-shot: every other rank reads its input in place (ncclCommRegister style). */
+        a.exchangeDescs = a.algo == SYMM_AR_TWOSHOT && allRanks != NULL;
+        a.descMask = 0x55555555u;
         selectAlgo(d, a.algo);
         randomOffsets(&a);
         hostCaseFill(&h, &a, opt.seed + 999 + (uint64_t)ci * 10 + (uint64_t)ti);

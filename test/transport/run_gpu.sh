@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Runs the transport GPU suite (peer memory in every rank mode, windows, create/destroy cycles,
-# security, multicast guard) and the test bootstrap's GPU test; prints a table last.
+# Runs the transport GPU suite (peer memory in every rank mode, windows, ncclCommRegister
+# zero-copy, create/destroy cycles, security, multicast guard) and the test bootstrap's GPU test;
+# prints a table last.
 # Usage: test/transport/run_gpu.sh [extra meson setup options]
 #   NCCL_LIB=/path/libnccl.so.2   the real NCCL (default: configure-time search, then the torch
 #                                 venv's nvidia-nccl wheel when python3 can import it)

@@ -41,6 +41,11 @@ int main(void) {
     CHECK_EQ_INT(symmTransportAsyncError(all[i]), ncclSuccess);
     symmTransportSetAbort(all[i]);
     symmTransportWindowDeregister(all[i], NULL);
+    /* ncclCommRegister without symmetric memory: nothing shared, nothing mapped, no-ops. */
+    symmTransportUserRegister(all[i], &x, sizeof(x), &x);
+    CHECK_EQ_INT(symmTransportUserInputDesc(all[i], &x, sizeof(x)), 0);
+    CHECK_EQ_INT(symmTransportUserRegMappedCount(all[i]), 0);
+    symmTransportUserDeregister(all[i], &x);
     symmTransportTeardown(all[i], 1);
     symmTransportTeardown(all[i], 0);
   }
