@@ -28,6 +28,10 @@ int symmDecideFromRecords(const struct symmPeerRecord* records, int nranks, int 
   int allMulticast = 1, distinctDevices = 1;
   for (int r = 0; r < nranks; r++) {
     const struct symmPeerRecord* rec = &records[r];
+    if (rec->version == 0) {
+      setReason(verdict, "rank %d could not stage its setup record (empty record)", r, 0);
+      return 0;
+    }
     if (rec->version != SYMM_RECORD_VERSION) {
       setReason(verdict, "rank %d runs a different libsymmcoll record version (%d)", r,
                 (int)rec->version);

@@ -26,6 +26,10 @@ SYMMCOLL_PARAM(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000,
                "how long setup waits for a peer's handle, or for a non-blocking communicator to go "
                "idle, before giving up (forwarding)")
 
+SYMMCOLL_PARAM(FaultExchangeRank, "FAULT_EXCHANGE_RANK", -1,
+               "tests only: this rank's setup exchanges act as if device memory had run out "
+               "(-1: never)")
+
 int64_t symmTransportSetupTimeoutMs(void) { return symmParamSetupTimeoutMs(); }
 
 #define FLAG_ABORT 0
@@ -36,16 +40,84 @@ static size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 /* ---- exchange over the real communicator ------------------------------------------------- */
 
+/* Where one rank's all-gather lives: device memory on its own stream, or, after a local failure,
+ * pinned host memory on the legacy stream. */
+struct exchangeSlot {
+  void* scratch;     /* device-visible address of nranks * bytes */
+  void* hostScratch; /* the pinned host allocation behind it, or NULL */
+  cudaStream_t stream;
+  int ownStream;     /* stream is ours to destroy */
+  int degraded;      /* takes part with an all-zero payload */
+};
+
+/* A local failure must not keep a rank out of an all-gather its peers are already in: they
+ * would wait in NCCL forever. It takes part with an all-zero payload, which every caller reads
+ * as "no" (record version 0, no peer access, agreement word 0, window not usable), so all ranks
+ * then decide alike. Only a rank that cannot reach its device at all stays out. */
+static int prepareExchange(struct symmComm* c, size_t total, size_t bytes, const void* mine,
+                           struct exchangeSlot* x) {
+  if (cudaSetDevice(c->cudaDev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    WARN("symmetric memory: cannot use device %d for the setup exchange", c->cudaDev);
+    return 0;
+  }
+  if (cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) == cudaSuccess) {
+    x->ownStream = 1;
+  } else {
+    (void)cudaGetLastError();
+    x->stream = NULL;
+    x->degraded = 1;
+  }
+  if (symmParamFaultExchangeRank() == c->rank || cudaMalloc(&x->scratch, total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    x->scratch = NULL;
+    x->degraded = 1;
+    if (cudaHostAlloc(&x->hostScratch, total, cudaHostAllocMapped | cudaHostAllocPortable) !=
+            cudaSuccess ||
+        cudaHostGetDevicePointer(&x->scratch, x->hostScratch, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      WARN("symmetric memory: no memory at all for the setup exchange on device %d", c->cudaDev);
+      return 0;
+    }
+  }
+  char* at = (char*)x->scratch + bytes * (size_t)c->rank;
+  if (x->hostScratch != NULL) {
+    memset((char*)x->hostScratch + bytes * (size_t)c->rank, 0, bytes);
+  } else if (x->degraded || cudaMemcpyAsync(at, mine, bytes, cudaMemcpyHostToDevice, x->stream) !=
+                                cudaSuccess) {
+    (void)cudaGetLastError();
+    x->degraded = 1;
+    if (cudaMemsetAsync(at, 0, bytes, x->stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      WARN("symmetric memory: cannot stage the setup exchange on device %d", c->cudaDev);
+      return 0;
+    }
+  }
+  if (x->degraded)
+    WARN("symmetric memory: rank %d could not stage its setup exchange on device %d; it takes "
+         "part with an empty record, so the communicator forwards on every rank", c->rank,
+         c->cudaDev);
+  return 1;
+}
+
+static void releaseExchange(struct exchangeSlot* x) {
+  if (x->stream != NULL || x->scratch != NULL) (void)cudaStreamSynchronize(x->stream);
+  if (x->hostScratch != NULL) (void)cudaFreeHost(x->hostScratch);
+  else if (x->scratch != NULL) (void)cudaFree(x->scratch);
+  if (x->ownStream) (void)cudaStreamDestroy(x->stream);
+  (void)cudaGetLastError();
+}
+
 ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void* const* send,
                           void* const* recv, size_t bytes) {
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
-  void** scratch = calloc((size_t)n, sizeof(void*));
-  cudaStream_t* streams = calloc((size_t)n, sizeof(cudaStream_t));
-  if (scratch == NULL || streams == NULL) {
+  struct exchangeSlot* slots = calloc((size_t)n, sizeof(*slots));
+  int* prepared = calloc((size_t)n, sizeof(int));
+  if (slots == NULL || prepared == NULL) {
     WARN("symmetric memory: out of host memory for a setup exchange");
-    free(scratch);
-    free(streams);
+    free(slots);
+    free(prepared);
     for (int i = 0; i < n; i++) take[i] = 0;
     return ncclSystemError;
   }
@@ -54,20 +126,13 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void*
     if (!take[i]) continue;
     struct symmComm* c = comms[i];
     if (symmCommWaitIdle(c, symmParamSetupTimeoutMs()) != ncclSuccess) {
+      /* The real NCCL would refuse the call anyway. */
       WARN("symmetric memory: communicator of rank %d is not idle for the setup exchange", c->rank);
       take[i] = 0;
       continue;
     }
-    if (cudaSetDevice(c->cudaDev) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking) != cudaSuccess) {
-      WARN("symmetric memory: cannot prepare the setup exchange on device %d", c->cudaDev);
-      take[i] = 0;
-      continue;
-    }
-    if (cudaMalloc(&scratch[i], bytes * (size_t)c->nranks) != cudaSuccess ||
-        cudaMemcpyAsync((char*)scratch[i] + bytes * (size_t)c->rank, send[i], bytes,
-                        cudaMemcpyHostToDevice, streams[i]) != cudaSuccess) {
-      WARN("symmetric memory: cannot stage the setup exchange on device %d", c->cudaDev);
+    prepared[i] = prepareExchange(c, bytes * (size_t)c->nranks, bytes, send[i], &slots[i]);
+    if (!prepared[i]) {
       take[i] = 0;
       continue;
     }
@@ -81,8 +146,8 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void*
     struct symmComm* c = comms[i];
     (void)cudaSetDevice(c->cudaDev);
     SYMM_CALL_REAL(res, ncclAllGather,
-                   ((char*)scratch[i] + bytes * (size_t)c->rank, scratch[i], bytes, ncclUint8,
-                    c->real, streams[i]));
+                   ((char*)slots[i].scratch + bytes * (size_t)c->rank, slots[i].scratch, bytes,
+                    ncclUint8, c->real, slots[i].stream));
     if (res != ncclSuccess && res != ncclInProgress) {
       WARN("symmetric memory: setup all-gather failed (%d) on rank %d", (int)res, c->rank);
       take[i] = 0;
@@ -96,25 +161,24 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void*
     }
   }
   for (int i = 0; i < n; i++) {
-    if (streams[i] == NULL) continue;
+    if (!prepared[i]) continue;
+    struct exchangeSlot* x = &slots[i];
     if (take[i] && symmCommWaitIdle(comms[i], symmParamSetupTimeoutMs()) != ncclSuccess) {
       WARN("symmetric memory: setup all-gather did not complete on rank %d", comms[i]->rank);
       take[i] = 0;
     }
     (void)cudaSetDevice(comms[i]->cudaDev);
-    if (take[i] && (cudaMemcpyAsync(recv[i], scratch[i], bytes * (size_t)comms[i]->nranks,
-                                    cudaMemcpyDeviceToHost, streams[i]) != cudaSuccess ||
-                    cudaStreamSynchronize(streams[i]) != cudaSuccess)) {
+    if (take[i] && (cudaMemcpyAsync(recv[i], x->scratch, bytes * (size_t)comms[i]->nranks,
+                                    cudaMemcpyDeviceToHost, x->stream) != cudaSuccess ||
+                    cudaStreamSynchronize(x->stream) != cudaSuccess)) {
       WARN("symmetric memory: reading the setup exchange back failed on rank %d", comms[i]->rank);
       take[i] = 0;
     }
-    (void)cudaStreamSynchronize(streams[i]);
-    if (scratch[i]) (void)cudaFree(scratch[i]);
-    (void)cudaStreamDestroy(streams[i]);
+    releaseExchange(x);
   }
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
-  free(scratch);
-  free(streams);
+  free(slots);
+  free(prepared);
   return ncclSuccess;
 }
 

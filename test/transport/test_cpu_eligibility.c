@@ -119,6 +119,16 @@ int main(void) {
   makeTable(recs, 2);
   recs[1].version = 99;
   CHECK_EQ_INT(decide(recs, 2, 8, &v), 0);
+  /* What a rank that could not stage its setup exchange sends (symmExchange): all zeros. */
+  makeTable(recs, 2);
+  memset(&recs[1], 0, sizeof(recs[1]));
+  CHECK_EQ_INT(decide(recs, 2, 8, &v), 0);
+  CHECK_REASON(v, "rank 1 could not stage its setup record");
+  for (int r = 0; r < 4; r++) {
+    uint32_t masks[SYMM_MAX_RANKS] = {0xf, 0xf, 0xf, 0xf};
+    masks[r] = 0; /* ... and its empty peer-access mask */
+    CHECK_EQ_INT(symmDecideFromAccess(masks, 4, &v), 0);
+  }
   makeTable(recs, 2);
   recs[1].rank = 0;
   CHECK_EQ_INT(decide(recs, 2, 8, &v), 0);
