@@ -22,11 +22,6 @@ SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 128,
                "most thread blocks per all-reduce kernel (1..128); must match on all ranks")
 SYMMCOLL_PARAM(ArRoundBytes, "AR_ROUND_BYTES", 0,
                "two-shot: most message bytes per round inside a launch (0: what staging holds)")
-SYMMCOLL_PARAM(ArPushMinBytes, "AR_PUSH_MIN_BYTES", -1,
-               "2 ranks: two-shot calls of at least this many bytes run as the push one-shot "
-               "(-1: never); must match on all ranks")
-SYMMCOLL_PARAM(ArPushRoundBytes, "AR_PUSH_ROUND_BYTES", 4 << 20,
-               "push one-shot: message bytes per round (at most what a staging half holds)")
 SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048,
                "all-reduce bytes per thread block before another block is added; same on all ranks")
 
@@ -436,75 +431,6 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Push one-shot, in rounds inside one launch: the large-message kernel for 2 ranks, where it
- * moves the two-shot's bytes over NVLink (the whole input, once) in one phase instead of two,
- * with no gather copy. Round k covers elements [k*C, k*C + c); block b part b of it. Staging
- * half (epoch_k & 1) of rank r holds n-1 slots of C elements, slot s(w) for writer w.
- * Iteration k, rank r:
- *   before P(k): k == 1: wait start(0); k >= 2: wait mid(k-2);
- *   P(k)  stores its part of round k into every peer's slot for r (remote stores); arrive start(k);
- *   wait start(k-1), then R(k-1): reduces round k-1 in rank order from its own input and its
- *         slots into its output (local only, overlapping the remote stores of P(k)); arrive mid(k-1).
- * After the last round, wait mid(last): every peer finished reading its staging.
- * Reuse of half p = k & 1: P(k) overwrites a slot the peer read in R(k-2), before its arrive
- * mid(k-2), which we wait for. Across launches: P(0) writes the half of call e0-2, which every
- * peer finished before arriving anywhere in call e0-1 (any kernel waits for every peer once);
- * P(1) writes the half of call e0-1 only after wait start(0) (the peer finished its previous
- * kernel); and this kernel returns only after every peer's last read. In-place: R(k-1) writes
- * our output where our input was already pushed; peers never read our user buffers. */
-template <typename E, int Kind>
-__global__ void __launch_bounds__(kThreads, 1) pushOneShotKernel(KernelArgs a) {
-  typedef typename E::T T;
-  constexpr int N = Vec<E>::N;
-  __shared__ volatile int failed;
-  uint32_t epoch0;
-  if (!beginCall(a, &epoch0, &failed)) return;
-  const int me = a.rank, n = a.nranks;
-  const size_t C = a.pushRoundElems; /* host: multiple of the vector width, (n-1)*C fits a half */
-  const uint32_t rounds = (uint32_t)divUp(a.count, C);
-  const size_t pageElems = 4096 / sizeof(T);
-  const size_t unit = divUp(C, (size_t)gridDim.x) >= pageElems ? pageElems : (size_t)N;
-  const size_t B = roundUp(divUp(C, (size_t)gridDim.x), unit);
-  const bool sendVec = aligned16(a.send), recvVec = aligned16(a.recv);
-  for (uint32_t k = 0; k <= rounds; k++) {
-    const uint32_t epoch = epoch0 + k;
-    if (k < rounds) {
-      if (k == 1 && !blockWait(a, kSigStart, epoch0, &failed)) return;
-      if (k >= 2 && !blockWait(a, kSigMid, epoch - 2, &failed)) return;
-      const size_t first = (size_t)k * C, c = minSize(C, a.count - first);
-      const size_t lo = minSize((size_t)blockIdx.x * B, c), hi = minSize(lo + B, c);
-      const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
-      for (int q = 0; q < n; q++) {
-        if (q == me) continue;
-        copyRange<E>(a.staging[q] + half + (size_t)(me - (me > q)) * C * sizeof(T),
-                     (const char*)a.send + first * sizeof(T), lo, hi, sendVec, false);
-      }
-      blockArrive(a, kSigStart, epoch);
-    }
-    if (k >= 1) {
-      const uint32_t prev = epoch - 1;
-      if (!blockWait(a, kSigStart, prev, &failed)) return;
-      const size_t first = (size_t)(k - 1) * C, c = minSize(C, a.count - first);
-      const size_t lo = minSize((size_t)blockIdx.x * B, c), hi = minSize(lo + B, c);
-      const size_t half = (size_t)(prev & 1u) * a.halfBytes;
-      const char* srcs[SYMM_MAX_RANKS];
-#pragma unroll
-      for (int r = 0; r < SYMM_MAX_RANKS; r++) {
-        srcs[r] = nullptr;
-        if (r >= n) continue;
-        srcs[r] = r == me ? (const char*)a.send + first * sizeof(T)
-                          : a.staging[me] + half + (size_t)(r - (r > me)) * C * sizeof(T);
-      }
-      char* const out[1] = {(char*)a.recv + first * sizeof(T)};
-      reduceRange<E, Kind>(srcs, n, out, 1, lo, hi, sendVec && recvVec, a.avg != 0);
-      blockArrive(a, kSigMid, prev);
-    }
-  }
-  if (!blockWait(a, kSigMid, epoch0 + rounds - 1, &failed)) return;
-  endCall(a, epoch0 + rounds - 1);
-}
-
-/* ---------------------------------------------------------------------------------------------
  * Lamport one-shot (no barrier): every 8 bytes of our input travel to every rank's Lamport
  * region as one 16-byte store {data0, epoch, data1, epoch} into our writer slot; a reader polls
  * its own region until both flags of a line equal this call's epoch (8-byte halves arrive whole,
@@ -845,10 +771,7 @@ static cudaError_t launchTyped(enum symmArAlgo algo, bool emulate, int blocks, c
       oneShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
       break;
     case SYMM_AR_TWOSHOT:
-      if (args.pushRoundElems > 0)
-        pushOneShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
-      else
-        twoShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
+      twoShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
       break;
     case SYMM_AR_LAMPORT:
       lamportKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
@@ -908,8 +831,6 @@ template <typename E, int Kind> static cudaError_t loadTyped() {
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)oneShotKernel<E, Kind>);
   if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, (const void*)twoShotKernel<E, Kind>);
-  if (err == cudaSuccess)
-    err = cudaFuncGetAttributes(&attr, (const void*)pushOneShotKernel<E, Kind>);
   if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, Kind>);
   if constexpr (Mm<E, Kind>::kOk) {
     /* Loading only: nothing here touches a multicast object. */
@@ -1062,22 +983,6 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
                        peers->userRegTable != NULL && peers->signalBytes >= SYMM_AR_PAD_BYTES;
   args.inputDesc = args.exchangeDescs ? call->inputDesc : 0;
   args.userRegTable = peers->userRegTable;
-  {
-    /* 2 ranks, large messages: the push one-shot moves the same bytes in one phase. Decided by
-     * size and knobs only, so identically on all ranks; it never reads descriptors (and always
-     * pushes), so the exchange flag does not matter to it. */
-    const int64_t pushMin = symmParamArPushMinBytes();
-    const size_t bytes = call->count * esize;
-    if (call->algo == SYMM_AR_TWOSHOT && peers->nranks == 2 && !args.zeroCopy && pushMin >= 0 &&
-        bytes >= (size_t)pushMin) {
-      const size_t unit = 4096 / esize;
-      size_t round = (size_t)symmParamArPushRoundBytes() / esize;
-      const size_t fits = chunkBytes / esize / (size_t)(peers->nranks - 1);
-      if (round == 0 || round > fits) round = fits;
-      round = round >= unit ? round / unit * unit : round / (16 / esize) * (16 / esize);
-      if (round > 0) args.pushRoundElems = round;
-    }
-  }
 
   int64_t maxBlocks = symmParamArMaxBlocks();
   if (maxBlocks < 1) maxBlocks = 1;

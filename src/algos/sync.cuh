@@ -37,7 +37,6 @@ struct KernelArgs {
   uint64_t inputDesc;
   int exchangeDescs;
   const uint64_t* userRegTable;
-  size_t pushRoundElems;              /* > 0: run the two-shot call as the push one-shot */
 };
 
 /* Signal purposes: one word per (purpose, block, writer) in the reader's pad. */
