@@ -3,6 +3,7 @@
 #ifndef SYMMCOLL_TEST_HARNESS_H
 #define SYMMCOLL_TEST_HARNESS_H
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,19 @@
 
 static int harnessFailures;
 static int harnessChecks;
+
+/* Entries of a /proc directory (open fds: "/proc/self/fd"; mapped ranges: "/proc/self/map_files"),
+ * not counting the descriptor that reads it; -1 when it cannot be read. Leak checks compare two. */
+static inline int harnessCountEntries(const char* path) {
+  DIR* d = opendir(path);
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - (strcmp(path, "/proc/self/fd") == 0 ? 1 : 0);
+}
 
 /* Exit code meson reads as "skipped". */
 #define TEST_SKIP_CODE 77

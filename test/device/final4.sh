@@ -48,19 +48,6 @@ fi
 print_rows
 if [ "$PART" != check ]; then
 for m in G20 eager G20_R1; do echo "== compare $m"; grep -E "^ +[0-9]+ +bfloat16" "$out/cmp_$m.log" | awk '{print $1, $4, $5, $6, $7, $8, $9, $10, $11, $12}'; done
-python3 - "$out" <<'PY'
-import sys, os, re, collections
-out = sys.argv[1]; t = collections.defaultdict(dict)
-for f in sorted(os.listdir(out)):
-    m = re.match(r"(xchg|noxchg|reg)_(\d)\.log", f)
-    if not m: continue
-    for line in open(os.path.join(out, f)):
-        x = line.split()
-        if len(x) > 9 and x[2] == "bfloat16": t[m.group(1)].setdefault(int(x[0]), []).append((float(x[5]), x[8]))
-cfgs = [c for c in ("xchg", "noxchg", "reg") if c in t]
-print("forced two-shot (graph, min of 2 runs): bytes " + " ".join(f"{c:>14}" for c in cfgs))
-for s in sorted(t[cfgs[0]]):
-    print(f"{s:<10} " + " ".join(f"{min(t[c][s])[0]:9.2f} w={max(v[1] for v in t[c][s]):>2}" for c in cfgs if s in t[c]))
-PY
+python3 test/device/compare_runs.py "$out" --title "forced two-shot (graph, min of 2 runs)" xchg noxchg reg
 fi
 tar -C "$out" -czf "$out/../final4_${PART}_logs.tgz" . && rm -rf "$out"

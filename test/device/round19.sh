@@ -33,24 +33,6 @@ for rep in 1 2; do
 done
 run nccl_1 120 env SYMMCOLL_DISABLE=1 $P "${S[@]}"
 print_rows
-python3 - "$out" <<'PY'
-import sys, os, re, collections
-out = sys.argv[1]; t = collections.defaultdict(dict)
-for f in sorted(os.listdir(out)):
-    m = re.match(r"([a-z]+)_(\d)\.log", f)
-    if not m: continue
-    for line in open(os.path.join(out, f)):
-        x = line.split()
-        if len(x) > 9 and x[2] == "bfloat16": t[m.group(1)].setdefault(int(x[0]), []).append((float(x[5]), x[8]))
-for group in (["xchg", "noxchg", "prev", "reg"], ["new", "old", "nccl"]):
-    cfgs = [c for c in group if c in t]
-    if not cfgs: continue
-    print("bytes      " + " ".join(f"{c:>14}" for c in cfgs) + ("   new/nccl old/nccl" if "nccl" in cfgs else ""))
-    for s in sorted(t[cfgs[0]]):
-        row = f"{s:<10} " + " ".join(f"{min(t[c][s])[0]:9.2f} w={max(v[1] for v in t[c][s]):>2}" for c in cfgs if s in t[c])
-        if "nccl" in cfgs and s in t["nccl"]:
-            n = min(t["nccl"][s])[0]
-            row += "   " + " ".join(f"{min(t[c][s])[0]/n:8.3f}" for c in ("new", "old") if c in t)
-        print(row)
-PY
+python3 test/device/compare_runs.py "$out" --title "forced two-shot" xchg noxchg prev reg
+python3 test/device/compare_runs.py "$out" --ref nccl new old nccl
 tar -C "$out" -czf "$out/../round19_logs.tgz" . && rm -rf "$out"

@@ -25,19 +25,5 @@ run p8_1  120 "${PM[@]}" SYMMCOLL_AR_PUSH_ROUND_BYTES=8388608 $P "${S[@]}"
 run p16_1 120 "${PM[@]}" SYMMCOLL_AR_PUSH_ROUND_BYTES=16777216 $P "${S[@]}"
 run nccl_1 120 env SYMMCOLL_DISABLE=1 $P "${S[@]}"
 print_rows
-python3 - "$out" <<'PY'
-import sys, os, re, collections
-out = sys.argv[1]; t = collections.defaultdict(dict)
-for f in sorted(os.listdir(out)):
-    m = re.match(r"(two|p\d+|nccl)_(\d)\.log", f)
-    if not m: continue
-    for line in open(os.path.join(out, f)):
-        x = line.split()
-        if len(x) > 9 and x[2] == "bfloat16": t[m.group(1)].setdefault(int(x[0]), []).append((float(x[5]), x[8], float(x[9])))
-cfgs = [c for c in ("two", "p2", "p4", "p8", "p16", "nccl") if c in t]
-print("graph oop time (min of runs), ratio to NCCL; bytes " + " ".join(f"{c:>14}" for c in cfgs))
-for s in sorted(t["nccl"]):
-    n = min(t["nccl"][s])[0]
-    print(f"{s:<10} " + " ".join(f"{min(t[c][s])[0]:8.2f} {min(t[c][s])[0]/n:5.3f}" for c in cfgs if s in t[c]) + "  wrong=" + str(max(int(v[1]) for c in cfgs for v in t[c].get(s, []))))
-PY
+python3 test/device/compare_runs.py "$out" --ref nccl two p2 p4 p8 p16 nccl
 tar -C "$out" -czf "$out/../round21_logs.tgz" . && rm -rf "$out"

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* CPU test: descriptor passing between forked processes, credential checks, squatting, cleanup. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -18,16 +17,7 @@
 #include "fdpass.h"
 #include "harness.h"
 
-static int countFds(void) {
-  DIR* d = opendir("/proc/self/fd");
-  if (d == NULL) return -1;
-  int n = 0;
-  struct dirent* e;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.') n++;
-  closedir(d);
-  return n - 1; /* the directory's own descriptor */
-}
+static int countFds(void) { return harnessCountEntries("/proc/self/fd"); }
 
 /* 1 if /proc/net/unix lists a socket whose name contains `name`. */
 static int socketListed(const char* name) {

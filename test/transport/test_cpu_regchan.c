@@ -3,7 +3,6 @@
  * fd; non-members, wrong tokens, wrong descriptor counts and oversized messages are dropped with
  * every fd closed; there is no name to squat; a full queue never blocks the sender. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -19,16 +18,7 @@
 #include "harness.h"
 #include "regchan.h"
 
-static int countFds(void) {
-  DIR* d = opendir("/proc/self/fd");
-  if (d == NULL) return -1;
-  int n = 0;
-  struct dirent* e;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.') n++;
-  closedir(d);
-  return n - 1; /* the directory's own descriptor */
-}
+static int countFds(void) { return harnessCountEntries("/proc/self/fd"); }
 
 static int makeMemfd(const char* content) {
   int fd = memfd_create("symmcoll-regchan-test", MFD_CLOEXEC);

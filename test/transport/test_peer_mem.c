@@ -13,7 +13,6 @@
  * SYMMCOLL_NCCL_LIB picks the real NCCL or the bootstrap. Exits 77 without (enough) GPUs. */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -81,17 +80,6 @@ static int ndev;
 static uint32_t runSeed;
 
 /* ---- process resources ------------------------------------------------------------------- */
-
-static int countDir(const char* path) {
-  DIR* d = opendir(path);
-  if (d == NULL) return -1;
-  int n = 0;
-  struct dirent* e;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.') n++;
-  closedir(d);
-  return n - 1; /* opendir's own descriptor */
-}
 
 static int countLines(const char* path) {
   FILE* f = fopen(path, "r");
@@ -813,7 +801,7 @@ struct uregResources {
 static int uregSharedFdTable; /* ranks are threads of one process */
 
 static void uregMeasure(struct rankCtx* c, struct uregResources* r) {
-  r->fds = countDir("/proc/self/fd");
+  r->fds = harnessCountEntries("/proc/self/fd");
   r->registry = symmRegistryCount();
   r->mapped = symmTransportUserRegMappedCount(c->entry);
 }
@@ -1001,7 +989,7 @@ struct resources {
 static void measure(struct resources* r, int onlyDev) {
   int prevDev = 0;
   CUDA_OK(cudaGetDevice(&prevDev));
-  r->fds = countDir("/proc/self/fd");
+  r->fds = harnessCountEntries("/proc/self/fd");
   r->maps = countLines("/proc/self/maps");
   for (int d = 0; d < ndev && d < 8; d++) {
     size_t total = 0;
