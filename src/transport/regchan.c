@@ -10,7 +10,6 @@
 
 #include "debug.h"
 
-#define REGCHAN_MAGIC 0x53594d55u /* "SYMU" */
 #define REGCHAN_MAX_FDS 8
 
 ncclResult_t symmRegChanCreate(int* rxFd, int* txFd) {
@@ -35,7 +34,7 @@ ncclResult_t symmRegChanCreate(int* rxFd, int* txFd) {
 
 int symmRegChanSend(int txFd, const struct symmRegMsg* msg, int fd) {
   struct symmRegMsg m = *msg;
-  m.magic = REGCHAN_MAGIC;
+  m.magic = SYMM_REGCHAN_MAGIC;
   union {
     struct cmsghdr align;
     char buf[CMSG_SPACE(sizeof(int))];
@@ -101,7 +100,7 @@ enum symmRegRecv symmRegChanReceive(int rxFd, const struct symmRegChanPeers* who
   if (!haveCred) why = "no credentials";
   else if (cred.uid != who->uid) why = "not our uid";
   else if (hdr.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) why = "truncated";
-  else if (n != (ssize_t)sizeof(m) || m.magic != REGCHAN_MAGIC) why = "malformed";
+  else if (n != (ssize_t)sizeof(m) || m.magic != SYMM_REGCHAN_MAGIC) why = "malformed";
   else if (m.rank < 0 || m.rank >= who->nranks || m.rank == who->rank ||
            who->pids[m.rank] != cred.pid)
     why = "not a member (pid/rank)";

@@ -12,6 +12,7 @@
 #include "nccl_api.h"
 
 #define SYMM_REGCHAN_AUTH_BYTES (SYMM_SECRET_BYTES / 2)
+#define SYMM_REGCHAN_MAGIC 0x53594d55u /* "SYMU": first word of every message */
 
 enum symmRegMsgType {
   SYMM_REGMSG_MAP = 1,   /* writer -> reader: map my region (one fd attached) */

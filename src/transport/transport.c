@@ -310,7 +310,6 @@ struct setupCtx {
   struct symmFdServer* server;
   struct symmFdServer* mcServer;
   struct symmFdServer* regServer; /* this rank's registration channel (userreg.c) */
-  int userRegAll;                 /* every rank serves one */
 };
 
 static void freeTransport(struct symmTransport* t, int abort);
@@ -586,9 +585,8 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
       mine[i] = 0;
       continue;
     }
-    ctx[i].userRegAll = (agreed[i] & 2u) != 0;
     mine[i] = mapPeers(&ctx[i]) == ncclSuccess;
-    if (mine[i]) symmUserRegConnect(ctx[i].t, ctx[i].userRegAll);
+    if (mine[i]) symmUserRegConnect(ctx[i].t, (agreed[i] & 2u) != 0); /* every rank serves one */
   }
   int anyMulticast = 0;
   for (int i = 0; i < n; i++) anyMulticast |= take[i] && (agreed[i] & 1u) && ctx[i].verdict.multicast;

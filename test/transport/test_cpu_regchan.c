@@ -157,7 +157,7 @@ static void testMalformedDropped(void) {
   {
     int fds[12];
     for (int i = 0; i < 12; i++) fds[i] = memfd;
-    raw.magic = 0x53594d55u;
+    raw.magic = SYMM_REGCHAN_MAGIC;
     union {
       struct cmsghdr align;
       char buf[CMSG_SPACE(sizeof(fds))];
