@@ -819,6 +819,9 @@ static void uregRank(struct rankCtx* c) {
   CUDA_OK(cudaMalloc(&plain, UREG_BYTES));
   if (host == NULL || send == NULL || recv == NULL || plain == NULL) goto out;
   TCHECK_EQ_INT(symmTransportUserRegMappedCount(c->entry), 0);
+  /* Before any rank registers: else a fast peer's region may already be mapped here when a slow
+   * rank checks the count above (seen once in procs mode). */
+  worldBarrier(c, 1);
 
   /* 1. Every rank registers: each peer maps it, the table holds it, zero-copy all-reduces. */
   CUDA_OK(testLaunchFill(send, UREG_BYTES / 4, UREG_SEED, (uint32_t)c->rank, c->stream));
