@@ -45,9 +45,11 @@ __device__ __forceinline__ uint32_t smemAddr(const void* p) {
 
 /* TMA: lane 0 of every warp runs its own pipeline of `stages` chunks over its own part:
  * bulk load global -> shared (mbarrier completion), bulk store shared -> peer global. */
-constexpr int kMaxStages = 8;
-constexpr int kMaxWarps = 8;
 __global__ void tmaPush(char* dst, const char* src, size_t bytes, uint32_t chunk, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap(); /* bulk copies need sm_90; main() skips this method on older GPUs */
+#else
+  constexpr int kMaxStages = 8, kMaxWarps = 8;
   extern __shared__ __align__(128) char smem[];
   __shared__ __align__(8) uint64_t bars[kMaxWarps][kMaxStages];
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -98,6 +100,7 @@ __global__ void tmaPush(char* dst, const char* src, size_t bytes, uint32_t chunk
     }
   }
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
 }
 
 struct Method {
@@ -228,6 +231,8 @@ int main(int argc, char** argv) {
     for (int w : {1, 2})
       for (uint32_t ch : {8192u, 16384u})
         if ((size_t)w * 4 * ch <= 200 * 1024) methods[nm++] = {"tma", 2, b, 32 * w, 4, ch, 0};
+  int major = 0;
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   unsigned char* host = (unsigned char*)malloc(bytes);
   printf("# push_bw: %zu MiB per direction, GB/s = bytes / time of the slower direction, median of 10\n",
          bytes >> 20);
@@ -235,6 +240,7 @@ int main(int argc, char** argv) {
          "chunk", "ce%", "one-way", "both", "check");
   for (int i = 0; i < nm; i++) {
     const Method& m = methods[i];
+    if (m.kind == 2 && major < 9) continue;
     const bool ok = check(m, bytes, false, host) && check(m, bytes, true, host);
     const double one = measure(m, bytes, false, 10), two = measure(m, bytes, true, 10);
     printf("%-12s %6d %7d %6d %6u %4d %9.1f %9.1f %s\n", m.name, m.blocks, m.threads, m.stages,
