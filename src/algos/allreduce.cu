@@ -223,7 +223,8 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
   uint32_t epoch;
-  if (!beginCall(a, &epoch, &failed)) return;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch, &failed, &ticket)) return;
   const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
   const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
   const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
@@ -237,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   char* const out[1] = {(char*)a.recv};
   reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, aligned16(a.recv), a.avg != 0);
   (void)sizeof(T);
-  endCall(a, epoch);
+  endCall(a, epoch, ticket);
 }
 
 /* Two-shot, push style, in rounds inside one launch (no host-side chunking).
@@ -360,7 +361,8 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   __shared__ volatile int failed;
   __shared__ const char* pulled[SYMM_MAX_RANKS];
   uint32_t epoch0;
-  if (!beginCall(a, &epoch0, &failed)) return;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
   const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
   const int me = a.rank, n = a.nranks;
   const size_t peers = (size_t)n - 1;
@@ -429,7 +431,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   }
   if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
   twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
-  endCall(a, epoch0 + p.rounds - 1);
+  endCall(a, epoch0 + p.rounds - 1, ticket);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -501,7 +503,8 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   const uint2 firstData = firstLine < hi ? loadLine((const char*)a.send, firstLine, bytes)
                                          : make_uint2(0, 0);
   uint32_t epoch;
-  if (!beginCall(a, &epoch, &failed)) return;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch, &failed, &ticket)) return;
   const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
   const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
   for (size_t i = firstLine; i < hi; i += blockDim.x) {
@@ -579,7 +582,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
     }
     storeLine((char*)a.recv, i, bytes, acc.v);
   }
-  endCall(a, epoch);
+  endCall(a, epoch, ticket);
 }
 
 /* multimem.ld_reduce / multimem.st on 16 bytes, for the types and ops the instruction has.
@@ -717,7 +720,8 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
   uint32_t epoch;
-  if (!beginCall(a, &epoch, &failed)) return;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch, &failed, &ticket)) return;
   const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
   const SliceLayout L(a.count, a.nranks, N);
   char* mine = a.staging[a.rank] + half;
@@ -759,7 +763,7 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   if (!Emulate) fenceProxyAlias();
   for (int q = 0; q < a.nranks; q++)
     copyRange<E>((char*)a.recv, mine, L.lo(q), L.hi(q), recvVec, true);
-  endCall(a, epoch);
+  endCall(a, epoch, ticket);
 }
 
 /* ------------------------------------------------------------------------------------------ */

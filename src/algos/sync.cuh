@@ -21,7 +21,7 @@ struct KernelArgs {
   char* staging[SYMM_MAX_RANKS];      /* each rank's staging buffer (both halves) */
   const char* inputs[SYMM_MAX_RANKS]; /* zero-copy: each rank's sendbuff; else unused */
   uint32_t* signals[SYMM_MAX_RANKS];  /* each rank's signal pad */
-  uint32_t* localState;               /* [0] calls completed, [1] blocks done in this call */
+  uint32_t* localState;               /* [0] last epoch used, [1] blocks started in this call */
   volatile uint32_t* abortFlag;
   volatile uint32_t* errorFlag;
   char* multicast;                    /* multicast address of the staging buffers, or NULL */
@@ -153,32 +153,34 @@ __device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, u
   return blockWait(a, purpose, epoch, failed);
 }
 
-/* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device).
- * The host-mapped abort/error flags are not read here (a PCIe round trip on every call): a
- * kernel of a communicator that gave up notices them in its first wait, before it has touched
- * user memory, and leaves. */
+/* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device), and
+ * the block's ticket, held by its last thread: the block counts itself in once its epoch is
+ * read, so the block that draws the last ticket knows every block has read it and may publish
+ * the next one (endCall). Counting here rather than at the end lets the atomic's round trip
+ * overlap the call's work instead of delaying the block's exit. The host-mapped abort/error
+ * flags are not read here (a PCIe round trip on every call): a kernel of a communicator that
+ * gave up notices them in its first wait, before it has touched user memory, and leaves. */
 __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint32_t* epochOut,
-                                          volatile int* failed) {
+                                          volatile int* failed, uint32_t* ticket) {
   __shared__ uint32_t epoch;
   if (threadIdx.x == 0) {
     *failed = 0;
     epoch = a.localState[0] + 1u;
   }
-  __syncthreads();
+  __syncthreads(); /* our read of localState[0] is done before our ticket is drawn */
+  /* By the block's last thread: thread 0 carries the only line of the smallest calls. */
+  if (threadIdx.x == blockDim.x - 1) *ticket = atomicAdd(&a.localState[1], 1u);
   *epochOut = epoch;
   return *failed == 0;
 }
 
-/* End of every kernel that completed: the last block to finish publishes the new call count for
- * the next launch on this stream (kernel boundaries order it; no spinning). */
-__device__ __forceinline__ void endCall(const KernelArgs& a, uint32_t epoch) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t done = atomicAdd(&a.localState[1], 1u);
-    if (done == gridDim.x - 1) {
-      a.localState[1] = 0;
-      a.localState[0] = epoch;
-    }
+/* End of every kernel that completed: the holder of the last ticket publishes the last epoch
+ * this call used, for the next launch on this stream (kernel boundaries order it; no spinning,
+ * and no block waits for another here). */
+__device__ __forceinline__ void endCall(const KernelArgs& a, uint32_t lastEpoch, uint32_t ticket) {
+  if (threadIdx.x == blockDim.x - 1 && ticket == gridDim.x - 1) {
+    a.localState[1] = 0;
+    a.localState[0] = lastEpoch;
   }
 }
 
