@@ -63,7 +63,9 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
   *handled = 0;
   if (comm->transport == NULL) return ncclSuccess;
   const struct symmPeers* peers = symmTransportPeers(comm);
-  if (peers == NULL || *peers->abortFlag != 0) return ncclSuccess; /* NCCL reports the abort */
+  /* After an abort, or once one of our kernels gave up (ncclCommGetAsyncError reports it), the
+   * device-side epochs may be out of step: nothing of ours runs on this communicator again. */
+  if (peers == NULL || *peers->abortFlag != 0 || *peers->errorFlag != 0) return ncclSuccess;
   const size_t bytes = count * symmTypeSize(datatype);
 
   struct allReduceOp local;

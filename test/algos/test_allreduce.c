@@ -33,6 +33,7 @@
 #include "nccl_api.h"
 #include "param.h"
 #include "symm_peers.h"
+#include "transport.h"
 #include "tuner.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -799,6 +800,39 @@ static int outputUntouched(struct rankCtx* c) {
   return 1;
 }
 
+/* nccl mode: once one of our kernels gave up (errorFlag set), ncclAllReduce runs on the real NCCL
+ * (right result) and launches nothing of ours (the device epoch and ticket count stay put). */
+static void errorForwardTest(struct driver* d) {
+  struct arCall a = {.algo = SYMM_AR_ONESHOT, .dtype = ncclFloat32, .op = ncclSum, .count = 4096};
+  uint32_t before[SYMM_MAX_RANKS][2], after[SYMM_MAX_RANKS][2];
+  const struct symmPeers* peers[SYMM_MAX_RANKS];
+  for (int i = 0; i < d->nlocal; i++) {
+    peers[i] = symmTransportPeers(symmCommFind(d->local[i]->comm));
+    CUDA_OR_DIE(cudaSetDevice(d->local[i]->dev));
+    CUDA_OR_DIE(cudaDeviceSynchronize());
+    CUDA_OR_DIE(cudaMemcpy(before[i], peers[i]->localState, sizeof(before[i]), cudaMemcpyDeviceToHost));
+    *peers[i]->errorFlag = SYMM_AR_ERROR_TIMEOUT;
+  }
+  struct hostCase h;
+  hostCaseInit(&h, a.count * 4);
+  hostCaseFill(&h, &a, 91);
+  uploadInputs(d, &a, &h);
+  TCHECK(issueAll(d, &a, 0) == ncclSuccess, "after an error: issue");
+  TCHECK(syncAll(d), "after an error: sync");
+  checkResults(d, &a, &h, "after an error (forwarded)", -1.0);
+  for (int i = 0; i < d->nlocal; i++) {
+    CUDA_OR_DIE(cudaSetDevice(d->local[i]->dev));
+    CUDA_OR_DIE(cudaMemcpy(after[i], peers[i]->localState, sizeof(after[i]), cudaMemcpyDeviceToHost));
+    TCHECK(after[i][0] == before[i][0] && after[i][1] == before[i][1],
+           "after an error our kernel ran: epoch %u -> %u, tickets %u -> %u", before[i][0],
+           after[i][0], before[i][1], after[i][1]);
+    *peers[i]->errorFlag = 0;
+  }
+  for (int r = 0; r < nranksWorld; r++) free(h.in[r]);
+  free(h.expect);
+  free(h.got);
+}
+
 static void abortTest(struct driver* d) {
   if (d->nlocal != nranksWorld) return; /* needs to hold back every other rank itself */
   struct rankCtx* c = d->local[0];
@@ -810,6 +844,7 @@ static void abortTest(struct driver* d) {
       return;
     }
     setAlgoEnv(d, "oneshot");
+    errorForwardTest(d);
   }
   /* 1. Abort while spinning: the stream drains within 2 s of the abort. */
   struct abortArg arg = {.c = c};
