@@ -70,10 +70,30 @@ static socklen_t makeAddress(const struct symmFdRendezvous* rv, int rank, struct
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
 }
 
-static int constantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n) {
+int symmConstantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n) {
   uint8_t diff = 0;
   for (size_t i = 0; i < n; i++) diff |= (uint8_t)(a[i] ^ b[i]);
   return diff == 0;
+}
+
+ssize_t symmSendWithFd(int sock, const void* buf, size_t bytes, int fd, int flags) {
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } control;
+  memset(&control, 0, sizeof(control));
+  struct iovec iov = {.iov_base = (void*)buf, .iov_len = bytes};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (fd >= 0) {
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof(control.buf);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  return sendmsg(sock, &msg, flags);
 }
 
 /* Credentials of the process at the other end of a connected socket. */
@@ -141,26 +161,14 @@ static int serveOne(struct symmFdServer* s, int conn, int64_t deadline) {
   if (n != (ssize_t)sizeof(req) || req.magic != FDPASS_MAGIC_REQUEST || req.tag != s->rv.tag ||
       req.rank < 0 || req.rank >= s->rv.nranks || !(s->pending & (1u << req.rank)) ||
       s->rv.pids[req.rank] != cred.pid ||
-      !constantTimeEqual(req.auth, s->rv.secret + AUTH_BYTES, AUTH_BYTES)) {
+      !symmConstantTimeEqual(req.auth, s->rv.secret + AUTH_BYTES, AUTH_BYTES)) {
     WARN("symmetric memory: rejected a malformed or unauthenticated request from pid %d",
          (int)cred.pid);
     return -1;
   }
   struct fdReply reply = {.magic = FDPASS_MAGIC_REPLY, .status = 0};
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  memset(&control, 0, sizeof(control));
-  struct iovec iov = {.iov_base = &reply, .iov_len = sizeof(reply)};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                       .msg_controllen = sizeof(control.buf)};
-  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &s->offerFd, sizeof(int));
-  if (sendmsg(conn, &msg, MSG_NOSIGNAL) != (ssize_t)sizeof(reply)) {
+  if (symmSendWithFd(conn, &reply, sizeof(reply), s->offerFd, MSG_NOSIGNAL) !=
+      (ssize_t)sizeof(reply)) {
     WARN("symmetric memory: sending a handle to rank %d failed: %s", req.rank, strerror(errno));
     return -1;
   }

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "eligibility.h"
 #include "nccl_api.h"
@@ -33,6 +34,14 @@ ncclResult_t symmFdServerFinish(struct symmFdServer* server, int cancel);
 /* Connects to rank `fromRank`'s server, checks its credentials and obtains its descriptor
  * (close-on-exec). Retries until the server appears or rv->timeoutMs passes. */
 ncclResult_t symmFdFetch(const struct symmFdRendezvous* rv, int fromRank, int* fdOut);
+
+/* 1 if the `n` bytes at `a` and `b` are equal, in a time that does not depend on where they
+ * differ (for tokens). */
+int symmConstantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n);
+
+/* One sendmsg of `bytes` from `buf` on `sock` with `flags`, carrying descriptor `fd`
+ * (SCM_RIGHTS) unless fd < 0. Returns what sendmsg returned. */
+ssize_t symmSendWithFd(int sock, const void* buf, size_t bytes, int fd, int flags);
 
 /* The abstract socket name of `rank` (without the leading NUL); for tests. Returns its length. */
 int symmFdSocketName(const struct symmFdRendezvous* rv, int rank, char* out, size_t outBytes);

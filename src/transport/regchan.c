@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "debug.h"
+#include "fdpass.h"
 
 #define REGCHAN_MAX_FDS 8
 
@@ -35,34 +36,12 @@ ncclResult_t symmRegChanCreate(int* rxFd, int* txFd) {
 int symmRegChanSend(int txFd, const struct symmRegMsg* msg, int fd) {
   struct symmRegMsg m = *msg;
   m.magic = SYMM_REGCHAN_MAGIC;
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } control;
-  memset(&control, 0, sizeof(control));
-  struct iovec iov = {.iov_base = &m, .iov_len = sizeof(m)};
-  struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (fd >= 0) {
-    hdr.msg_control = control.buf;
-    hdr.msg_controllen = sizeof(control.buf);
-    struct cmsghdr* c = CMSG_FIRSTHDR(&hdr);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
   ssize_t n;
   do {
-    n = sendmsg(txFd, &hdr, MSG_DONTWAIT | MSG_NOSIGNAL);
+    n = symmSendWithFd(txFd, &m, sizeof(m), fd, MSG_DONTWAIT | MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
   memset(&m, 0, sizeof(m)); /* the token */
   return n == (ssize_t)sizeof(m);
-}
-
-static int constantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n) {
-  uint8_t diff = 0;
-  for (size_t i = 0; i < n; i++) diff |= (uint8_t)(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 enum symmRegRecv symmRegChanReceive(int rxFd, const struct symmRegChanPeers* who,
@@ -104,7 +83,7 @@ enum symmRegRecv symmRegChanReceive(int rxFd, const struct symmRegChanPeers* who
   else if (m.rank < 0 || m.rank >= who->nranks || m.rank == who->rank ||
            who->pids[m.rank] != cred.pid)
     why = "not a member (pid/rank)";
-  else if (!constantTimeEqual(m.auth, who->auth, sizeof(m.auth))) why = "bad token";
+  else if (!symmConstantTimeEqual(m.auth, who->auth, sizeof(m.auth))) why = "bad token";
   else if (m.slot >= SYMM_USER_REG_SLOTS) why = "bad slot";
   else if (m.type == SYMM_REGMSG_MAP ? nfds != 1
                                       : (m.type != SYMM_REGMSG_UNMAP && m.type != SYMM_REGMSG_ACK) || nfds != 0)

@@ -327,6 +327,12 @@ static void hostCaseInit(struct hostCase* h, size_t bytes) {
     if (!h->in[r]) { fprintf(stderr, "out of host memory\n"); exit(2); }
 }
 
+static void hostCaseFree(struct hostCase* h) {
+  for (int r = 0; r < nranksWorld; r++) free(h->in[r]);
+  free(h->expect);
+  free(h->got);
+}
+
 static void hostCaseFill(struct hostCase* h, const struct arCall* a, uint64_t seed) {
   for (int r = 0; r < nranksWorld; r++)
     arFillInput(a->dtype, a->op, nranksWorld, r, seed, opt.real, h->in[r], a->count);
@@ -498,9 +504,7 @@ static void sweepSmall(struct driver* d) {
     }
   }
   if (d->isLeader) printf("sizes x dtypes x ops x placements: %ld cases\n", cases);
-  for (int r = 0; r < nranksWorld; r++) free(h.in[r]);
-  free(h.expect);
-  free(h.got);
+  hostCaseFree(&h);
 }
 
 static void sweepLarge(struct driver* d) {
@@ -521,9 +525,7 @@ static void sweepLarge(struct driver* d) {
   }
   if (d->isLeader) printf("large sizes (bf16, float sum, up to %zu MiB): %ld cases\n",
                           opt.maxBytes >> 20, cases);
-  for (int r = 0; r < nranksWorld; r++) free(h.in[r]);
-  free(h.expect);
-  free(h.got);
+  hostCaseFree(&h);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -595,14 +597,8 @@ static void graphTest(struct driver* d) {
     }
   }
   if (d->isLeader) printf("graph: %ld replays per rank checked\n", replaysDone);
-  for (int r = 0; r < nranksWorld; r++) {
-    free(h.in[r]);
-    free(cur.in[r]);
-  }
-  free(h.expect);
-  free(h.got);
-  free(cur.expect);
-  free(cur.got);
+  hostCaseFree(&h);
+  hostCaseFree(&cur);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -739,9 +735,7 @@ static void soakTest(struct driver* d) {
         CUDA_OR_DIE(cudaFree(sd[i].exp[dt][op]));
       }
   }
-  for (int r = 0; r < nranksWorld; r++) free(h.in[r]);
-  free(h.expect);
-  free(h.got);
+  hostCaseFree(&h);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -828,9 +822,7 @@ static void errorForwardTest(struct driver* d) {
            after[i][0], before[i][1], after[i][1]);
     *peers[i]->errorFlag = 0;
   }
-  for (int r = 0; r < nranksWorld; r++) free(h.in[r]);
-  free(h.expect);
-  free(h.got);
+  hostCaseFree(&h);
 }
 
 static void abortTest(struct driver* d) {
@@ -899,9 +891,7 @@ static void abortTest(struct driver* d) {
   TCHECK(issueAll(d, &a, 0) == ncclSuccess, "after reset: issue");
   TCHECK(syncAll(d), "after reset: sync");
   checkResults(d, &a, &h, "after abort reset", -1.0);
-  for (int r = 0; r < nranksWorld; r++) free(h.in[r]);
-  free(h.expect);
-  free(h.got);
+  hostCaseFree(&h);
 }
 
 /* ------------------------------------------------------------------------------------------ */
