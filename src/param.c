@@ -34,7 +34,7 @@ static enum paramNote loadParam(struct symmParam* p, const char** raw) {
       char* end = NULL;
       errno = 0;
       long long v = strtoll(value, &end, 0);
-      if (errno != 0 || end == value || *end != '\0') {
+      if (errno != 0 || end == value || *end != '\0' || v < p->minValue || v > p->maxValue) {
         note = NOTE_INVALID;
       } else {
         p->intValue = v;
@@ -79,6 +79,38 @@ void symmParamResetAll(void) {
 
 static int byName(const void* a, const void* b) {
   return strcmp((*(struct symmParam* const*)a)->name, (*(struct symmParam* const*)b)->name);
+}
+
+/* FNV-1a: stable across processes and builds (no pointers, no seeds). */
+static uint64_t hashBytes(uint64_t h, const void* data, size_t n) {
+  const unsigned char* b = data;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+int symmParamAgreed(const char** names, uint64_t* hashes, int max) {
+  const size_t total = (size_t)(__stop_symmcoll_params - __start_symmcoll_params);
+  struct symmParam** sorted = malloc((total ? total : 1) * sizeof(*sorted));
+  if (sorted == NULL) return 0;
+  size_t n = 0;
+  for (struct symmParam** it = __start_symmcoll_params; it < __stop_symmcoll_params; it++)
+    if ((*it)->flags & SYMM_PARAM_AGREED) sorted[n++] = *it;
+  qsort(sorted, n, sizeof(*sorted), byName);
+  for (size_t i = 0; i < n && (int)i < max; i++) {
+    struct symmParam* p = sorted[i];
+    ensureLoaded(p);
+    uint64_t h = hashBytes(0xcbf29ce484222325ull, p->name, strlen(p->name) + 1);
+    if (p->isString) {
+      const char* v = p->strValue ? p->strValue : "";
+      h = hashBytes(h, v, strlen(v) + 1);
+    } else {
+      h = hashBytes(h, &p->intValue, sizeof(p->intValue));
+    }
+    if (names) names[i] = p->name;
+    if (hashes) hashes[i] = h;
+  }
+  free(sorted);
+  return (int)n;
 }
 
 void symmParamPrintAll(FILE* out) {

@@ -6,12 +6,18 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* Flags of a knob. */
+#define SYMM_PARAM_AGREED 1u /* must be equal on every rank: hashed into the setup record */
+#define SYMM_PARAM_TEST 2u   /* for tests only: not listed to users */
+
 struct symmParam {
   const char* name; /* without the SYMMCOLL_ prefix */
   const char* help;
   int isString;
   int64_t intDefault;
   const char* strDefault;
+  unsigned flags;            /* SYMM_PARAM_* */
+  int64_t minValue, maxValue; /* integer knobs: values outside are refused (default kept) */
   /* cache: 0 = unread, 1 = read */
   int loaded;
   int64_t intValue;
@@ -20,6 +26,10 @@ struct symmParam {
 
 int64_t symmParamInt(struct symmParam* p);
 const char* symmParamStr(struct symmParam* p); /* NULL when unset and no default */
+/* Knobs flagged SYMM_PARAM_AGREED, sorted by name: names[i] and a hash of each one's value as
+ * read (identical values give identical hashes on every rank). Returns how many there are
+ * (fills at most `max`). */
+int symmParamAgreed(const char** names, uint64_t* hashes, int max);
 /* Forget cached values (tests change the environment). */
 void symmParamResetAll(void);
 void symmParamPrintAll(FILE* out);
@@ -27,15 +37,22 @@ void symmParamPrintAll(FILE* out);
 /* Each declaration lands in one linker section, so the list of knobs needs no central table. */
 #define SYMM_PARAM_SECTION __attribute__((used, section("symmcoll_params"), aligned(8)))
 
-/* SYMMCOLL_PARAM(Name, "ENV_SUFFIX", default, "help") defines int64_t symmParamName(void). */
-#define SYMMCOLL_PARAM(fn, env, def, helptext)                                                    \
-  static struct symmParam symmParamDesc##fn = {env, helptext, 0, (def), NULL, 0, 0, NULL};        \
+/* SYMMCOLL_PARAM_FULL(Name, "ENV_SUFFIX", default, min, max, flags, "help") defines
+ * int64_t symmParamName(void); SYMMCOLL_PARAM is the unbounded, unflagged shorthand. */
+#define SYMMCOLL_PARAM_FULL(fn, env, def, lo, hi, fl, helptext)                                   \
+  static struct symmParam symmParamDesc##fn = {env, helptext, 0, (def), NULL, (fl), (lo), (hi),    \
+                                               0, 0, NULL};                                       \
   static struct symmParam* symmParamPtr##fn SYMM_PARAM_SECTION = &symmParamDesc##fn;              \
   static inline int64_t symmParam##fn(void) { return symmParamInt(&symmParamDesc##fn); }
 
-#define SYMMCOLL_PARAM_STR(fn, env, def, helptext)                                                \
-  static struct symmParam symmParamDesc##fn = {env, helptext, 1, 0, (def), 0, 0, NULL};           \
+#define SYMMCOLL_PARAM(fn, env, def, helptext) \
+  SYMMCOLL_PARAM_FULL(fn, env, def, INT64_MIN, INT64_MAX, 0u, helptext)
+
+#define SYMMCOLL_PARAM_STR_FULL(fn, env, def, fl, helptext)                                       \
+  static struct symmParam symmParamDesc##fn = {env, helptext, 1, 0, (def), (fl), 0, 0, 0, 0, NULL}; \
   static struct symmParam* symmParamPtr##fn SYMM_PARAM_SECTION = &symmParamDesc##fn;              \
   static inline const char* symmParam##fn(void) { return symmParamStr(&symmParamDesc##fn); }
+
+#define SYMMCOLL_PARAM_STR(fn, env, def, helptext) SYMMCOLL_PARAM_STR_FULL(fn, env, def, 0u, helptext)
 
 #endif
