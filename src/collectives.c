@@ -14,8 +14,8 @@
 /* An all-reduce of ours, ready to launch now or at the outermost GroupEnd. */
 struct allReduceOp {
   struct symmComm* comm;
-  struct symmAllReduceCall call;
-  void* inputPeers[SYMM_MAX_RANKS];
+  struct symmLaunch call;
+  void* windowPeers[SYMM_MAX_RANKS];
   cudaStream_t stream;
 };
 
@@ -25,7 +25,7 @@ struct allReduceOp {
 static ncclResult_t launchAllReduce(struct allReduceOp* op) {
   const struct symmPeers* peers = symmTransportBeginLaunch(op->comm);
   if (peers == NULL) {
-    const struct symmAllReduceCall* c = &op->call;
+    const struct symmLaunch* c = &op->call;
     ncclResult_t res;
     SYMM_CALL_REAL(res, ncclAllReduce, (c->sendbuff, c->recvbuff, c->count, c->datatype, c->op,
                                         op->comm->real, op->stream));
@@ -36,11 +36,11 @@ static ncclResult_t launchAllReduce(struct allReduceOp* op) {
   int launched = 0;
   CUDACHECKGOTO(cudaGetDevice(&oldDev), res, end_launch);
   if (oldDev != op->comm->cudaDev) CUDACHECKGOTO(cudaSetDevice(op->comm->cudaDev), res, end_launch);
-  if (op->call.inputPeers != NULL) op->call.inputPeers = op->inputPeers; /* after a copy */
+  if (op->call.windowPeers != NULL) op->call.windowPeers = op->windowPeers; /* after a copy */
   if (op->call.exchangeDescs)
     op->call.inputDesc = symmTransportUserInputDesc(
         op->comm, op->call.sendbuff, op->call.count * symmTypeSize(op->call.datatype));
-  res = symmAllReduceLaunch(&op->call, peers, op->stream);
+  res = symmCollLaunch(&op->call, peers, op->stream);
   launched = (res == ncclSuccess);
   if (oldDev != op->comm->cudaDev) CUDACHECKGOTO(cudaSetDevice(oldDev), res, end_launch);
 end_launch:
@@ -72,23 +72,23 @@ static ncclResult_t tryOurAllReduce(struct symmComm* comm, const void* sendbuff,
   memset(&local, 0, sizeof(local));
   /* Symmetric windows sit at the same offset on every rank (NCCL's contract for
    * NCCL_WIN_COLL_SYMMETRIC), so "registered" is the same decision on all ranks. */
-  const int registered = symmTransportFindWindow(comm, sendbuff, bytes, local.inputPeers) != 0;
+  const int registered = symmTransportFindWindow(comm, sendbuff, bytes, local.windowPeers) != 0;
   const int multicastReady = symmTransportMulticastReady(comm) != 0;
-  struct symmTuneInput in = {.nranks = comm->nranks, .datatype = datatype, .op = op,
+  struct symmTuneInput in = {.coll = SYMM_COLL_ALLREDUCE, .nranks = comm->nranks, .datatype = datatype, .op = op,
                              .bytes = bytes, .registered = registered,
                              .multicastReady = multicastReady, .arch = 0,
                              .stagingBytes = peers->bufferBytes};
-  const enum symmArAlgo algo = symmTunerPick(&in);
+  const enum symmAlgo algo = symmTunerPick(&in);
   TRACE(SYMM_TUNER, "comm %p rank %d: all-reduce of %zu bytes, type %d, op %d: %s",
-        (void*)comm->real, comm->rank, bytes, (int)datatype, (int)op, symmArAlgoName(algo));
-  if (algo == SYMM_AR_NCCL) return ncclSuccess;
+        (void*)comm->real, comm->rank, bytes, (int)datatype, (int)op, symmAlgoName(algo));
+  if (algo == SYMM_ALGO_NCCL) return ncclSuccess;
 
   /* ncclCommRegister memory: each rank says in the kernel whether its input is read in place. */
   const int exchangeDescs = symmTunerUserZeroCopy(&in, algo);
-  local.call = (struct symmAllReduceCall){
-      .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count, .datatype = datatype,
+  local.call = (struct symmLaunch){
+      .coll = SYMM_COLL_ALLREDUCE, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count, .datatype = datatype,
       .op = op, .algo = algo, .emulateMultimem = !multicastReady,
-      .inputPeers = symmTunerZeroCopy(&in, algo) ? local.inputPeers : NULL,
+      .windowPeers = symmTunerZeroCopy(&in, algo) ? local.windowPeers : NULL,
       .exchangeDescs = exchangeDescs}; /* inputDesc: at launch, under the transport's lock */
   local.comm = comm;
   local.stream = stream;

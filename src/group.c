@@ -101,10 +101,10 @@ ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
       return ncclSuccess;
     }
   }
-  /* Before any of our kernels can spin (see symmAllReduceLoadKernels); a rank whose kernels do
+  /* Before any of our kernels can spin (see symmAlgosLoadKernels); a rank whose kernels do
    * not load says so in its setup record, and the communicator forwards on every rank. */
   for (int i = 0; i < n; i++)
-    comms[i]->kernelsLoaded = symmAllReduceLoadKernels(comms[i]->cudaDev) == ncclSuccess;
+    comms[i]->kernelsLoaded = symmAlgosLoadKernels(comms[i]->cudaDev) == ncclSuccess;
   ncclResult_t res = symmTransportSetup(comms, n);
   for (int i = 0; i < n; i++) comms[i]->setupDone = 1;
   return res;

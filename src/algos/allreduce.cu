@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* All-reduce kernels (one-shot, two-shot, multimem and its emulation) and their C launcher. */
+/* All-reduce kernels (one-shot, two-shot, Lamport, multimem and its emulation) and the C launcher. */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -13,17 +13,19 @@ extern "C" {
 #include "param.h"
 }
 
-SYMMCOLL_PARAM(SpinTimeoutMs, "SPIN_TIMEOUT_MS", 10000,
-               "ms a kernel waits for a peer before giving up (sets the async error); 0 = forever")
+SYMMCOLL_PARAM_FULL(SpinDeadlineMs, "SPIN_DEADLINE_MS", 0, 0, 86400000, SYMM_PARAM_AGREED,
+                    "debugging only: ms a kernel waits for a peer before failing the whole "
+                    "communicator (0 = wait like NCCL, forever)")
 /* Measured on 2x H200 (perf/RESULTS.md): the push two-shot moves 1.07-1.17x the bytes with 128
  * blocks as with 64 from 16 MiB up, and 2 KiB per block halves the one-shot/Lamport latency at
  * 16 KiB against 16 KiB per block. */
-SYMMCOLL_PARAM(ArMaxBlocks, "AR_MAX_BLOCKS", 128,
-               "most thread blocks per all-reduce kernel (1..128); must match on all ranks")
-SYMMCOLL_PARAM(ArRoundBytes, "AR_ROUND_BYTES", 0,
-               "two-shot: most message bytes per round inside a launch (0: what staging holds)")
-SYMMCOLL_PARAM(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048,
-               "all-reduce bytes per thread block before another block is added; same on all ranks")
+SYMMCOLL_PARAM_FULL(ArMaxBlocks, "AR_MAX_BLOCKS", 128, 1, SYMM_MAX_BLOCKS, SYMM_PARAM_AGREED,
+                    "most thread blocks per all-reduce kernel (1..128)")
+SYMMCOLL_PARAM_FULL(ArRoundBytes, "AR_ROUND_BYTES", 0, 0, INT64_MAX, SYMM_PARAM_AGREED,
+                    "two-shot: most message bytes per round inside a launch (0: what staging holds)")
+SYMMCOLL_PARAM_FULL(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048, 1024, INT64_MAX,
+                    SYMM_PARAM_AGREED,
+                    "all-reduce bytes per thread block before another block is added")
 
 namespace symm {
 
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint32_t epoch;
+  uint64_t epoch;
   uint32_t ticket = 0;
   if (!beginCall(a, &epoch, &failed, &ticket)) return;
   const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
@@ -316,7 +318,7 @@ __device__ __forceinline__ TwoShotSlice twoShotSlice(const KernelArgs& a, const 
 
 template <typename E>
 __device__ __forceinline__ void twoShotGather(const KernelArgs& a, const TwoShotPlan& p,
-                                              uint32_t round, uint32_t epoch) {
+                                              uint32_t round, uint64_t epoch) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   const char* half = a.staging[a.rank] + (size_t)(epoch & 1u) * a.halfBytes;
@@ -345,7 +347,7 @@ __device__ __forceinline__ const char* peerInput(const KernelArgs& a, int t, vol
           : 0ull;
   if (base == 0) {
     /* Only if the writer deregistered memory still in use: give up rather than guess. */
-    *a.errorFlag = SYMM_AR_ERROR_BAD_DESC;
+    *a.errorFlag = SYMM_ERR_BAD_DESC;
     *failed = 1;
     return nullptr;
   }
@@ -360,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
   __shared__ const char* pulled[SYMM_MAX_RANKS];
-  uint32_t epoch0;
+  uint64_t epoch0;
   uint32_t ticket = 0;
   if (!beginCall(a, &epoch0, &failed, &ticket)) return;
   const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
@@ -376,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   if (a.exchangeDescs && threadIdx.x < n && threadIdx.x != me)
     *descSlot(a.signals[threadIdx.x], blockIdx.x, me) = a.inputDesc;
   for (uint32_t round = 0; round < p.rounds; round++) {
-    const uint32_t epoch = epoch0 + round;
+    const uint64_t epoch = epoch0 + round;
     const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
     /* A: our input slice q into rank q's scatter slot for us. */
     if (push) {
@@ -443,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
  * k+1 data, so every reader had finished call k. Flags are epochs, so nothing is ever cleared
  * and stale lines (older epochs) never match. Two passes: wait for all our lines first, so a
  * block that gives up has written nothing to user memory. */
-constexpr size_t kLamportSlot = 2 * SYMM_AR_LAMPORT_MAX_BYTES;
+constexpr size_t kLamportSlot = 2 * SYMM_LAMPORT_MAX_BYTES;
 
 __device__ __forceinline__ uint4 loadVolatile16(const char* p) {
   uint4 v;
@@ -502,14 +504,17 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
    * overlap instead of adding up (the input is ready: earlier work on the stream is done). */
   const uint2 firstData = firstLine < hi ? loadLine((const char*)a.send, firstLine, bytes)
                                          : make_uint2(0, 0);
-  uint32_t epoch;
+  uint64_t epoch;
   uint32_t ticket = 0;
   if (!beginCall(a, &epoch, &failed, &ticket)) return;
   const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
   const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
+  /* Lines carry the epoch's low 32 bits (8-byte halves arrive whole; see README for why a stale
+   * line never matches). */
+  const uint32_t flag = (uint32_t)epoch;
   for (size_t i = firstLine; i < hi; i += blockDim.x) {
     const uint2 d = i == firstLine ? firstData : loadLine((const char*)a.send, i, bytes);
-    const uint4 line = make_uint4(d.x, epoch, d.y, epoch);
+    const uint4 line = make_uint4(d.x, flag, d.y, flag);
 #pragma unroll
     for (int r = 0; r < SYMM_MAX_RANKS; r++)
       if (r < a.nranks) storeVolatile16(a.staging[r] + mySlot + i * 16, line);
@@ -530,7 +535,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
         if ((pending >> r) & 1u) v[r] = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++) {
-        if (((pending >> r) & 1u) && v[r].y == epoch && v[r].w == epoch) {
+        if (((pending >> r) & 1u) && v[r].y == flag && v[r].w == flag) {
           pending &= ~(1u << r);
           if (i == firstLine) kept[r] = make_uint2(v[r].x, v[r].z);
         }
@@ -546,8 +551,9 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   if (why != 0) failed = 1;
   __syncthreads();
   if (failed) {
-    if (why == SYMM_AR_ERROR_TIMEOUT)
-      reportTimeout(a.rank, (unsigned long long)(a.timeoutNs / 1000000u), -1, 3, epoch, 0);
+    if (why == SYMM_ERR_DEADLINE)
+      reportDeadline(a.rank, (unsigned long long)(a.deadlineNs / 1000000u), -1, 3,
+                     (unsigned long long)epoch, 0);
     return;
   }
   /* Pass 2: everything is here; reduce in rank order and write the output. */
@@ -719,7 +725,7 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint32_t epoch;
+  uint64_t epoch;
   uint32_t ticket = 0;
   if (!beginCall(a, &epoch, &failed, &ticket)) return;
   const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
@@ -770,13 +776,13 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
 /* Host side. */
 
 template <typename E, int Kind>
-static cudaError_t launchTyped(enum symmArAlgo algo, bool emulate, int blocks, cudaStream_t stream,
+static cudaError_t launchTyped(enum symmAlgo algo, bool emulate, int blocks, cudaStream_t stream,
                                const KernelArgs& args) {
   switch (algo) {
-    case SYMM_AR_ONESHOT:
+    case SYMM_ALGO_ONESHOT:
       oneShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
       break;
-    case SYMM_AR_TWOSHOT:
+    case SYMM_ALGO_TWOSHOT:
       /* 2 ranks: the instance for 2 (about 110 registers instead of 240; 1-2% faster at
        * 8 MiB-1 GiB, session 4 round 22). */
       if (args.nranks == 2)
@@ -784,10 +790,10 @@ static cudaError_t launchTyped(enum symmArAlgo algo, bool emulate, int blocks, c
       else
         twoShotKernel<E, Kind, SYMM_MAX_RANKS><<<blocks, kThreads, 0, stream>>>(args);
       break;
-    case SYMM_AR_LAMPORT:
+    case SYMM_ALGO_LAMPORT:
       lamportKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
       break;
-    case SYMM_AR_MULTIMEM:
+    case SYMM_ALGO_MULTIMEM:
       if constexpr (Mm<E, Kind>::kOk) {
         if (emulate)
           multimemKernel<E, Kind, true><<<blocks, kThreads, 0, stream>>>(args);
@@ -804,7 +810,7 @@ static cudaError_t launchTyped(enum symmArAlgo algo, bool emulate, int blocks, c
 }
 
 template <typename E>
-static cudaError_t launchOp(ncclRedOp_t op, enum symmArAlgo algo, bool emulate, int blocks,
+static cudaError_t launchOp(ncclRedOp_t op, enum symmAlgo algo, bool emulate, int blocks,
                             cudaStream_t stream, const KernelArgs& args) {
   switch (op) {
     case ncclSum:
@@ -869,7 +875,7 @@ template <typename E> static cudaError_t loadAllOps() {
 static pthread_mutex_t loadLock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t loadedDevices;
 
-extern "C" ncclResult_t symmAllReduceLoadKernels(int device) {
+extern "C" ncclResult_t symmAlgosLoadKernels(int device) {
   if (device < 0 || device >= 64) return ncclInvalidArgument;
   pthread_mutex_lock(&loadLock);
   ncclResult_t res = ncclSuccess;
@@ -882,8 +888,11 @@ extern "C" ncclResult_t symmAllReduceLoadKernels(int device) {
     if (err == cudaSuccess) {
       loadedDevices |= 1ull << device;
     } else {
-      INFO(SYMM_INIT, "all-reduce kernels do not load on device %d: %s", device,
-           cudaGetErrorString(err));
+      /* One line per process: the communicator then forwards on every rank. */
+      static int warned;
+      if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        WARN("libsymmcoll's kernels cannot run on device %d (%s): its communicators forward to "
+             "NCCL", device, cudaGetErrorString(err));
       (void)cudaGetLastError();
       res = ncclUnhandledCudaError;
     }
@@ -893,15 +902,16 @@ extern "C" ncclResult_t symmAllReduceLoadKernels(int device) {
   return res;
 }
 
-extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t datatype,
-                                         ncclRedOp_t op) {
+extern "C" int symmAlgoExists(enum symmColl coll, enum symmAlgo algo, ncclDataType_t datatype,
+                              ncclRedOp_t op) {
+  if (coll != SYMM_COLL_ALLREDUCE) return 0;
   if (symmTypeSize(datatype) == 0 || (int)op < 0 || (int)op >= (int)ncclNumOps) return 0;
   switch (algo) {
-    case SYMM_AR_ONESHOT:
-    case SYMM_AR_TWOSHOT:
-    case SYMM_AR_LAMPORT:
+    case SYMM_ALGO_ONESHOT:
+    case SYMM_ALGO_TWOSHOT:
+    case SYMM_ALGO_LAMPORT:
       return 1;
-    case SYMM_AR_MULTIMEM: {
+    case SYMM_ALGO_MULTIMEM: {
       bool ok = false;
       SYMM_DISPATCH_DTYPE(datatype, ok = symm::multimemOk<E>(op));
       return ok ? 1 : 0;
@@ -911,51 +921,71 @@ extern "C" int symmAllReduceKernelExists(enum symmArAlgo algo, ncclDataType_t da
   }
 }
 
-/* Blocks all ranks sharing one GPU may use together (see symmAllReduceLaunch). */
+/* Blocks all ranks sharing one GPU may use together (see symmCollLaunch). */
 static const int64_t kSharedGpuBlocks = 64;
 
-static bool hasLamportRegion(size_t bufferBytes) {
-  return bufferBytes >= 4 * SYMM_AR_LAMPORT_REGION_BYTES;
-}
+/* Lamport region: 2 parities x SYMM_MAX_RANKS writer slots x 2x the largest payload (each 8
+ * bytes travel as 4 data + 4 flag + 4 data + 4 flag), present when the staging buffer holds at
+ * least 4x the region. */
+static const size_t kLamportRegionBytes = (size_t)2 * SYMM_MAX_RANKS * 2 * SYMM_LAMPORT_MAX_BYTES;
 
-extern "C" int symmAllReduceLamportFits(size_t bytes, size_t bufferBytes) {
-  return bytes <= SYMM_AR_LAMPORT_MAX_BYTES && hasLamportRegion(bufferBytes);
+static bool hasLamportRegion(size_t bufferBytes) { return bufferBytes >= 4 * kLamportRegionBytes; }
+
+extern "C" int symmAlgoFits(enum symmColl coll, enum symmAlgo algo, size_t bytes, int nranks,
+                            size_t stagingBytes) {
+  (void)nranks;
+  if (coll != SYMM_COLL_ALLREDUCE) return 0;
+  if (algo == SYMM_ALGO_LAMPORT)
+    return bytes <= SYMM_LAMPORT_MAX_BYTES && hasLamportRegion(stagingBytes);
+  return 1;
 }
 
 /* Staging layout: [half 0][half 1][Lamport region, when the buffer is large enough]. */
-extern "C" size_t symmAllReduceChunkBytes(const struct symmPeers* peers) {
-  const size_t usable = peers->bufferBytes -
-                        (hasLamportRegion(peers->bufferBytes) ? SYMM_AR_LAMPORT_REGION_BYTES : 0);
+static size_t chunkBytesOf(const struct symmPeers* peers) {
+  const size_t usable =
+      peers->bufferBytes - (hasLamportRegion(peers->bufferBytes) ? kLamportRegionBytes : 0);
   return (usable / 2) & ~(size_t)15;
 }
 
-extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call,
-                                            const struct symmPeers* peers, cudaStream_t stream) {
+extern "C" size_t symmAlgosStagingBytes(int nranks, size_t largestMessage) {
+  (void)nranks;
+  /* Two halves holding the largest message plus the Lamport region; at least 4x the region. */
+  const size_t halves = largestMessage > ((size_t)1 << 40) ? ((size_t)1 << 40) : 2 * largestMessage;
+  const size_t want = halves + kLamportRegionBytes;
+  return want < 4 * kLamportRegionBytes ? 4 * kLamportRegionBytes : want;
+}
+
+extern "C" size_t symmAlgosPadBytes(void) { return symm::kPadBytes; }
+
+/* Words 0-1: epoch and ticket; the userRegTable (src/transport/userreg.c) sits at 4 KiB. */
+extern "C" size_t symmAlgosLocalStateBytes(void) { return (size_t)64 << 10; }
+
+static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                                    cudaStream_t stream) {
   const size_t esize = symmTypeSize(call->datatype);
-  if (esize == 0 || !symmAllReduceKernelExists(call->algo, call->datatype, call->op)) {
+  if (esize == 0 || !symmAlgoExists(call->coll, call->algo, call->datatype, call->op)) {
     WARN("all-reduce: no %d kernel for datatype %d op %d", (int)call->algo, (int)call->datatype,
          (int)call->op);
     return ncclInvalidArgument;
   }
   if (call->count == 0) return ncclSuccess;
   if (peers->nranks < 1 || peers->nranks > SYMM_MAX_RANKS ||
-      peers->signalBytes < SYMM_AR_SIGNAL_WORDS * sizeof(uint32_t) ||
-      peers->localStateBytes < SYMM_AR_STATE_WORDS * sizeof(uint32_t)) {
+      peers->signalBytes < symm::kPadBytes || peers->localStateBytes < 2 * sizeof(uint64_t)) {
     WARN("all-reduce: peer memory too small or bad rank count (%d ranks)", peers->nranks);
     return ncclInternalError;
   }
-  if (call->algo == SYMM_AR_LAMPORT &&
-      !symmAllReduceLamportFits(call->count * esize, peers->bufferBytes)) {
+  if (!symmAlgoFits(call->coll, call->algo, call->count * esize, peers->nranks,
+                    peers->bufferBytes)) {
     WARN("all-reduce: %zu bytes do not fit the Lamport kernel (staging %zu bytes)",
          call->count * esize, peers->bufferBytes);
     return ncclInvalidArgument;
   }
-  const bool realMultimem = call->algo == SYMM_AR_MULTIMEM && !call->emulateMultimem;
+  const bool realMultimem = call->algo == SYMM_ALGO_MULTIMEM && !call->emulateMultimem;
   if (realMultimem && peers->multicastBuffer == NULL) {
     WARN("all-reduce: multimem requested without a multicast mapping");
     return ncclInternalError;
   }
-  const size_t chunkBytes = symmAllReduceChunkBytes(peers);
+  const size_t chunkBytes = chunkBytesOf(peers);
   const size_t chunkElems = chunkBytes / esize; /* multiple of 16/esize: chunks stay aligned */
   if (chunkElems == 0) {
     WARN("all-reduce: staging buffer of %zu bytes is too small", peers->bufferBytes);
@@ -984,22 +1014,23 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
     args.twoShotSliceMax = sliceMax;
   }
   args.lamportOffset = 2 * chunkBytes;
-  args.timeoutNs = (uint64_t)(symmParamSpinTimeoutMs() > 0 ? symmParamSpinTimeoutMs() : 0) * 1000000ull;
+  args.deadlineNs = (uint64_t)symmParamSpinDeadlineMs() * 1000000ull;
   args.rank = peers->rank;
   args.nranks = peers->nranks;
   args.avg = call->op == ncclAvg;
-  args.zeroCopy = call->algo == SYMM_AR_TWOSHOT && call->inputPeers != NULL;
+  args.zeroCopy = call->algo == SYMM_ALGO_TWOSHOT && call->windowPeers != NULL;
   /* The call's flag and the pad size are the same on all ranks. A rank without a table (its
    * registration receiver is off) never acknowledges a region, so no peer ever publishes a
    * descriptor that rank would not read: it pushes and reads scatter slots as usual. */
-  args.exchangeDescs = call->algo == SYMM_AR_TWOSHOT && call->exchangeDescs && !args.zeroCopy &&
-                       peers->userRegTable != NULL && peers->signalBytes >= SYMM_AR_PAD_BYTES;
+  args.exchangeDescs = call->algo == SYMM_ALGO_TWOSHOT && call->exchangeDescs && !args.zeroCopy &&
+                       peers->userRegTable != NULL;
   args.inputDesc = args.exchangeDescs ? call->inputDesc : 0;
   args.userRegTable = peers->userRegTable;
 
   int64_t maxBlocks = symmParamArMaxBlocks();
   if (maxBlocks < 1) maxBlocks = 1;
-  if (maxBlocks > SYMM_AR_MAX_BLOCKS) maxBlocks = SYMM_AR_MAX_BLOCKS;
+  if (maxBlocks > SYMM_MAX_BLOCKS) maxBlocks = SYMM_MAX_BLOCKS;
+  if (call->maxBlocks > 0 && maxBlocks > call->maxBlocks) maxBlocks = call->maxBlocks;
   /* Several ranks on one GPU (tests only): their spinning blocks must all be resident together,
    * beside whatever else runs there; the two-shot's 200+ registers per thread allow only one
    * block per SM, so the ranks share at most 64 blocks (128 on 4 ranks per GPU hung). */
@@ -1010,14 +1041,14 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
   int64_t bytesPerBlock = symmParamArBytesPerBlock();
   if (bytesPerBlock < 1024) bytesPerBlock = 1024;
 
-  if (call->algo == SYMM_AR_TWOSHOT && chunkBytes < 2 * (size_t)peers->nranks * 16) {
+  if (call->algo == SYMM_ALGO_TWOSHOT && chunkBytes < 2 * (size_t)peers->nranks * 16) {
     WARN("all-reduce: staging buffer of %zu bytes is too small for the two-shot kernel",
          peers->bufferBytes);
     return ncclInternalError;
   }
   /* The two-shot kernel runs the whole message in rounds itself; the others launch once per
    * staging half. */
-  const size_t launchElems = call->algo == SYMM_AR_TWOSHOT ? call->count : chunkElems;
+  const size_t launchElems = call->algo == SYMM_ALGO_TWOSHOT ? call->count : chunkElems;
   for (size_t done = 0; done < call->count; done += launchElems) {
     const size_t n = call->count - done < launchElems ? call->count - done : launchElems;
     const size_t offset = done * esize;
@@ -1026,10 +1057,10 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
     args.count = n;
     if (args.zeroCopy)
       for (int r = 0; r < peers->nranks; r++)
-        args.inputs[r] = (const char*)call->inputPeers[r] + offset;
+        args.inputs[r] = (const char*)call->windowPeers[r] + offset;
     const size_t bytes = n * esize;
     /* Lamport moves twice the bytes (flags): size its grid by what travels. */
-    const size_t moved = call->algo == SYMM_AR_LAMPORT ? 2 * bytes : bytes;
+    const size_t moved = call->algo == SYMM_ALGO_LAMPORT ? 2 * bytes : bytes;
     int64_t blocks = (int64_t)((moved + (size_t)bytesPerBlock - 1) / (size_t)bytesPerBlock);
     if (blocks > maxBlocks) blocks = maxBlocks;
     if (blocks < 1) blocks = 1;
@@ -1045,4 +1076,15 @@ extern "C" ncclResult_t symmAllReduceLaunch(const struct symmAllReduceCall* call
     }
   }
   return ncclSuccess;
+}
+
+extern "C" ncclResult_t symmCollLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                                       cudaStream_t stream) {
+  switch (call->coll) {
+    case SYMM_COLL_ALLREDUCE:
+      return allReduceLaunch(call, peers, stream);
+    default:
+      WARN("%s has no kernels of ours yet", symmCollName(call->coll));
+      return ncclInvalidArgument;
+  }
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Cross-GPU signalling for the all-reduce kernels: system-scope release/acquire flags, device-side
- * epochs, abort/timeout-aware spinning (rules: shared/CORRECTNESS.md; layout: README.md). */
+/* Cross-GPU signalling for the kernels: system-scope release/acquire flags, 64-bit device-side
+ * epochs, abort- and failure-aware spinning (rules: shared/CORRECTNESS.md; layout: README.md). */
 #ifndef SYMMCOLL_SYNC_CUH
 #define SYMMCOLL_SYNC_CUH
 
@@ -20,15 +20,15 @@ struct KernelArgs {
   size_t count;
   char* staging[SYMM_MAX_RANKS];      /* each rank's staging buffer (both halves) */
   const char* inputs[SYMM_MAX_RANKS]; /* zero-copy: each rank's sendbuff; else unused */
-  uint32_t* signals[SYMM_MAX_RANKS];  /* each rank's signal pad */
-  uint32_t* localState;               /* [0] last epoch used, [1] blocks started in this call */
+  uint64_t* signals[SYMM_MAX_RANKS];  /* each rank's signal pad (word 0: failure word) */
+  uint64_t* localState;               /* [0] last epoch used, [1] blocks started in this call */
   volatile uint32_t* abortFlag;
   volatile uint32_t* errorFlag;
   char* multicast;                    /* multicast address of the staging buffers, or NULL */
   size_t halfBytes;                   /* bytes of one staging half (multiple of 16) */
   size_t twoShotSliceMax;             /* two-shot: most elements of one rank's slice per round */
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
-  uint64_t timeoutNs;                 /* 0 = spin forever (abort still honoured) */
+  uint64_t deadlineNs;                /* 0 = wait like NCCL: forever (abort still honoured) */
   int rank, nranks;
   int avg;                            /* ncclAvg: sum, then Arith::avgFinish */
   int zeroCopy;                       /* inputs[] valid */
@@ -42,23 +42,45 @@ struct KernelArgs {
 /* Signal purposes: one word per (purpose, block, writer) in the reader's pad. */
 enum { kSigStart = 0, kSigMid = 1, kSigEnd = 2 };
 
+/* Pad layout (64-bit words): [0] failure word, [1..7] unused, then the signal words, then one
+ * input descriptor per (block, writer). */
+constexpr int kPadSignalBase = 8;
+constexpr int kPadPurposes = 3;
+constexpr int kPadSignalWords = kPadPurposes * SYMM_MAX_BLOCKS * SYMM_MAX_RANKS;
+/* Bytes of the whole pad layout (symmAlgosPadBytes). */
+constexpr size_t kPadBytes =
+    (size_t)(kPadSignalBase + kPadSignalWords + SYMM_MAX_BLOCKS * SYMM_MAX_RANKS) * sizeof(uint64_t);
+
 __device__ __forceinline__ int signalIndex(int purpose, int block, int writer) {
-  return (purpose * SYMM_AR_MAX_BLOCKS + block) * SYMM_MAX_RANKS + writer;
+  return kPadSignalBase + (purpose * SYMM_MAX_BLOCKS + block) * SYMM_MAX_RANKS + writer;
 }
 
 /* The descriptor writer `writer`'s block `block` left in a pad. */
-__device__ __forceinline__ uint64_t* descSlot(uint32_t* pad, int block, int writer) {
-  return (uint64_t*)(pad + SYMM_AR_SIGNAL_WORDS) + block * SYMM_MAX_RANKS + writer;
+__device__ __forceinline__ uint64_t* descSlot(uint64_t* pad, int block, int writer) {
+  return pad + kPadSignalBase + kPadSignalWords + block * SYMM_MAX_RANKS + writer;
 }
 
-__device__ __forceinline__ uint32_t loadAcquireSys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ uint64_t loadAcquireSys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 
-__device__ __forceinline__ void storeReleaseSys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void storeReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t loadRelaxedSys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/* Fails the communicator on every rank: `reason` into every rank's failure word. */
+__device__ __forceinline__ void failEverywhere(const KernelArgs& a, uint32_t reason) {
+  for (int r = 0; r < a.nranks; r++)
+    atomicOr((unsigned long long*)(a.signals[r] + SYMM_PAD_FAIL_WORD), (unsigned long long)reason);
+  __threadfence_system();
 }
 
 __device__ __forceinline__ uint64_t globalTimerNs() {
@@ -68,35 +90,40 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
 }
 
 /* Called every 2048 polls of any spin loop: 0 to keep waiting, else why to give up
- * (SYMM_AR_ERROR_ABORT, SYMM_AR_ERROR_TIMEOUT, or 3 = another block or thread gave up first).
+ * (SYMM_ERR_* bits). Abort is this rank's own decision; a non-zero failure word means some rank
+ * failed the communicator; the deadline (a debugging knob, off by default) fails it everywhere.
  * *start holds the time of the first check (0 before). */
 __device__ __forceinline__ uint32_t shouldGiveUp(const KernelArgs& a, uint64_t* start) {
   if (*a.abortFlag != 0) {
-    *a.errorFlag = SYMM_AR_ERROR_ABORT;
-    return SYMM_AR_ERROR_ABORT;
+    atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_ABORT);
+    return SYMM_ERR_ABORT;
   }
-  if (*a.errorFlag != 0) return 3;
-  if (a.timeoutNs != 0) {
+  if (loadRelaxedSys(a.signals[a.rank] + SYMM_PAD_FAIL_WORD) != 0) {
+    atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_PEER);
+    return SYMM_ERR_PEER;
+  }
+  if (a.deadlineNs != 0) {
     const uint64_t now = globalTimerNs();
     if (*start == 0) {
       *start = now;
-    } else if (now - *start > a.timeoutNs) {
-      *a.errorFlag = SYMM_AR_ERROR_TIMEOUT;
-      return SYMM_AR_ERROR_TIMEOUT;
+    } else if (now - *start > a.deadlineNs) {
+      atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_DEADLINE);
+      failEverywhere(a, SYMM_ERR_DEADLINE);
+      return SYMM_ERR_DEADLINE;
     }
   }
   return 0;
 }
 
-/* Spins until *word reaches `want` (wrap-safe). Returns 0 when it did, else the reason it gave
- * up (see shouldGiveUp); *seen = last value read. */
-__device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint32_t* word,
-                                              uint32_t want, uint32_t* seen) {
+/* Spins until *word reaches `want` (64-bit epochs never wrap). Returns 0 when it did, else the
+ * reason it gave up (see shouldGiveUp); *seen = last value read. */
+__device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint64_t* word,
+                                              uint64_t want, uint64_t* seen) {
   uint64_t start = 0;
   for (uint32_t polls = 1;; polls++) {
-    const uint32_t got = loadAcquireSys(word);
+    const uint64_t got = loadAcquireSys(word);
     *seen = got;
-    if ((int32_t)(got - want) >= 0) return 0;
+    if (got >= want) return 0;
     if ((polls & 2047u) == 0) {
       const uint32_t why = shouldGiveUp(a, &start);
       if (why != 0) return why;
@@ -104,12 +131,12 @@ __device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint32_
   }
 }
 
-/* Prints why a block gave up waiting (called only on the way out). Scalars only: a reference
- * to the kernel arguments would force them into local memory. */
-__device__ __noinline__ void reportTimeout(int rank, unsigned long long ms, int peer, int purpose,
-                                           uint32_t want, uint32_t seen) {
+/* Prints why a block gave up waiting at the debugging deadline (only on the way out). Scalars
+ * only: a reference to the kernel arguments would force them into local memory. */
+__device__ __noinline__ void reportDeadline(int rank, unsigned long long ms, int peer, int purpose,
+                                            unsigned long long want, unsigned long long seen) {
   printf("libsymmcoll: rank %d block %d/%d gave up after %llu ms waiting for rank %d "
-         "(signal %d, epoch %u, seen %u)\n",
+         "(signal %d, epoch %llu, seen %llu)\n",
          rank, (int)blockIdx.x, (int)gridDim.x, ms, peer, purpose, want, seen);
 }
 
@@ -117,7 +144,7 @@ __device__ __noinline__ void reportTimeout(int rank, unsigned long long ms, int 
  * block can work between them (the two-shot does).
  * Arrive: __syncthreads orders this block's prior writes before thread t's system-scope release
  * store of `epoch` into rank t's pad. */
-__device__ __forceinline__ void blockArrive(const KernelArgs& a, int purpose, uint32_t epoch) {
+__device__ __forceinline__ void blockArrive(const KernelArgs& a, int purpose, uint64_t epoch) {
   __syncthreads();
   const int t = threadIdx.x;
   if (t < a.nranks) storeReleaseSys(a.signals[t] + signalIndex(purpose, blockIdx.x, a.rank), epoch);
@@ -131,10 +158,11 @@ struct NoHook {
  * before its signal is visible to it), then __syncthreads publishes that to the whole block.
  * `failed` is block-shared. */
 template <typename Hook = NoHook>
-__device__ __forceinline__ bool blockWait(const KernelArgs& a, int purpose, uint32_t epoch,
+__device__ __forceinline__ bool blockWait(const KernelArgs& a, int purpose, uint64_t epoch,
                                           volatile int* failed, Hook afterAcquire = Hook()) {
   const int t = threadIdx.x;
-  uint32_t why = 0, seen = 0;
+  uint32_t why = 0;
+  uint64_t seen = 0;
   if (t < a.nranks) {
     why = spinUntil(a, a.signals[a.rank] + signalIndex(purpose, blockIdx.x, t), epoch, &seen);
     if (why != 0) *failed = 1;
@@ -142,12 +170,13 @@ __device__ __forceinline__ bool blockWait(const KernelArgs& a, int purpose, uint
   }
   __syncthreads();
   if (*failed == 0) return true;
-  if (why == SYMM_AR_ERROR_TIMEOUT)
-    reportTimeout(a.rank, (unsigned long long)(a.timeoutNs / 1000000u), t, purpose, epoch, seen);
+  if (why == SYMM_ERR_DEADLINE)
+    reportDeadline(a.rank, (unsigned long long)(a.deadlineNs / 1000000u), t, purpose,
+                   (unsigned long long)epoch, (unsigned long long)seen);
   return false;
 }
 
-__device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, uint32_t epoch,
+__device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, uint64_t epoch,
                                              volatile int* failed) {
   blockArrive(a, purpose, epoch);
   return blockWait(a, purpose, epoch, failed);
@@ -160,16 +189,17 @@ __device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, u
  * overlap the call's work instead of delaying the block's exit. The host-mapped abort/error
  * flags are not read here (a PCIe round trip on every call): a kernel of a communicator that
  * gave up notices them in its first wait, before it has touched user memory, and leaves. */
-__device__ __forceinline__ bool beginCall(const KernelArgs& a, uint32_t* epochOut,
+__device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOut,
                                           volatile int* failed, uint32_t* ticket) {
-  __shared__ uint32_t epoch;
+  __shared__ uint64_t epoch;
   if (threadIdx.x == 0) {
     *failed = 0;
     epoch = a.localState[0] + 1u;
   }
   __syncthreads(); /* our read of localState[0] is done before our ticket is drawn */
   /* By the block's last thread: thread 0 carries the only line of the smallest calls. */
-  if (threadIdx.x == blockDim.x - 1) *ticket = atomicAdd(&a.localState[1], 1u);
+  if (threadIdx.x == blockDim.x - 1)
+    *ticket = (uint32_t)atomicAdd((unsigned long long*)&a.localState[1], 1ull);
   *epochOut = epoch;
   return *failed == 0;
 }
@@ -177,7 +207,7 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint32_t* epochOu
 /* End of every kernel that completed: the holder of the last ticket publishes the last epoch
  * this call used, for the next launch on this stream (kernel boundaries order it; no spinning,
  * and no block waits for another here). */
-__device__ __forceinline__ void endCall(const KernelArgs& a, uint32_t lastEpoch, uint32_t ticket) {
+__device__ __forceinline__ void endCall(const KernelArgs& a, uint64_t lastEpoch, uint32_t ticket) {
   if (threadIdx.x == blockDim.x - 1 && ticket == gridDim.x - 1) {
     a.localState[1] = 0;
     a.localState[0] = lastEpoch;

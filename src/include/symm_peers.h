@@ -19,27 +19,35 @@
 #define SYMM_USER_REG_DESC_SLOT(desc) ((int)((desc) >> 48) - 1)
 #define SYMM_USER_REG_DESC_OFFSET(desc) ((desc) & ((((uint64_t)1) << 48) - 1u))
 
+/* Word 0 of every rank's signal pad is the communicator's failure word: 0 while healthy, else
+ * SYMM_ERR_* bits. A kernel (or host) of any rank that fails the communicator writes its reason
+ * into every rank's pad (system-scope release store); every spin loop of every rank polls its own
+ * pad's word beside the abort flag, reports SYMM_ERR_PEER through errorFlag and leaves without
+ * touching user memory. Never cleared: a failed communicator stays failed until abort/destroy. */
+#define SYMM_PAD_FAIL_WORD 0
+
 struct symmPeers {
   int rank, nranks;
-  /* Each rank's staging buffer, mapped in this process (buffers[rank] is our own). */
-  void* buffers[SYMM_MAX_RANKS];
-  size_t bufferBytes;
-  /* Each rank's signal pad, zeroed at creation, mapped here. Kernels own its layout: one aligned
-   * 32-bit word per (block, writer rank, purpose); see src/algos/README.md. */
-  uint32_t* signals[SYMM_MAX_RANKS];
-  size_t signalBytes;
-  /* This rank's private device memory for epochs and kernel state (not peer-mapped), zeroed. */
-  uint32_t* localState;
-  size_t localStateBytes;
-  /* Host-mapped flag set by ncclCommAbort/Revoke; every spin loop polls it. */
-  volatile uint32_t* abortFlag;
-  /* Device word a kernel sets (non-zero) when it gave up (abort or timeout); the host reads it
-   * for ncclCommGetAsyncError. Host-mapped. */
-  volatile uint32_t* errorFlag;
   /* Most ranks of this communicator that share one GPU (1 in production; more only in tests that
    * run several ranks per GPU). Identical on all ranks: kernels use it to keep their grids small
    * enough that every rank's blocks on a GPU can be resident at once. 0 reads as 1. */
   int ranksPerDevice;
+  /* Each rank's staging buffer, mapped in this process (buffers[rank] is our own), zeroed at
+   * allocation (the Lamport region too: a zero line never matches an epoch, which starts at 1). */
+  void* buffers[SYMM_MAX_RANKS];
+  size_t bufferBytes;
+  /* Each rank's signal pad: aligned 64-bit words, zeroed at allocation, mapped here. Word
+   * SYMM_PAD_FAIL_WORD is the failure word above; src/algos owns the rest of the layout. */
+  uint64_t* signals[SYMM_MAX_RANKS];
+  size_t signalBytes;
+  /* This rank's private device memory for epochs and kernel state (not peer-mapped), zeroed. */
+  uint64_t* localState;
+  size_t localStateBytes;
+  /* Host-mapped flag set by ncclCommAbort/Revoke; every spin loop polls it. */
+  volatile uint32_t* abortFlag;
+  /* Host-mapped word where this rank's kernels report why they stopped (SYMM_ERR_* bits); the
+   * host reads it for ncclCommGetAsyncError and fails the communicator. */
+  volatile uint32_t* errorFlag;
   /* Device table in this rank's private memory, [writer rank][slot]: the address here of the
    * allocation that rank registered in that slot, 0 where not mapped here. Written by the host
    * before it acknowledges the mapping to the writer, so a kernel that sees a writer's descriptor

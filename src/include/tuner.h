@@ -1,55 +1,62 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Which all-reduce algorithm runs: what can run here (available), and which is fastest (pick). */
+/* Which algorithm runs a collective: what can run here (available), and which is fastest (pick). */
 #ifndef SYMMCOLL_TUNER_H
 #define SYMMCOLL_TUNER_H
 
 #include <stddef.h>
 
 #include "algos.h"
+#include "coll.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How the GPUs of a communicator reach each other (the weakest pair decides). */
+enum symmLink {
+  SYMM_LINK_UNKNOWN = 0,
+  SYMM_LINK_NVLINK = 1,
+  SYMM_LINK_PCIE = 2,
+  SYMM_LINK_SAME_GPU = 3 /* several ranks on one GPU: the tests' bootstrap only */
+};
 
 /* Everything the decision depends on. Every field must be identical on all ranks of the
- * communicator (sizes, types, the comm-wide multicast decision, params users set uniformly). */
+ * communicator: sizes, types, comm-wide facts agreed at setup, knobs checked at setup. */
 struct symmTuneInput {
+  enum symmColl coll;
   int nranks;
   ncclDataType_t datatype;
-  ncclRedOp_t op;
-  size_t bytes;           /* count * element size */
-  int registered;         /* input lies in a registered symmetric window on every rank */
-  int multicastReady;     /* symmTransportMulticastReady(comm) */
-  int arch;               /* comm-wide compute capability * 10 (e.g. 90), 0 if unknown */
-  size_t stagingBytes;    /* symmPeers.bufferBytes (same on all ranks) */
+  ncclRedOp_t op;         /* all-gather: ncclSum (ignored) */
+  size_t bytes;           /* symmCollBytes(coll, count, esize, nranks) */
+  int registered;         /* the in-place buffer (algos.h windowPeers) lies in a symmetric window */
+  int multicastReady;     /* comm-wide: multicast mapped and allowed (SYMMCOLL_MULTIMEM=1) */
+  int arch;               /* comm-wide compute capability * 10 (90 = sm_90), 0 if ranks differ */
+  int link;               /* enum symmLink, comm-wide */
+  size_t stagingBytes;    /* staging per rank the communicator has, or would allocate */
+  int ctaPolicy;          /* ncclConfig_t.CTAPolicy (NCCL_CTA_POLICY_* bits) */
 };
 
-/* Bit (1u << algo) for every algorithm that can run for `in` (SYMM_AR_NCCL always). Reads
- * SYMMCOLL_MULTIMEM_EMULATE (multimem allowed without multicast). */
+/* Bit (1u << algo) for every algorithm that can run for `in` (SYMM_ALGO_NCCL always). */
 unsigned symmTunerAvailable(const struct symmTuneInput* in);
 
-/* The algorithm to run: SYMMCOLL_ALLREDUCE_ALGO if set and available, else the table (with the
- * byte-threshold knobs applied). Logs the choice at INFO once per distinct case. */
-enum symmArAlgo symmTunerPick(const struct symmTuneInput* in);
+/* The algorithm to run: the per-collective override (SYMMCOLL_ALLREDUCE_ALGO,
+ * SYMMCOLL_ALLGATHER_ALGO, SYMMCOLL_REDUCESCATTER_ALGO) if set and available, else the table
+ * (built in, or SYMMCOLL_TUNING_FILE). Logs each distinct choice once at INFO. */
+enum symmAlgo symmTunerPick(const struct symmTuneInput* in);
 
-/* 1 when `algo` should read a registered input in place (zero-copy) rather than through the
- * staging buffer: only the two-shot can, and only up to SYMMCOLL_ZERO_COPY_MAX_BYTES (measured:
- * above 4 MiB its pull reduce-scatter is slower than the push path). Same on all ranks. */
-int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo);
+/* 1 when `algo` should read the registered buffer in place rather than through staging. */
+int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
+/* 1 when ranks should exchange ncclCommRegister descriptors in the kernel (all-reduce
+ * two-shot, inputs outside windows, up to SYMMCOLL_ZERO_COPY_MAX_BYTES). */
+int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
 
-/* 1 when the ranks should tell each other, inside the kernel, which inputs lie in memory they
- * registered with ncclCommRegister (rank-local, so no rank knows the others' in advance): where
- * symmTunerZeroCopy would read a window in place, for inputs outside windows. Same on all ranks. */
-int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo);
+/* Largest message (symmCollBytes) that the table may give to one of our staged algorithms on a
+ * communicator with these facts (coll, datatype, op and bytes of `in` are ignored): what the
+ * transport sizes staging by (symmAlgosStagingBytes). SIZE_MAX when unbounded. */
+size_t symmTunerLargestStaged(const struct symmTuneInput* in);
 
-/* The table's thresholds for `in` after knobs (tests, logging). */
-struct symmTuneThresholds {
-  size_t lamportMax;   /* Lamport one-shot for bytes <= this (checked first) */
-  size_t oneshotMax;   /* one-shot for bytes <= this */
-  size_t multimemMin;  /* multimem for multimemMin <= bytes <= multimemMax */
-  size_t multimemMax;
-  size_t twoshotMax;   /* two-shot for bytes <= this (after the above); above: NCCL */
-};
-void symmTunerThresholds(const struct symmTuneInput* in, struct symmTuneThresholds* out);
-
-const char* symmArAlgoName(enum symmArAlgo algo);
-/* Parses oneshot|twoshot|multimem|lamport|nccl|auto; returns -1 for auto/unset, -2 for unknown. */
-int symmArAlgoParse(const char* name);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -387,7 +387,7 @@ static ncclResult_t mapPeers(struct setupCtx* x) {
   if (res != ncclSuccess) return res;
   for (int r = 0; r < c->nranks; r++) {
     t->peers.buffers[r] = (void*)t->maps[r]->base;
-    t->peers.signals[r] = (uint32_t*)(t->maps[r]->base + t->peers.bufferBytes);
+    t->peers.signals[r] = (uint64_t*)(t->maps[r]->base + t->peers.bufferBytes);
   }
   return ncclSuccess;
 }

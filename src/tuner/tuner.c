@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The all-reduce tuner: one threshold table keyed by world size, element size and GPU arch. */
+/* The tuner: one all-reduce threshold table keyed by world size, element size and GPU arch;
+ * all-gather and reduce-scatter forward until their kernels exist. */
 #include "tuner.h"
 
 #include <pthread.h>
@@ -45,6 +46,13 @@ SYMMCOLL_PARAM(MultimemMaxBytes, "MULTIMEM_MAX_BYTES", -1,
  *  - two-shot moves 2(n-1)/n and needs two barriers: wins from a few hundred KiB.
  *  - multimem (NVLS) moves 2x/n through the switch: only with multicast (n >= 4).
  *  - NCCL above twoshotMax. */
+struct symmTuneThresholds {
+  size_t lamportMax;   /* Lamport one-shot for bytes <= this (checked first) */
+  size_t oneshotMax;   /* one-shot for bytes <= this */
+  size_t multimemMin;  /* multimem for multimemMin <= bytes <= multimemMax */
+  size_t multimemMax;
+  size_t twoshotMax;   /* two-shot for bytes <= this (after the above); above: NCCL */
+};
 struct tuneRow {
   int minRanks, maxRanks, elemSize, arch;
   struct symmTuneThresholds t;
@@ -62,39 +70,19 @@ static const struct tuneRow tuneTable[] = {
 };
 static const struct symmTuneThresholds tuneFallback = {NEVER, 0, NEVER, NEVER, 0}; /* NCCL */
 
-const char* symmArAlgoName(enum symmArAlgo algo) {
-  switch (algo) {
-    case SYMM_AR_NCCL: return "nccl";
-    case SYMM_AR_ONESHOT: return "oneshot";
-    case SYMM_AR_TWOSHOT: return "twoshot";
-    case SYMM_AR_MULTIMEM: return "multimem";
-    case SYMM_AR_LAMPORT: return "lamport";
-    default: return "unknown";
-  }
-}
-
-int symmArAlgoParse(const char* name) {
-  if (name == NULL || name[0] == '\0' || strcasecmp(name, "auto") == 0) return -1;
-  for (int a = 0; a < SYMM_AR_NALGOS; a++)
-    if (strcasecmp(name, symmArAlgoName((enum symmArAlgo)a)) == 0) return a;
-  return -2;
-}
-
 unsigned symmTunerAvailable(const struct symmTuneInput* in) {
-  unsigned set = 1u << SYMM_AR_NCCL;
+  unsigned set = 1u << SYMM_ALGO_NCCL;
   if (in->nranks < 2 || in->nranks > SYMM_MAX_RANKS || symmTypeSize(in->datatype) == 0 ||
       (int)in->op < 0 || (int)in->op >= (int)ncclNumOps)
     return set;
-  if (symmAllReduceKernelExists(SYMM_AR_ONESHOT, in->datatype, in->op))
-    set |= 1u << SYMM_AR_ONESHOT;
-  if (symmAllReduceKernelExists(SYMM_AR_TWOSHOT, in->datatype, in->op))
-    set |= 1u << SYMM_AR_TWOSHOT;
-  if (symmAllReduceKernelExists(SYMM_AR_LAMPORT, in->datatype, in->op) &&
-      symmAllReduceLamportFits(in->bytes, in->stagingBytes))
-    set |= 1u << SYMM_AR_LAMPORT;
-  if ((in->multicastReady || symmParamMultimemEmulate() != 0) &&
-      symmAllReduceKernelExists(SYMM_AR_MULTIMEM, in->datatype, in->op))
-    set |= 1u << SYMM_AR_MULTIMEM;
+  for (int a = SYMM_ALGO_NCCL + 1; a < SYMM_NALGOS; a++) {
+    if (!symmAlgoExists(in->coll, (enum symmAlgo)a, in->datatype, in->op) ||
+        !symmAlgoFits(in->coll, (enum symmAlgo)a, in->bytes, in->nranks, in->stagingBytes))
+      continue;
+    if (a == SYMM_ALGO_MULTIMEM && !in->multicastReady && symmParamMultimemEmulate() == 0)
+      continue;
+    set |= 1u << a;
+  }
   return set;
 }
 
@@ -102,7 +90,7 @@ static size_t knob(int64_t value, size_t tableValue) {
   return value < 0 ? tableValue : (size_t)value;
 }
 
-void symmTunerThresholds(const struct symmTuneInput* in, struct symmTuneThresholds* out) {
+static void symmTunerThresholds(const struct symmTuneInput* in, struct symmTuneThresholds* out) {
   const size_t esize = symmTypeSize(in->datatype);
   *out = tuneFallback;
   for (size_t i = 0; i < sizeof(tuneTable) / sizeof(tuneTable[0]); i++) {
@@ -131,9 +119,9 @@ static int log2Ceil(size_t v) {
   return l;
 }
 
-static void logOnce(const struct symmTuneInput* in, enum symmArAlgo algo, const char* why) {
+static void logOnce(const struct symmTuneInput* in, enum symmAlgo algo, const char* why) {
   if (symmLogLevel() < SYMM_LOG_INFO) return;
-  const uint64_t key = 1u + ((uint64_t)in->nranks | (uint64_t)in->datatype << 8 |
+  const uint64_t key = 1u + ((uint64_t)in->nranks | (uint64_t)in->coll << 4 | (uint64_t)in->datatype << 8 |
                              (uint64_t)in->op << 16 | (uint64_t)log2Ceil(in->bytes) << 24 |
                              (uint64_t)(in->registered != 0) << 32 | (uint64_t)algo << 40);
   int fresh = 0;
@@ -149,20 +137,21 @@ static void logOnce(const struct symmTuneInput* in, enum symmArAlgo algo, const 
   }
   pthread_mutex_unlock(&loggedLock);
   if (fresh)
-    INFO(SYMM_TUNER, "all-reduce %zu bytes (<= 2^%d), %d ranks, type %d, op %d%s: %s (%s)",
-         in->bytes, log2Ceil(in->bytes), in->nranks, (int)in->datatype, (int)in->op,
-         in->registered ? ", registered" : "", symmArAlgoName(algo), why);
+    INFO(SYMM_TUNER, "%s %zu bytes (<= 2^%d), %d ranks, type %d, op %d%s: %s (%s)",
+         symmCollName(in->coll), in->bytes, log2Ceil(in->bytes), in->nranks, (int)in->datatype,
+         (int)in->op, in->registered ? ", registered" : "", symmAlgoName(algo), why);
 }
 
-enum symmArAlgo symmTunerPick(const struct symmTuneInput* in) {
+enum symmAlgo symmTunerPick(const struct symmTuneInput* in) {
+  if (in->coll != SYMM_COLL_ALLREDUCE) return SYMM_ALGO_NCCL;
   const unsigned avail = symmTunerAvailable(in);
-  const int forced = symmArAlgoParse(symmParamAllReduceAlgo());
+  const int forced = symmAlgoParse(symmParamAllReduceAlgo());
   if (forced >= 0) {
     if (avail & (1u << forced)) {
-      logOnce(in, (enum symmArAlgo)forced, "SYMMCOLL_ALLREDUCE_ALGO");
-      return (enum symmArAlgo)forced;
+      logOnce(in, (enum symmAlgo)forced, "SYMMCOLL_ALLREDUCE_ALGO");
+      return (enum symmAlgo)forced;
     }
-    logOnce(in, SYMM_AR_NCCL, "forced algorithm unavailable here, using the table");
+    logOnce(in, SYMM_ALGO_NCCL, "forced algorithm unavailable here, using the table");
   } else if (forced == -2) {
     static int warned;
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
@@ -171,29 +160,39 @@ enum symmArAlgo symmTunerPick(const struct symmTuneInput* in) {
   }
   struct symmTuneThresholds t;
   symmTunerThresholds(in, &t);
-  enum symmArAlgo pick = SYMM_AR_NCCL;
-  if ((avail & (1u << SYMM_AR_LAMPORT)) && in->bytes <= t.lamportMax)
-    pick = SYMM_AR_LAMPORT;
-  else if ((avail & (1u << SYMM_AR_ONESHOT)) && in->bytes <= t.oneshotMax)
-    pick = SYMM_AR_ONESHOT;
-  else if ((avail & (1u << SYMM_AR_MULTIMEM)) && t.multimemMax != NEVER &&
+  enum symmAlgo pick = SYMM_ALGO_NCCL;
+  if ((avail & (1u << SYMM_ALGO_LAMPORT)) && in->bytes <= t.lamportMax)
+    pick = SYMM_ALGO_LAMPORT;
+  else if ((avail & (1u << SYMM_ALGO_ONESHOT)) && in->bytes <= t.oneshotMax)
+    pick = SYMM_ALGO_ONESHOT;
+  else if ((avail & (1u << SYMM_ALGO_MULTIMEM)) && t.multimemMax != NEVER &&
            in->bytes >= t.multimemMin && in->bytes <= t.multimemMax)
-    pick = SYMM_AR_MULTIMEM;
-  else if ((avail & (1u << SYMM_AR_TWOSHOT)) && in->bytes <= t.twoshotMax)
-    pick = SYMM_AR_TWOSHOT;
+    pick = SYMM_ALGO_MULTIMEM;
+  else if ((avail & (1u << SYMM_ALGO_TWOSHOT)) && in->bytes <= t.twoshotMax)
+    pick = SYMM_ALGO_TWOSHOT;
   logOnce(in, pick, "table");
   return pick;
 }
 
-static int zeroCopySize(const struct symmTuneInput* in, enum symmArAlgo algo) {
-  const int64_t max = symmParamZeroCopyMaxBytes();
-  return algo == SYMM_AR_TWOSHOT && max >= 0 && in->bytes <= (size_t)max;
+size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
+  struct symmTuneThresholds t;
+  symmTunerThresholds(in, &t);
+  size_t most = t.oneshotMax;
+  if (t.multimemMax != NEVER && t.multimemMax > most) most = t.multimemMax;
+  if (t.twoshotMax > most) most = t.twoshotMax;
+  return most;
 }
 
-int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo) {
+static int zeroCopySize(const struct symmTuneInput* in, enum symmAlgo algo) {
+  const int64_t max = symmParamZeroCopyMaxBytes();
+  return in->coll == SYMM_COLL_ALLREDUCE && algo == SYMM_ALGO_TWOSHOT && max >= 0 &&
+         in->bytes <= (size_t)max;
+}
+
+int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
   return in->registered && zeroCopySize(in, algo);
 }
 
-int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmArAlgo algo) {
+int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
   return !in->registered && zeroCopySize(in, algo);
 }

@@ -68,8 +68,10 @@ __global__ void pingPongKernel(symmPeers p, int rounds, size_t dataWord,
   int peer = threadIdx.x / 32;
   if ((threadIdx.x & 31) != 0 || peer >= p.nranks || peer == p.rank) return;
   int me = p.rank;
-  uint32_t* inFlag = p.signals[me] + peer;     /* written by peer */
-  uint32_t* outFlag = p.signals[peer] + me;    /* we write */
+  /* The last words of each pad: the kernels' layout (failure word, signals) starts at word 0. */
+  const size_t base = p.signalBytes / 4 - SYMM_MAX_RANKS;
+  uint32_t* inFlag = (uint32_t*)p.signals[me] + base + peer;   /* written by peer */
+  uint32_t* outFlag = (uint32_t*)p.signals[peer] + base + me;  /* we write */
   uint32_t* inData = (uint32_t*)p.buffers[me] + dataWord + peer;
   uint32_t* outData = (uint32_t*)p.buffers[peer] + dataWord + me;
   unsigned long long deadline = nowNs() + timeoutNs;
@@ -99,7 +101,7 @@ __global__ void pingPongKernel(symmPeers p, int rounds, size_t dataWord,
 __global__ void waitForAbortKernel(symmPeers p, unsigned long long timeoutNs, pingResult* res) {
   int peer = threadIdx.x / 32;
   if ((threadIdx.x & 31) != 0 || peer >= p.nranks || peer == p.rank) return;
-  const uint32_t* inFlag = p.signals[p.rank] + peer;
+  const uint32_t* inFlag = (const uint32_t*)p.signals[p.rank] + p.signalBytes / 4 - SYMM_MAX_RANKS + peer;
   uint32_t never = loadAcquire(inFlag) + 0x40000000u;
   int w = waitFor(inFlag, never, p.abortFlag, nowNs() + timeoutNs);
   atomicAdd(w == 2 ? &res->aborted : w == 1 ? &res->timeouts : &res->badData, 1u);

@@ -275,7 +275,7 @@ static void patternPhase(struct rankCtx* local, int n) {
     for (int p = 0; p < c->nranks; p++) {
       CUDA_OK(testLaunchVerify((const uint32_t*)c->peers->buffers[p], c->peers->bufferBytes / 4,
                                seed, (uint32_t)p, 0, &c->vres[p], c->stream));
-      CUDA_OK(testLaunchCountNonzero(c->peers->signals[p], c->peers->signalBytes / 4, &c->vres[p],
+      CUDA_OK(testLaunchCountNonzero((const uint32_t*)c->peers->signals[p], c->peers->signalBytes / 4, &c->vres[p],
                                      c->stream));
     }
     CUDA_OK(cudaStreamSynchronize(c->stream));

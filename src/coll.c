@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Names of the collectives and algorithms (logs, knobs, tuning files). */
+#include "coll.h"
+
+#include <strings.h>
+
+static const char* const collNames[SYMM_NCOLLS] = {"allreduce", "allgather", "reducescatter"};
+static const char* const algoNames[SYMM_NALGOS] = {"nccl", "lamport", "oneshot", "twoshot",
+                                                   "push", "pull",    "ce",      "multimem"};
+
+const char* symmCollName(enum symmColl coll) {
+  return (unsigned)coll < SYMM_NCOLLS ? collNames[coll] : "unknown";
+}
+
+const char* symmAlgoName(enum symmAlgo algo) {
+  return (unsigned)algo < SYMM_NALGOS ? algoNames[algo] : "unknown";
+}
+
+int symmAlgoParse(const char* name) {
+  if (name == NULL || name[0] == '\0' || strcasecmp(name, "auto") == 0) return -1;
+  for (int a = 0; a < SYMM_NALGOS; a++)
+    if (strcasecmp(name, algoNames[a]) == 0) return a;
+  return -2;
+}
