@@ -17,7 +17,7 @@
 /* Not agreed by value: ranks may name the same file by different paths. What they must agree on
  * is the table in use, whose content hash symmTunerSelect returns for the setup record. */
 SYMMCOLL_PARAM_STR(TuningFile, "TUNING_FILE", NULL,
-                   "tuning file written by symmcoll_tune (src/tuner/README.md); refused on another "
+                   "tuning file written by symmcoll-tune (src/tuner/README.md); refused on another "
                    "machine")
 
 uint64_t symmTuneHash(const void* data, size_t len) {
