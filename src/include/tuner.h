@@ -44,7 +44,7 @@ struct symmTuneInput {
   ncclRedOp_t op;         /* all-gather: ncclSum (ignored) */
   size_t bytes;           /* symmCollBytes(coll, count, esize, nranks) */
   int registered;         /* the in-place buffer (algos.h windowPeers) lies in a symmetric window */
-  int multicastReady;     /* comm-wide: multicast mapped and allowed (SYMMCOLL_MULTIMEM=1) */
+  int multicastReady;     /* comm-wide: multicast mapped (off-switches keep it 0) */
   int arch;               /* comm-wide compute capability * 10 (90 = sm_90), 0 if ranks differ */
   int link;               /* enum symmLink, comm-wide */
   size_t stagingBytes;    /* staging per rank the communicator has, or would allocate */
@@ -67,7 +67,7 @@ int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
 int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
 
 /* Largest message (symmCollBytes) that the table may give to one of our staged algorithms on a
- * communicator with these facts (coll, datatype, op and bytes of `in` are ignored): what the
+ * communicator with these facts (coll, datatype, op, bytes, registered ignored): what the
  * transport sizes staging by (symmAlgosStagingBytes). SIZE_MAX when unbounded. */
 size_t symmTunerLargestStaged(const struct symmTuneInput* in);
 

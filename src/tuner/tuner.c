@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "debug.h"
@@ -19,10 +20,6 @@ SYMMCOLL_PARAM_STR_FULL(AllGatherAlgo, "ALLGATHER_ALGO", "auto", SYMM_PARAM_AGRE
                         "force the all-gather algorithm: lamport|push|ce|multimem|nccl|auto")
 SYMMCOLL_PARAM_STR_FULL(ReduceScatterAlgo, "REDUCESCATTER_ALGO", "auto", SYMM_PARAM_AGREED,
                         "force the reduce-scatter algorithm: lamport|pull|push|multimem|nccl|auto")
-/* The transport reads the same variable (multicast.c: 0 turns multicast off there). */
-SYMMCOLL_PARAM_FULL(Multimem, "MULTIMEM", 0, 0, 1, SYMM_PARAM_AGREED,
-                    "1: use the experimental multimem kernels (never run on hardware) where "
-                    "multicast is mapped; NCCL_NVLS_ENABLE=0 and the other off-switches still win")
 SYMMCOLL_PARAM_FULL(MultimemEmulate, "MULTIMEM_EMULATE", 0, 0, 1,
                     SYMM_PARAM_AGREED | SYMM_PARAM_TEST,
                     "1: multimem kernels run with peer loads/stores instead of multicast (tests)")
@@ -34,7 +31,21 @@ SYMMCOLL_PARAM_FULL(ZeroCopyMaxBytes, "ZERO_COPY_MAX_BYTES", 4 << 20, -1, (int64
                     "all-reduce two-shot reads registered inputs (symmetric windows, "
                     "ncclCommRegister) in place up to this many bytes (-1: never)")
 
-int symmTunerMultimemRequested(void) { return symmParamMultimem() == 1; }
+/* SYMMCOLL_MULTIMEM is declared once, in src/transport/multicast.c (0 keeps multicast unmapped);
+ * its value must be agreed across ranks there. Here only an explicit 1 asks for the experimental
+ * kernels: its default says nothing. Read once (tests reset it). */
+static int multimemRequested = -1;
+
+int symmTunerMultimemRequested(void) {
+  int v = __atomic_load_n(&multimemRequested, __ATOMIC_ACQUIRE);
+  if (v < 0) {
+    const char* text = getenv("SYMMCOLL_MULTIMEM");
+    char* end = NULL;
+    v = text != NULL && text[0] != '\0' && strtol(text, &end, 0) == 1 && *end == '\0';
+    __atomic_store_n(&multimemRequested, v, __ATOMIC_RELEASE);
+  }
+  return v;
+}
 
 static const char* overrideText(enum symmColl coll) {
   switch (coll) {
@@ -143,6 +154,7 @@ enum symmAlgo symmTunerPick(const struct symmTuneInput* in) {
 
 void symmTunerResetForTests(void) {
   symmTuneFileReset();
+  __atomic_store_n(&multimemRequested, -1, __ATOMIC_RELEASE);
   memset(warnedBadName, 0, sizeof(warnedBadName));
   memset(warnedUnavailable, 0, sizeof(warnedUnavailable));
   pthread_mutex_lock(&loggedLock);
