@@ -321,6 +321,7 @@ static void testSelect(void) {
   /* A parse error: one WARN with file:line, whole file refused. */
   tunerCleanEnv();
   tunerLogTo(logPath, "WARN");
+  unlink(path);
   free(path);
   path = writeFile("bad.txt", "symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n"
                               "allreduce nccl<=1K\nallreduce lamport<=1Q\n");
