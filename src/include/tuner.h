@@ -4,6 +4,7 @@
 #define SYMMCOLL_TUNER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "algos.h"
 #include "coll.h"
@@ -20,6 +21,20 @@ enum symmLink {
   SYMM_LINK_SAME_GPU = 3 /* several ranks on one GPU: the tests' bootstrap only */
 };
 
+/* The machine a communicator runs on, as a tuning file records it (its fingerprint). Filled at
+ * communicator setup (symmTunerProbeMachine, then link and nccl) and identical on all ranks. */
+struct symmTuneMachine {
+  char gpu[96]; /* cudaDeviceProp.name, e.g. "NVIDIA H200" */
+  int arch;     /* compute capability * 10 */
+  int link;     /* enum symmLink of the communicator */
+  int gpus;     /* CUDA devices visible to the process (cudaGetDeviceCount) */
+  int driver;   /* cudaDriverGetVersion, e.g. 13000 */
+  int nccl;     /* the real NCCL's ncclGetVersion code, e.g. 22809 */
+};
+
+/* A parsed tuning file (src/tuner/tune_table.h); NULL stands for the built-in table. */
+struct symmTuneFile;
+
 /* Everything the decision depends on. Every field must be identical on all ranks of the
  * communicator: sizes, types, comm-wide facts agreed at setup, knobs checked at setup. */
 struct symmTuneInput {
@@ -29,11 +44,12 @@ struct symmTuneInput {
   ncclRedOp_t op;         /* all-gather: ncclSum (ignored) */
   size_t bytes;           /* symmCollBytes(coll, count, esize, nranks) */
   int registered;         /* the in-place buffer (algos.h windowPeers) lies in a symmetric window */
-  int multicastReady;     /* comm-wide: multicast mapped and allowed (SYMMCOLL_MULTIMEM=1) */
+  int multicastReady;     /* comm-wide: multicast mapped (off-switches keep it 0) */
   int arch;               /* comm-wide compute capability * 10 (90 = sm_90), 0 if ranks differ */
   int link;               /* enum symmLink, comm-wide */
   size_t stagingBytes;    /* staging per rank the communicator has, or would allocate */
   int ctaPolicy;          /* ncclConfig_t.CTAPolicy (NCCL_CTA_POLICY_* bits) */
+  const struct symmTuneFile* table; /* symmTunerSelect's answer for the comm (NULL: built in) */
 };
 
 /* Bit (1u << algo) for every algorithm that can run for `in` (SYMM_ALGO_NCCL always). */
@@ -51,9 +67,26 @@ int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
 int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
 
 /* Largest message (symmCollBytes) that the table may give to one of our staged algorithms on a
- * communicator with these facts (coll, datatype, op and bytes of `in` are ignored): what the
+ * communicator with these facts (coll, datatype, op, bytes, registered ignored): what the
  * transport sizes staging by (symmAlgosStagingBytes). SIZE_MAX when unbounded. */
 size_t symmTunerLargestStaged(const struct symmTuneInput* in);
+
+/* The table a communicator on machine `m` uses: SYMMCOLL_TUNING_FILE (read and parsed once per
+ * process, thread-safe) when it parsed and was measured on `m`, else NULL (the built-in table);
+ * a refused file gets one WARN per process. *hash: the used file's content hash, 0 for the
+ * built-in table. Ranks must agree on *hash (setup record) before using the answer. */
+const struct symmTuneFile* symmTunerSelect(const struct symmTuneMachine* m, uint64_t* hash);
+
+/* Fills gpu, arch, gpus and driver of `m` for CUDA device `cudaDev`; link and nccl are the
+ * caller's (the communicator's link, the real NCCL's version). */
+ncclResult_t symmTunerProbeMachine(int cudaDev, struct symmTuneMachine* m);
+/* How two CUDA devices of this process reach each other: SAME_GPU, NVLINK (peer access with
+ * native atomics, which PCIe peers lack), PCIE (peer access without), UNKNOWN (no peer access or
+ * a CUDA error). */
+enum symmLink symmTunerProbeLink(int devA, int devB);
+
+/* 1 when SYMMCOLL_MULTIMEM=1 asks for the experimental multimem kernels. */
+int symmTunerMultimemRequested(void);
 
 #ifdef __cplusplus
 }

@@ -1,114 +1,86 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The tuner: one all-reduce threshold table keyed by world size, element size and GPU arch;
- * all-gather and reduce-scatter forward until their kernels exist. */
+/* The tuner: what can run a call (availability), which of it runs (overrides, then the table of
+ * tune_table.c or a tuning file), and how much staging the table can ask for. */
 #include "tuner.h"
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "debug.h"
 #include "param.h"
+#include "tune_table.h"
 
-SYMMCOLL_PARAM_STR(AllReduceAlgo, "ALLREDUCE_ALGO", "auto",
-                   "force the all-reduce algorithm: oneshot|twoshot|multimem|lamport|nccl|auto")
-SYMMCOLL_PARAM(MultimemEmulate, "MULTIMEM_EMULATE", 0,
-               "1: run the multimem kernel with peer loads/stores instead of multicast (tests)")
-SYMMCOLL_PARAM(LamportMaxBytes, "LAMPORT_MAX_BYTES", -1,
-               "Lamport (barrier-free) one-shot all-reduce up to this many bytes (-1: tuner table)")
-SYMMCOLL_PARAM(OneshotMaxBytes, "ONESHOT_MAX_BYTES", -1,
-               "one-shot all-reduce up to this many bytes (-1: tuner table)")
-SYMMCOLL_PARAM(TwoshotMaxBytes, "TWOSHOT_MAX_BYTES", -1,
-               "two-shot all-reduce up to this many bytes, NCCL above (-1: tuner table)")
-/* 2x H200, bf16, graphs (perf/RESULTS.md, round 5): the two-shot reading registered windows in
- * place took 11.9/15.8/22.5 us at 1/2/4 MiB (push path 13.0/16.2/23.2) but 64.3 us at 16 MiB and
- * 3285 at 1 GiB (push 60.2 / 3034). */
-SYMMCOLL_PARAM(ZeroCopyMaxBytes, "ZERO_COPY_MAX_BYTES", 4 << 20,
-               "two-shot reads registered inputs (symmetric windows, ncclCommRegister) in place up "
-               "to this many bytes")
-SYMMCOLL_PARAM(MultimemMinBytes, "MULTIMEM_MIN_BYTES", -1,
-               "multimem all-reduce from this many bytes (-1: tuner table)")
-SYMMCOLL_PARAM(MultimemMaxBytes, "MULTIMEM_MAX_BYTES", -1,
-               "multimem all-reduce up to this many bytes (-1: tuner table)")
+/* Every knob here changes which kernels run, so each must be equal on all ranks (agreed). */
+SYMMCOLL_PARAM_STR_FULL(
+    AllReduceAlgo, "ALLREDUCE_ALGO", "auto", SYMM_PARAM_AGREED,
+    "force the all-reduce algorithm: lamport|oneshot|twoshot|multimem|nccl|auto")
+SYMMCOLL_PARAM_STR_FULL(AllGatherAlgo, "ALLGATHER_ALGO", "auto", SYMM_PARAM_AGREED,
+                        "force the all-gather algorithm: lamport|push|ce|multimem|nccl|auto")
+SYMMCOLL_PARAM_STR_FULL(ReduceScatterAlgo, "REDUCESCATTER_ALGO", "auto", SYMM_PARAM_AGREED,
+                        "force the reduce-scatter algorithm: lamport|pull|push|multimem|nccl|auto")
+SYMMCOLL_PARAM_FULL(MultimemEmulate, "MULTIMEM_EMULATE", 0, 0, 1,
+                    SYMM_PARAM_AGREED | SYMM_PARAM_TEST,
+                    "1: multimem kernels run with peer loads/stores instead of multicast (tests)")
+/* 2x H200, bf16, graphs (perf/RESULTS.md): the two-shot reading registered windows in place took
+ * 11.8/14.9/21.7 us at 1/2/4 MiB against 12.2/15.1/21.4 through staging, but 64.3 against 60.2 at
+ * 16 MiB and 3285 against 3034 at 1 GiB. */
+SYMMCOLL_PARAM_FULL(ZeroCopyMaxBytes, "ZERO_COPY_MAX_BYTES", 4 << 20, -1, (int64_t)1 << 40,
+                    SYMM_PARAM_AGREED,
+                    "all-reduce two-shot reads registered inputs (symmetric windows, "
+                    "ncclCommRegister) in place up to this many bytes (-1: never)")
 
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
-#define GiB ((size_t)1 << 30)
-#define NEVER ((size_t)0)      /* as a max: never; as multimemMin with max NEVER: off */
+/* SYMMCOLL_MULTIMEM is declared once, in src/transport/multicast.c (0 keeps multicast unmapped);
+ * its value must be agreed across ranks there. Here only an explicit 1 asks for the experimental
+ * kernels: its default says nothing. Read once (tests reset it). */
+static int multimemRequested = -1;
 
-/* THE table. First row that matches (nranks in [minRanks, maxRanks], elemSize 0 = any or equal,
- * arch 0 = any or equal) wins; put specific rows before general ones. Times to beat are in
- * shared/BASELINE.md. Initial values are estimates for H200 over NVLink (NV18) and are meant to
- * be replaced by measurements (perf/ binaries with SYMMCOLL_ALLREDUCE_ALGO=... sweeps):
- *  - Lamport one-shot: no barrier at all (data carries epoch flags, 2x the bytes): smallest sizes.
- *  - one-shot moves (n-1)x the message per rank but needs one barrier: wins while latency rules.
- *  - two-shot moves 2(n-1)/n and needs two barriers: wins from a few hundred KiB.
- *  - multimem (NVLS) moves 2x/n through the switch: only with multicast (n >= 4).
- *  - NCCL above twoshotMax. */
-struct symmTuneThresholds {
-  size_t lamportMax;   /* Lamport one-shot for bytes <= this (checked first) */
-  size_t oneshotMax;   /* one-shot for bytes <= this */
-  size_t multimemMin;  /* multimem for multimemMin <= bytes <= multimemMax */
-  size_t multimemMax;
-  size_t twoshotMax;   /* two-shot for bytes <= this (after the above); above: NCCL */
-};
-struct tuneRow {
-  int minRanks, maxRanks, elemSize, arch;
-  struct symmTuneThresholds t;
-};
-static const struct tuneRow tuneTable[] = {
-    /* ranks  elem arch  lamportMax  oneshotMax  multimemMin  multimemMax  twoshotMax */
-    /* 2 ranks: measured on 2x H200 NV18, bf16, 2 processes, graph mode (perf/RESULTS.md,
-     * round 3, 2026-11-22): Lamport 3.5-4.4 us to 128 KiB and 6.1 at 256 KiB (one-shot 6.5-6.7,
-     * NCCL 7.2-8.3); one-shot 7.1-19.5 us from 512 KiB to 4 MiB (push two-shot 9.9-21.4);
-     * push two-shot with 128 blocks 33.9 us at 8 MiB up to 2998 at 1 GiB (NCCL 46.3 / 3199):
-     * never NCCL. */
-    {2, 2, 0, 0, {256 * KiB, 4 * MiB, NEVER, NEVER, SIZE_MAX}},
-    {3, 4, 0, 0, {8 * KiB, 64 * KiB, 64 * KiB, 1 * GiB, 64 * MiB}},
-    {5, 8, 0, 0, {4 * KiB, 32 * KiB, 32 * KiB, 1 * GiB, 32 * MiB}},
-};
-static const struct symmTuneThresholds tuneFallback = {NEVER, 0, NEVER, NEVER, 0}; /* NCCL */
+int symmTunerMultimemRequested(void) {
+  int v = __atomic_load_n(&multimemRequested, __ATOMIC_ACQUIRE);
+  if (v < 0) {
+    const char* text = getenv("SYMMCOLL_MULTIMEM");
+    char* end = NULL;
+    v = text != NULL && text[0] != '\0' && strtol(text, &end, 0) == 1 && *end == '\0';
+    __atomic_store_n(&multimemRequested, v, __ATOMIC_RELEASE);
+  }
+  return v;
+}
+
+static const char* overrideText(enum symmColl coll) {
+  switch (coll) {
+    case SYMM_COLL_ALLREDUCE: return symmParamAllReduceAlgo();
+    case SYMM_COLL_ALLGATHER: return symmParamAllGatherAlgo();
+    case SYMM_COLL_REDUCESCATTER: return symmParamReduceScatterAlgo();
+    default: return NULL;
+  }
+}
+
+static const char* const overrideNames[SYMM_NCOLLS] = {
+    "SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO", "SYMMCOLL_REDUCESCATTER_ALGO"};
 
 unsigned symmTunerAvailable(const struct symmTuneInput* in) {
   unsigned set = 1u << SYMM_ALGO_NCCL;
-  if (in->nranks < 2 || in->nranks > SYMM_MAX_RANKS || symmTypeSize(in->datatype) == 0 ||
-      (int)in->op < 0 || (int)in->op >= (int)ncclNumOps)
+  if ((unsigned)in->coll >= SYMM_NCOLLS || in->nranks < 2 || in->nranks > SYMM_MAX_RANKS ||
+      symmTypeSize(in->datatype) == 0 || (int)in->op < 0 || (int)in->op >= (int)ncclNumOps)
     return set;
+  /* NCCL_CTA_POLICY_ZERO: no SM kernel of ours; only the copy engines may move data. */
+  const int noSm = (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) != 0;
+  const int multimemOk =
+      (in->multicastReady && symmTunerMultimemRequested()) || symmParamMultimemEmulate() == 1;
   for (int a = SYMM_ALGO_NCCL + 1; a < SYMM_NALGOS; a++) {
-    if (!symmAlgoExists(in->coll, (enum symmAlgo)a, in->datatype, in->op) ||
+    if (noSm && a != SYMM_ALGO_COPYENGINE) continue;
+    if (a == SYMM_ALGO_MULTIMEM && !multimemOk) continue;
+    if (!symmTuneCollHasAlgo(in->coll, (enum symmAlgo)a) ||
+        !symmAlgoExists(in->coll, (enum symmAlgo)a, in->datatype, in->op) ||
         !symmAlgoFits(in->coll, (enum symmAlgo)a, in->bytes, in->nranks, in->stagingBytes))
-      continue;
-    if (a == SYMM_ALGO_MULTIMEM && !in->multicastReady && symmParamMultimemEmulate() == 0)
       continue;
     set |= 1u << a;
   }
   return set;
 }
 
-static size_t knob(int64_t value, size_t tableValue) {
-  return value < 0 ? tableValue : (size_t)value;
-}
-
-static void symmTunerThresholds(const struct symmTuneInput* in, struct symmTuneThresholds* out) {
-  const size_t esize = symmTypeSize(in->datatype);
-  *out = tuneFallback;
-  for (size_t i = 0; i < sizeof(tuneTable) / sizeof(tuneTable[0]); i++) {
-    const struct tuneRow* row = &tuneTable[i];
-    if (in->nranks < row->minRanks || in->nranks > row->maxRanks) continue;
-    if (row->elemSize != 0 && (size_t)row->elemSize != esize) continue;
-    if (row->arch != 0 && row->arch != in->arch) continue;
-    *out = row->t;
-    break;
-  }
-  out->lamportMax = knob(symmParamLamportMaxBytes(), out->lamportMax);
-  out->oneshotMax = knob(symmParamOneshotMaxBytes(), out->oneshotMax);
-  out->twoshotMax = knob(symmParamTwoshotMaxBytes(), out->twoshotMax);
-  out->multimemMin = knob(symmParamMultimemMinBytes(), out->multimemMin);
-  out->multimemMax = knob(symmParamMultimemMaxBytes(), out->multimemMax);
-}
-
-/* Logs each distinct (ranks, type, op, size class, registered, choice) once. */
+/* ---- logging each distinct choice once -------------------------------------------------- */
 #define LOGGED_SLOTS 4096
 static uint64_t loggedCases[LOGGED_SLOTS];
 static pthread_mutex_t loggedLock = PTHREAD_MUTEX_INITIALIZER;
@@ -120,10 +92,12 @@ static int log2Ceil(size_t v) {
 }
 
 static void logOnce(const struct symmTuneInput* in, enum symmAlgo algo, const char* why) {
-  if (symmLogLevel() < SYMM_LOG_INFO) return;
-  const uint64_t key = 1u + ((uint64_t)in->nranks | (uint64_t)in->coll << 4 | (uint64_t)in->datatype << 8 |
-                             (uint64_t)in->op << 16 | (uint64_t)log2Ceil(in->bytes) << 24 |
-                             (uint64_t)(in->registered != 0) << 32 | (uint64_t)algo << 40);
+  if (symmLogLevel() < SYMM_LOG_INFO || !(symmLogSubsysMask() & SYMM_TUNER)) return;
+  const uint64_t key =
+      1u + ((uint64_t)in->nranks | (uint64_t)in->coll << 4 | (uint64_t)in->datatype << 8 |
+            (uint64_t)in->op << 16 | (uint64_t)log2Ceil(in->bytes) << 24 |
+            (uint64_t)(in->registered != 0) << 32 | (uint64_t)algo << 36 |
+            (uint64_t)(in->link & 0xf) << 40 | (uint64_t)(in->arch & 0xffff) << 44);
   int fresh = 0;
   pthread_mutex_lock(&loggedLock);
   for (uint64_t i = 0; i < LOGGED_SLOTS; i++) {
@@ -137,62 +111,110 @@ static void logOnce(const struct symmTuneInput* in, enum symmAlgo algo, const ch
   }
   pthread_mutex_unlock(&loggedLock);
   if (fresh)
-    INFO(SYMM_TUNER, "%s %zu bytes (<= 2^%d), %d ranks, type %d, op %d%s: %s (%s)",
+    INFO(SYMM_TUNER,
+         "%s %zu bytes (<= 2^%d), %d ranks, type %d, op %d, arch %d, link %d%s: %s (%s)",
          symmCollName(in->coll), in->bytes, log2Ceil(in->bytes), in->nranks, (int)in->datatype,
-         (int)in->op, in->registered ? ", registered" : "", symmAlgoName(algo), why);
+         (int)in->op, in->arch, in->link, in->registered ? ", registered" : "", symmAlgoName(algo),
+         why);
 }
 
+/* One WARN per process and knob for each kind of bad override. */
+static int warnedBadName[SYMM_NCOLLS], warnedUnavailable[SYMM_NCOLLS];
+
+static int firstTime(int* flag) { return !__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED); }
+
 enum symmAlgo symmTunerPick(const struct symmTuneInput* in) {
-  if (in->coll != SYMM_COLL_ALLREDUCE) return SYMM_ALGO_NCCL;
   const unsigned avail = symmTunerAvailable(in);
-  const int forced = symmAlgoParse(symmParamAllReduceAlgo());
+  if ((unsigned)in->coll >= SYMM_NCOLLS) return SYMM_ALGO_NCCL;
+  const char* text = overrideText(in->coll);
+  const int forced = symmAlgoParse(text);
   if (forced >= 0) {
-    if (avail & (1u << forced)) {
-      logOnce(in, (enum symmAlgo)forced, "SYMMCOLL_ALLREDUCE_ALGO");
+    if (avail >> forced & 1u) {
+      logOnce(in, (enum symmAlgo)forced, overrideNames[in->coll]);
       return (enum symmAlgo)forced;
     }
-    logOnce(in, SYMM_ALGO_NCCL, "forced algorithm unavailable here, using the table");
+    if (firstTime(&warnedUnavailable[in->coll]))
+      WARN(
+          "%s=%s: that algorithm cannot run this call here (not one of this collective's, or "
+          "its type, op, size, ranks, CTA policy or multicast rule it out); the table decides "
+          "such calls (one warning per process)",
+          overrideNames[in->coll], text);
   } else if (forced == -2) {
-    static int warned;
-    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      WARN("SYMMCOLL_ALLREDUCE_ALGO=%s is not one of oneshot|twoshot|multimem|lamport|nccl|auto; "
-           "using auto", symmParamAllReduceAlgo());
+    if (firstTime(&warnedBadName[in->coll]))
+      WARN(
+          "%s=%s is not an algorithm name (nccl lamport oneshot twoshot push pull ce multimem "
+          "auto); the table decides",
+          overrideNames[in->coll], text);
   }
-  struct symmTuneThresholds t;
-  symmTunerThresholds(in, &t);
-  enum symmAlgo pick = SYMM_ALGO_NCCL;
-  if ((avail & (1u << SYMM_ALGO_LAMPORT)) && in->bytes <= t.lamportMax)
-    pick = SYMM_ALGO_LAMPORT;
-  else if ((avail & (1u << SYMM_ALGO_ONESHOT)) && in->bytes <= t.oneshotMax)
-    pick = SYMM_ALGO_ONESHOT;
-  else if ((avail & (1u << SYMM_ALGO_MULTIMEM)) && t.multimemMax != NEVER &&
-           in->bytes >= t.multimemMin && in->bytes <= t.multimemMax)
-    pick = SYMM_ALGO_MULTIMEM;
-  else if ((avail & (1u << SYMM_ALGO_TWOSHOT)) && in->bytes <= t.twoshotMax)
-    pick = SYMM_ALGO_TWOSHOT;
-  logOnce(in, pick, "table");
+  const struct symmTuneRow* row = symmTuneFindRow(in->table, in);
+  const enum symmAlgo pick = symmTuneRowPick(row, in->bytes, avail);
+  logOnce(in, pick, row == NULL ? "no row: forward" : in->table ? "tuning file or table" : "table");
   return pick;
 }
 
+void symmTunerResetForTests(void) {
+  symmTuneFileReset();
+  __atomic_store_n(&multimemRequested, -1, __ATOMIC_RELEASE);
+  memset(warnedBadName, 0, sizeof(warnedBadName));
+  memset(warnedUnavailable, 0, sizeof(warnedUnavailable));
+  pthread_mutex_lock(&loggedLock);
+  memset(loggedCases, 0, sizeof(loggedCases));
+  pthread_mutex_unlock(&loggedLock);
+}
+
+/* ---- staging ---------------------------------------------------------------------------- */
+
 size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
-  struct symmTuneThresholds t;
-  symmTunerThresholds(in, &t);
-  size_t most = t.oneshotMax;
-  if (t.multimemMax != NEVER && t.multimemMax > most) most = t.multimemMax;
-  if (t.twoshotMax > most) most = t.twoshotMax;
+  size_t most = 0;
+  const int noSm = (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) != 0;
+  const int multimemOk =
+      (in->multicastReady && symmTunerMultimemRequested()) || symmParamMultimemEmulate() == 1;
+  for (int c = 0; c < SYMM_NCOLLS; c++) {
+    /* A forced algorithm may run any size. */
+    const int forced = symmAlgoParse(overrideText((enum symmColl)c));
+    if (forced > SYMM_ALGO_NCCL && symmTuneCollHasAlgo((enum symmColl)c, (enum symmAlgo)forced) &&
+        (!noSm || forced == SYMM_ALGO_COPYENGINE) && (forced != SYMM_ALGO_MULTIMEM || multimemOk))
+      return SIZE_MAX;
+    /* Every row this communicator could use, over element sizes and registration. */
+    for (int e = 1; e <= 8; e *= 2) {
+      for (int reg = 0; reg <= 1; reg++) {
+        struct symmTuneInput x = *in;
+        x.coll = (enum symmColl)c;
+        x.registered = reg;
+        x.datatype = e == 1 ? ncclInt8 : e == 2 ? ncclBfloat16 : e == 4 ? ncclFloat32 : ncclFloat64;
+        const struct symmTuneRow* row = symmTuneFindRow(in->table, &x);
+        for (int s = 0; row != NULL && s < row->nsteps; s++) {
+          const enum symmAlgo a = row->steps[s].algo;
+          if (a == SYMM_ALGO_NCCL || (noSm && a != SYMM_ALGO_COPYENGINE) ||
+              (a == SYMM_ALGO_MULTIMEM && !multimemOk))
+            continue;
+          if (row->steps[s].upTo > most) most = row->steps[s].upTo;
+        }
+      }
+    }
+  }
   return most;
 }
 
-static int zeroCopySize(const struct symmTuneInput* in, enum symmAlgo algo) {
-  const int64_t max = symmParamZeroCopyMaxBytes();
-  return in->coll == SYMM_COLL_ALLREDUCE && algo == SYMM_ALGO_TWOSHOT && max >= 0 &&
-         in->bytes <= (size_t)max;
-}
+/* ---- reading registered buffers in place ------------------------------------------------ */
 
 int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
-  return in->registered && zeroCopySize(in, algo);
+  if (!in->registered) return 0;
+  switch (in->coll) {
+    case SYMM_COLL_ALLREDUCE: {
+      const int64_t max = symmParamZeroCopyMaxBytes();
+      return algo == SYMM_ALGO_TWOSHOT && max >= 0 && in->bytes <= (size_t)max;
+    }
+    /* Storing into peers' registered outputs (all-gather push, copy engine) or loading peers'
+     * registered inputs (reduce-scatter pull) skips a copy through staging and adds no step. */
+    case SYMM_COLL_ALLGATHER: return algo == SYMM_ALGO_PUSH || algo == SYMM_ALGO_COPYENGINE;
+    case SYMM_COLL_REDUCESCATTER: return algo == SYMM_ALGO_PULL;
+    default: return 0;
+  }
 }
 
 int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
-  return !in->registered && zeroCopySize(in, algo);
+  const int64_t max = symmParamZeroCopyMaxBytes();
+  return !in->registered && in->coll == SYMM_COLL_ALLREDUCE && algo == SYMM_ALGO_TWOSHOT &&
+         max >= 0 && in->bytes <= (size_t)max;
 }

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The built-in table and the row lookup shared with tuning files. */
+#include "tune_table.h"
+
+#include <stdint.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+#define ANY SYMM_TUNE_ANY
+#define AR SYMM_COLL_ALLREDUCE
+#define AG SYMM_COLL_ALLGATHER
+#define RS SYMM_COLL_REDUCESCATTER
+#define NVLINK SYMM_LINK_NVLINK
+
+/* Rows are either measured or follow the untimed-row rule.
+ *
+ * Measured: all-reduce, 2 ranks, sm_90, NVLink (2x H200 NV18, 2 processes, bf16, 20-op CUDA
+ * graphs; perf/RESULTS.md section 1). Lamport 2.87-3.22 us from 8 B to 32 KiB and 4.80 at
+ * 256 KiB, one-shot 7.23-19.83 us from 512 KiB to 4 MiB, push two-shot 33.4 us at 8 MiB to
+ * 3009 at 1 GiB, against NCCL's 5.70-8.31 / 9.93-34.28 / 46.5-3231: 0.43-0.93x of NCCL's time
+ * at every size (eager 0.56-0.79x; registered windows, -R 2, 0.51-0.89x). H100 NVLink pairs
+ * take this row too (same arch, same kind of link).
+ *
+ * Untimed (3-8 ranks, other archs, all-gather and reduce-scatter): only the Lamport kernels, and
+ * only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
+ * NVLink (shared/BASELINE.md, perf/RESULTS.md; 2 processes): all-reduce 5.7-7.1 us in graphs and
+ * 9.3-11 eager up to 64 KiB; all-gather and reduce-scatter 5.0-6.3 in graphs and 6.9-10.6
+ * eager; more ranks only add steps to NCCL's rings and trees. A Lamport call is one launch plus one flight of its lines
+ * to the peers: at 32 KiB the 2-rank all-reduce pushes 64 KiB (data plus flags) to its peer and
+ * takes 3.22 us, 0.47x NCCL's 6.85. The bounds below keep every rank's push within that 64 KiB,
+ * so the fixed part may grow by half (a switch hop, more flags to poll) and still finish under
+ * NCCL's lowest floor (5.0 us, graphs):
+ *   all-reduce pushes 2(n-1)B per rank: 32 KiB at 2 ranks, 8 KiB at 3-4 (<= 48 KiB pushed),
+ *   4 KiB at 5-8 (<= 56 KiB);
+ *   all-gather and reduce-scatter push 2(n-1)/n of the buffer B, and their kernels were never
+ *   timed at all: half the budget, 16 KiB at every size of world (<= 28 KiB pushed).
+ * Registered symmetric windows: NCCL's own symmetric kernels take ~2.3 us at 8 B on 8x H200
+ * (shared/ANCHORS.md) and 3.7 us at 1 KiB on the pair (-R 2): no certain win, untimed rows
+ * forward them. PCIe peers and unknown links have no rows: they forward.
+ *
+ * Multimem steps (experimental, never run on hardware) count only where multimem is available:
+ * SYMMCOLL_MULTIMEM=1 with multicast mapped, or SYMMCOLL_MULTIMEM_EMULATE=1 (tests). */
+static const struct symmTuneRow builtinRows[] = {
+    /* coll ranks elem arch link reg steps */
+    {AR, 2, 2, ANY, 90, NVLINK, ANY, 3,
+     {{256 * KiB, SYMM_ALGO_LAMPORT}, {4 * MiB, SYMM_ALGO_ONESHOT}, {SIZE_MAX, SYMM_ALGO_TWOSHOT}}},
+    {AR, 2, 2, ANY, ANY, NVLINK, 0, 1, {{32 * KiB, SYMM_ALGO_LAMPORT}}},
+    {AR, 3, 4, ANY, ANY, NVLINK, 0, 2, {{8 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
+    {AR, 5, 8, ANY, ANY, NVLINK, 0, 2, {{4 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
+    {AR, 3, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
+    {AG, 2, 8, ANY, ANY, NVLINK, 0, 2, {{16 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
+    {AG, 2, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
+    {RS, 2, 8, ANY, ANY, NVLINK, 0, 2, {{16 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
+    {RS, 2, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
+};
+
+const struct symmTuneRow* symmTuneBuiltinRows(int* nrows) {
+  *nrows = (int)(sizeof(builtinRows) / sizeof(builtinRows[0]));
+  return builtinRows;
+}
+
+int symmTuneCollHasAlgo(enum symmColl coll, enum symmAlgo algo) {
+  static const unsigned algos[SYMM_NCOLLS] = {
+      [SYMM_COLL_ALLREDUCE] = 1u << SYMM_ALGO_LAMPORT | 1u << SYMM_ALGO_ONESHOT |
+                              1u << SYMM_ALGO_TWOSHOT | 1u << SYMM_ALGO_MULTIMEM,
+      [SYMM_COLL_ALLGATHER] = 1u << SYMM_ALGO_LAMPORT | 1u << SYMM_ALGO_PUSH |
+                              1u << SYMM_ALGO_COPYENGINE | 1u << SYMM_ALGO_MULTIMEM,
+      [SYMM_COLL_REDUCESCATTER] = 1u << SYMM_ALGO_LAMPORT | 1u << SYMM_ALGO_PULL |
+                                  1u << SYMM_ALGO_PUSH | 1u << SYMM_ALGO_MULTIMEM,
+  };
+  if ((unsigned)coll >= SYMM_NCOLLS || (unsigned)algo >= SYMM_NALGOS) return 0;
+  return algo == SYMM_ALGO_NCCL || (algos[coll] >> algo & 1u);
+}
+
+static int keyMatches(int key, int value) { return key == SYMM_TUNE_ANY || key == value; }
+
+static int rowMatches(const struct symmTuneRow* row, const struct symmTuneInput* in, int link,
+                      int elemSize) {
+  return row->coll == in->coll && in->nranks >= row->minRanks && in->nranks <= row->maxRanks &&
+         keyMatches(row->elemSize, elemSize) && keyMatches(row->arch, in->arch) &&
+         keyMatches(row->link, link) && keyMatches(row->registered, in->registered != 0);
+}
+
+const struct symmTuneRow* symmTuneFindRow(const struct symmTuneFile* file,
+                                          const struct symmTuneInput* in) {
+  /* Several ranks on one GPU (the tests' bootstrap) follow the NVLink rows; an unknown link
+   * matches only rows that accept any link (none built in). */
+  const int link = in->link == SYMM_LINK_SAME_GPU ? SYMM_LINK_NVLINK : in->link;
+  const int elemSize = (int)symmTypeSize(in->datatype);
+  if (file != NULL)
+    for (int i = 0; i < file->nrows; i++)
+      if (rowMatches(&file->rows[i], in, link, elemSize)) return &file->rows[i];
+  for (size_t i = 0; i < sizeof(builtinRows) / sizeof(builtinRows[0]); i++)
+    if (rowMatches(&builtinRows[i], in, link, elemSize)) return &builtinRows[i];
+  return NULL;
+}
+
+enum symmAlgo symmTuneRowPick(const struct symmTuneRow* row, size_t bytes, unsigned avail) {
+  if (row == NULL) return SYMM_ALGO_NCCL;
+  for (int s = 0; s < row->nsteps; s++)
+    if (bytes <= row->steps[s].upTo && (avail >> row->steps[s].algo & 1u)) return row->steps[s].algo;
+  return SYMM_ALGO_NCCL;
+}

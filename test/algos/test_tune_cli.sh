@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# symmcoll-tune end to end without a GPU: stand-in perf binaries (tune_fake_perf.sh) report
+# synthetic times; the command must run NCCL alone and each algorithm forced, with the right
+# environment and arguments, take medians, and write the tuning file the crossovers call for.
+# Usage: test_tune_cli.sh <symmcoll-tune> <tune_fake_perf.sh>
+set -u
+tune=$1 fake=$2
+checks=0 failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+check() { # name, command...
+  local name=$1; shift
+  checks=$((checks + 1))
+  if ! "$@"; then
+    failed=$((failed + 1))
+    echo "FAILED: $name" >&2
+  fi
+}
+for b in all_reduce_perf all_gather_perf reduce_scatter_perf; do ln -s "$fake" "$tmp/$b"; done
+machine='gpu="NVIDIA H200" arch=90 link=nvlink gpus=2 driver=13000 nccl=22809'
+
+"$tune" -o "$tmp/t.txt" -N 2 --reps 3 --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
+rc=$?
+check "exit 0 (got $rc)" [ "$rc" = 0 ]
+check "file written" [ -s "$tmp/t.txt" ]
+check "machine line" grep -qxF "machine $machine" "$tmp/t.txt"
+check "version line" grep -qx 'symmcoll-tuning 1' "$tmp/t.txt"
+# Fake times (tune_fake_perf.sh): NCCL 10 us; Lamport 5 (it runs only to 256 KiB); one-shot 7 to
+# 4 MiB, 20 above; two-shot 8: Lamport to 256 KiB, one-shot to 4 MiB, two-shot to the last size.
+for d in 2 4; do
+  check "allreduce dtype=$d row" grep -qxF \
+    "allreduce ranks=2 dtype=$d arch=90 link=nvlink reg=0 lamport<=256K oneshot<=4M twoshot<=1G" "$tmp/t.txt"
+done
+check "no row without kernels" bash -c "! grep -q '^allgather\|^reducescatter' '$tmp/t.txt'"
+# Every child saw what it should (the fake exits 9 otherwise, and logs its environment).
+check "children consistent" bash -c "! grep -q 'exit 9' '$tmp/out'"
+check "3 NCCL runs per type" [ "$(grep -c 'run nccl allreduce' "$tmp/t.txt.log")" = 6 ]
+check "Lamport swept to 256 KiB" grep -q 'run lamport allreduce .* -e 256K ' "$tmp/t.txt.log"
+check "graphs and data check" bash -c "! grep 'run ' '$tmp/t.txt.log' | grep -v -- '-c 1 -G 20 ' >/dev/null"
+
+# A registered-windows run writes reg=1 rows; a wider margin forwards what wins by less.
+"$tune" -o "$tmp/r.txt" -N 2 --reps 1 -R 2 -d float --colls allreduce --margin 0.25 \
+  --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
+check "registered, margin 25%" grep -qxF \
+  "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=1 lamport<=256K oneshot<=4M" "$tmp/r.txt"
+# A sweep that fails at some sizes for one algorithm (wrong results there): no claim there.
+FAKE_WRONG=twoshot:16777216 "$tune" -o "$tmp/w.txt" -N 2 --reps 1 -d bf16 --colls allreduce \
+  --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
+check "wrong results excluded" grep -qxF \
+  "allreduce ranks=2 dtype=2 arch=90 link=nvlink reg=0 lamport<=256K oneshot<=4M twoshot<=8M nccl<=33554431 twoshot<=1G" "$tmp/w.txt"
+
+# Bad command lines.
+"$tune" -N 2 >/dev/null 2>&1; check "no -o: usage" [ $? = 2 ]
+"$tune" -o "$tmp/x" --margin 2 >/dev/null 2>&1; check "bad margin" [ $? = 2 ]
+"$tune" -o "$tmp/x" --colls broadcast >/dev/null 2>&1; check "bad collective" [ $? = 2 ]
+"$tune" -o "$tmp/x" -N 2 --machine 'gpu=x' >/dev/null 2>&1; check "bad --machine" [ $? = 2 ]
+echo "test_tune_cli: $checks checks, $failed failed"
+[ "$failed" = 0 ] && [ "$checks" -gt 0 ]
