@@ -132,7 +132,8 @@ static int usingBootstrap(void) {
 }
 
 /* Non-blocking communicators (ncclConfig_t.blocking = 0) in runProcesses: created, polled until
- * ready, then set up by libsymmcoll after their first all-reduce (which the real NCCL runs). */
+ * ready (our setup runs in the background meanwhile), staged after their first all-reduce
+ * (which the real NCCL runs). */
 static int nonBlockingComms;
 static void nonBlockingAllReduces(struct rankCtx* c);
 
@@ -415,7 +416,7 @@ static void abortPhase(struct rankCtx* local, int n) {
     TCHECK_EQ_INT(local[i].pres->badData, 0);
     const struct symmPeers* view = symmTransportBeginLaunch(local[i].entry);
     TCHECK(view == NULL);
-    if (view != NULL) symmTransportEndLaunch(local[i].entry, local[i].stream, 0);
+    if (view != NULL) symmTransportEndLaunch(local[i].entry);
   }
 }
 
@@ -523,9 +524,12 @@ static ncclResult_t initNonBlocking(struct rankCtx* c, ncclUniqueId id) {
   if (res != ncclSuccess && res != ncclInProgress) return res;
   res = waitReady(c->comm);
   if (res != ncclSuccess) return res;
-  /* Not set up yet: that waits for the first all-reduce, which every rank issues alike. */
+  /* Set up in the background (ncclInProgress until done), but staging waits for the first
+   * call given to our kernels, which every rank issues alike (it forwards, then the staging
+   * job runs while ncclCommGetAsyncError says ncclInProgress). */
   struct symmComm* entry = symmCommFind(c->comm);
   CHECK(entry != NULL && symmTransportPeers(entry) == NULL);
+  CHECK(entry != NULL && symmTransportNeedsStaging(entry));
   int* word = NULL;
   int got = 0;
   cudaStream_t stream;
@@ -606,16 +610,23 @@ static void nonBlockingAllReduces(struct rankCtx* c) {
   CHECK_EQ_INT(res, ncclSuccess);
   CHECK(child != NULL);
   if (res == ncclSuccess && child != NULL) {
-    /* Either recorded at the split (its handle was there when the call returned) or unknown
-     * until its first all-reduce adopts it; never set up before that call. */
+    /* Recorded at the split when its handle was there as the call returned (then set up in the
+     * background and staged after its first call given to our kernels), else unknown to us
+     * for good: it forwards, with right results either way. */
     struct symmComm* childEntry = symmCommFind(child);
-    CHECK(childEntry == NULL || (!childEntry->blocking && symmTransportPeers(childEntry) == NULL));
+    CHECK(childEntry == NULL || (!childEntry->config.blocking && symmTransportPeers(childEntry) == NULL));
+    for (int i = 0; i < 1000; i++) host[i] = (int32_t)i + c->rank;
+    CUDA_OK(cudaMemcpy(dev, host, 1000 * sizeof(int32_t), cudaMemcpyHostToDevice));
     res = settle(child, ncclAllReduce(dev, dev, 1000, ncclInt32, ncclSum, child, stream));
     CHECK_EQ_INT(res, ncclSuccess);
     CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaMemcpy(host, dev, 1000 * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (int i = 0; i < 1000; i++) wrong += host[i] != c->nranks * i + c->nranks * (c->nranks - 1) / 2;
+    CHECK_EQ_INT(wrong, 0);
     childEntry = symmCommFind(child);
     const struct symmPeers* childPeers = childEntry != NULL ? symmTransportPeers(childEntry) : NULL;
-    CHECK(childPeers != NULL);
+    CHECK(childEntry == NULL || childPeers != NULL);
     if (childPeers != NULL) /* the next one runs on our kernels */
       checkOurAllReduce(child, childPeers, c->rank, c->nranks, host, dev, 1000, stream);
     CHECK_EQ_INT(settle(child, ncclCommDestroy(child)), ncclSuccess);
