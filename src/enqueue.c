@@ -12,8 +12,16 @@
 #include "group.h"
 #include "init.h"
 #include "order.h"
+#include "param.h"
 #include "transport.h"
 #include "tuner.h"
+
+SYMMCOLL_PARAM_FULL(TestFailRank, "TEST_FAIL_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
+                    "tests only: on this rank, one launch of ours (TEST_FAIL_CALL) behaves as a "
+                    "kernel that gave up (error word and every rank's failure word)")
+SYMMCOLL_PARAM_FULL(TestFailCall, "TEST_FAIL_CALL", 0, 0, INT64_MAX, SYMM_PARAM_TEST,
+                    "tests only: which launch of ours (counted per communicator from 0) fails on "
+                    "the rank TEST_FAIL_RANK names")
 
 static const char* const opNames[SYMM_NCOLLS] = {"ncclAllReduce", "ncclAllGather",
                                                  "ncclReduceScatter"};
@@ -188,7 +196,13 @@ static ncclResult_t launchLocked(struct launchOp* op, const struct symmPeers* pe
     op->call.inputDesc = symmTransportUserInputDesc(
         comm, op->call.sendbuff, op->call.count * symmTypeSize(op->call.datatype));
   NCCLCHECKGOTO(symmOrderBefore(&comm->order, stream, &cap), res, restore);
-  NCCLCHECKGOTO(symmCollLaunch(&op->call, peers, stream), res, restore);
+  if (comm->rank == symmParamTestFailRank() && comm->launches++ == (uint64_t)symmParamTestFailCall()) {
+    /* What a kernel that gives up does: its error word, every rank's failure word, and no
+     * touching user memory. The call itself succeeds; the error is asynchronous. */
+    symmTransportInjectKernelError(comm, SYMM_ERR_DEADLINE);
+  } else {
+    NCCLCHECKGOTO(symmCollLaunch(&op->call, peers, stream), res, restore);
+  }
   NCCLCHECKGOTO(symmOrderAfter(&comm->order, stream, &cap), res, restore);
   if (cap.active) NCCLCHECKGOTO(symmTransportRetainForGraph(comm, cap.graph), res, restore);
 restore:

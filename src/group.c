@@ -200,6 +200,11 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
   int nops = opCount;
   opCount = 0;
   if (launch && groupOk) stageDeferred(pendingOps, nops);
+  /* A launch that falls back to the real NCCL (staging failed on every rank) is issued inside
+   * one real group with the others, as one thread may drive several ranks. */
+  const int regroup = launch && groupResult == ncclSuccess && nops > 1;
+  ncclResult_t ignored;
+  if (regroup) SYMM_CALL_REAL(ignored, ncclGroupStart, ());
   for (int i = 0; i < nops; i++) {
     struct deferredOp* op = &pendingOps[i];
     ncclResult_t r;
@@ -208,6 +213,10 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
     else
       r = runOp(op, launch && groupOk);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
+  }
+  if (regroup) {
+    SYMM_CALL_REAL(ignored, ncclGroupEnd, ());
+    if (ignored != ncclSuccess && res == ncclSuccess) res = ignored;
   }
   return res;
 }

@@ -27,6 +27,9 @@ SYMMCOLL_PARAM(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000,
                "(forwarding)")
 SYMMCOLL_PARAM_STR(TuningFile, "TUNING_FILE", NULL,
                    "tuning table file; its contents must be identical on every rank")
+SYMMCOLL_PARAM_FULL(TestKnobSkewRank, "TEST_KNOB_SKEW_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
+                    "tests only: this rank reports another value of the first agreed knob (ranks "
+                    "that are threads of one process cannot set knobs differently)")
 SYMMCOLL_PARAM_FULL(StageAtCreation, "STAGE_AT_CREATION", 0, 0, 1,
                     SYMM_PARAM_TEST | SYMM_PARAM_AGREED,
                     "tests only: build staging at creation instead of at the first call given to "
@@ -65,6 +68,7 @@ static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
   rec->uid = (uint32_t)getuid();
   rec->cudaDev = c->cudaDev;
   rec->knobCount = (uint32_t)symmParamAgreed(NULL, rec->knobHashes, SYMM_RECORD_KNOBS);
+  if (c->rank == symmParamTestKnobSkewRank() && rec->knobCount > 0) rec->knobHashes[0] ^= 1;
   rec->tuningFileHash = tuningFileHash();
   if (symmDisabled()) rec->flags |= SYMM_REC_DISABLED;
   if (!c->kernelsLoaded) rec->flags |= SYMM_REC_NO_KERNELS;

@@ -280,6 +280,13 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits) {
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
 }
 
+void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits) {
+  struct symmTransport* t = comm->transport;
+  if (t == NULL || !t->staged) return;
+  __atomic_or_fetch(&t->flags.host[SYMM_HOST_ERROR], bits, __ATOMIC_SEQ_CST);
+  symmTransportTellPeers(comm, bits);
+}
+
 uint32_t symmTransportPollPadFailure(struct symmComm* comm) {
   struct symmTransport* t = comm->transport;
   if (t == NULL || !t->staged) return 0;
