@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,7 +197,7 @@ static void* callLoop(void* arg) {
     ncclResult_t r3 = ncclAllGather(buf, buf, 1, ncclFloat32, k->comm, NULL);
     ncclResult_t r4;
     (void)ncclCommGetAsyncError(k->comm, &r4);
-    k->calls += 3;
+    __atomic_add_fetch(&k->calls, 3, __ATOMIC_RELEASE);
     k->refused += (r1 == ncclInvalidUsage) + (r2 == ncclInvalidUsage) + (r3 == ncclInvalidUsage);
     CHECK(r1 == ncclSuccess || r1 == ncclInvalidUsage);
     CHECK(r2 == ncclSuccess || r2 == ncclInvalidUsage);
@@ -213,6 +214,8 @@ static void testAbortRace(int cycles) {
     struct caller k = {.comm = c->real};
     pthread_t t;
     pthread_create(&t, NULL, callLoop, &k);
+    /* Abort while calls are being made: after the first ones, at a random point. */
+    while (__atomic_load_n(&k.calls, __ATOMIC_ACQUIRE) == 0) sched_yield();
     struct timespec pause = {0, (long)(rand_r(&seed) % 50) * 1000};
     nanosleep(&pause, NULL);
     CHECK_EQ_INT(ncclCommAbort(k.comm), ncclSuccess);
