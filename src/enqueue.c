@@ -196,7 +196,8 @@ static ncclResult_t launchLocked(struct launchOp* op, const struct symmPeers* pe
     op->call.inputDesc = symmTransportUserInputDesc(
         comm, op->call.sendbuff, op->call.count * symmTypeSize(op->call.datatype));
   NCCLCHECKGOTO(symmOrderBefore(&comm->order, stream, &cap), res, restore);
-  if (comm->rank == symmParamTestFailRank() && comm->launches++ == (uint64_t)symmParamTestFailCall()) {
+  const uint64_t launch = comm->launches++;
+  if (comm->rank == symmParamTestFailRank() && launch == (uint64_t)symmParamTestFailCall()) {
     /* What a kernel that gives up does: its error word, every rank's failure word, and no
      * touching user memory. The call itself succeeds; the error is asynchronous. */
     symmTransportInjectKernelError(comm, SYMM_ERR_DEADLINE);

@@ -69,7 +69,7 @@ struct symmComm {
    * only for host work that never waits on peers. */
   pthread_mutex_t launchLock;
   struct symmOrder order;
-  uint64_t launches;                 /* of ours, issued (tests' fault injection) */
+  uint64_t launches;                 /* launches of ours issued (tests read it) */
   struct symmTransport* transport;   /* non-NULL when eligible and set up */
   struct symmDeferredList* parked;   /* non-blocking: ours behind NCCL's group launch */
   struct symmComm* next;             /* hash chain, guarded by the table lock */
