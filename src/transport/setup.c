@@ -25,8 +25,6 @@ SYMMCOLL_PARAM_FULL(BufferBytes, "BUFFER_BYTES", 64 << 20, 1 << 20, INT64_MAX, S
 SYMMCOLL_PARAM(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000,
                "how long setup waits for a peer to fetch or serve a handle before giving up "
                "(forwarding)")
-SYMMCOLL_PARAM_STR(TuningFile, "TUNING_FILE", NULL,
-                   "tuning table file; its contents must be identical on every rank")
 SYMMCOLL_PARAM_FULL(TestKnobSkewRank, "TEST_KNOB_SKEW_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
                     "tests only: this rank reports another value of the first agreed knob (ranks "
                     "that are threads of one process cannot set knobs differently)")
@@ -44,9 +42,10 @@ static int maxRanks(void) {
   return m < 2 ? 2 : m > SYMM_MAX_RANKS ? SYMM_MAX_RANKS : (int)m;
 }
 
-/* FNV-1a of the tuning file's bytes (identity only: every rank must read the same table). */
+/* FNV-1a of the tuning file's bytes (identity only: every rank must read the same table). The
+ * knob itself is the tuner's (SYMMCOLL_TUNING_FILE); only its contents are compared here. */
 static uint64_t tuningFileHash(void) {
-  const char* path = symmParamTuningFile();
+  const char* path = getenv("SYMMCOLL_TUNING_FILE");
   if (path == NULL || path[0] == '\0') return 0;
   uint64_t h = 0xcbf29ce484222325ull;
   int fd = open(path, O_RDONLY | O_CLOEXEC);

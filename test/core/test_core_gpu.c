@@ -4,7 +4,8 @@
  * eager calls and graph replays, abort from a watchdog thread, groups, non-blocking
  * communicators, an agreed knob that differs, and a mixed soak. Exits 77 without a GPU.
  *   test_core_gpu late N DELAY_MS | fault N | streams N ITERS | abort N CYCLES | group N |
- *                 nonblocking N | mismatch N | soak N CALLS */
+ *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | cta-efficiency N |
+ *                 max-ctas N */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -109,10 +110,16 @@ static void checkedAllReduce(struct rank* r, size_t count, int salt) {
   TCHECK_EQ_INT(wrongSum(r, r->out, count, salt, r->s1), 0);
 }
 
+static int ctaPolicy, maxCTAs;
 static int openRank(struct rank* r, int blocking) {
   CUDA_OK(cudaSetDevice(r->rank % ndev));
   ncclResult_t res;
-  if (blocking) {
+  if (blocking && (ctaPolicy != NCCL_CTA_POLICY_DEFAULT || maxCTAs != NCCL_CONFIG_UNDEF_INT)) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.CTAPolicy = ctaPolicy;
+    config.maxCTAs = maxCTAs;
+    res = ncclCommInitRankConfig(&r->comm, nranks, uid, r->rank, &config);
+  } else if (blocking) {
     res = ncclCommInitRank(&r->comm, nranks, uid, r->rank);
   } else {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -319,6 +326,15 @@ static void nonBlockingRank(struct rank* r) {
   }
 }
 
+/* ---- ncclConfig_t: CTA policy and grid bounds ------------------------------------------- */
+static void ctaRank(struct rank* r) {
+  for (int k = 0; k < 10; k++) checkedAllReduce(r, 256u << (k % 4), k);
+  /* NCCL_CTA_POLICY_ZERO: no SM kernel of ours (no copy-engine all-reduce): every call forwards;
+   * otherwise ours, within the grid bounds. */
+  if (ctaPolicy & NCCL_CTA_POLICY_ZERO) TCHECK_EQ_INT(ours(r->comm), 0);
+  else TCHECK_EQ_INT(ours(r->comm), 10);
+}
+
 /* ---- an agreed knob differs (SYMMCOLL_TEST_KNOB_SKEW_RANK): every rank forwards, right ---- */
 static void mismatchRank(struct rank* r) {
   for (int k = 0; k < 10; k++) checkedAllReduce(r, 1024u << (k % 4), k);
@@ -463,6 +479,8 @@ int main(int argc, char** argv) {
     printf("test_core_gpu: no GPU, skipped\n");
     return TEST_SKIP_CODE;
   }
+  ctaPolicy = NCCL_CTA_POLICY_DEFAULT;
+  maxCTAs = NCCL_CONFIG_UNDEF_INT;
   nranks = atoi(argv[2]);
   param = argc > 3 ? atol(argv[3]) : 0;
   if (nranks < 2 || nranks > 8) return 2;
@@ -478,7 +496,16 @@ int main(int argc, char** argv) {
   else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
   else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
   else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
-  else if (!strcmp(mode, "nonblocking")) {
+  else if (!strcmp(mode, "cta-zero")) {
+    ctaPolicy = NCCL_CTA_POLICY_ZERO;
+    runWorld(ctaRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "cta-efficiency")) {
+    ctaPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+    runWorld(ctaRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "max-ctas")) {
+    maxCTAs = 1;
+    runWorld(ctaRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "nonblocking")) {
     blockingComms = 0;
     runWorld(nonBlockingRank, 0, NULL, NULL);
   } else {
