@@ -229,6 +229,10 @@ void symmTransportTeardown(struct symmComm* comm, int abort) {
     WARN("symmetric memory: kernels on device %d did not finish; leaking their memory rather than "
          "unmapping it under them", t->cudaDev);
   } else {
+    /* Graphs still holding it keep the memory; a replay after the communicator is gone (the
+     * application's error, as with NCCL) must not wait for peers forever. */
+    if (__atomic_load_n(&t->refs, __ATOMIC_ACQUIRE) > 1)
+      __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
     releaseTransport(t, 0);
   }
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
@@ -270,6 +274,9 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits) {
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
   (void)cudaSetDevice(t->cudaDev);
+  /* From a thread that may be capturing: private-stream work must not break its capture. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   /* A plain store beside the kernels' atomicOr: the word only has to become non-zero. */
   for (int r = 0; r < t->peers.nranks; r++)
     if (cudaMemcpyAsync(t->peers.signals[r] + SYMM_PAD_FAIL_WORD, value, sizeof(*value),
@@ -277,6 +284,7 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits) {
       (void)cudaGetLastError();
       WARN("symmetric memory: cannot write the failure word of rank %d", r);
     }
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
 }
 
@@ -291,25 +299,34 @@ uint32_t symmTransportPollPadFailure(struct symmComm* comm) {
   struct symmTransport* t = comm->transport;
   if (t == NULL || !t->staged) return 0;
   const uint64_t* got = (const uint64_t*)t->flags.host + SYMM_HOST_READBACK;
+  /* Polled from watchdog threads, maybe while another thread captures in global mode. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   uint32_t seen = 0;
+  int issue = 1;
   if (t->readbackPending) {
     const cudaError_t e = cudaEventQuery(t->readback);
-    if (e == cudaErrorNotReady) return 0;
-    (void)cudaGetLastError();
-    t->readbackPending = 0;
-    seen = (uint32_t)__atomic_load_n(got, __ATOMIC_ACQUIRE);
+    if (e == cudaErrorNotReady) {
+      issue = 0;
+    } else {
+      (void)cudaGetLastError();
+      t->readbackPending = 0;
+      seen = (uint32_t)__atomic_load_n(got, __ATOMIC_ACQUIRE);
+    }
   }
-  if (seen != 0) return seen;
-  int prevDev = -1;
-  (void)cudaGetDevice(&prevDev);
-  (void)cudaSetDevice(t->cudaDev);
-  if (cudaMemcpyAsync((void*)got, t->peers.signals[t->peers.rank] + SYMM_PAD_FAIL_WORD,
-                      sizeof(uint64_t), cudaMemcpyDeviceToHost, t->ctl) == cudaSuccess &&
-      cudaEventRecord(t->readback, t->ctl) == cudaSuccess)
-    t->readbackPending = 1;
-  (void)cudaGetLastError();
-  if (prevDev >= 0) (void)cudaSetDevice(prevDev);
-  return 0;
+  if (issue && seen == 0) {
+    int prevDev = -1;
+    (void)cudaGetDevice(&prevDev);
+    (void)cudaSetDevice(t->cudaDev);
+    if (cudaMemcpyAsync((void*)got, t->peers.signals[t->peers.rank] + SYMM_PAD_FAIL_WORD,
+                        sizeof(uint64_t), cudaMemcpyDeviceToHost, t->ctl) == cudaSuccess &&
+        cudaEventRecord(t->readback, t->ctl) == cudaSuccess)
+      t->readbackPending = 1;
+    (void)cudaGetLastError();
+    if (prevDev >= 0) (void)cudaSetDevice(prevDev);
+  }
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  return seen;
 }
 
 void symmTransportSetAbort(struct symmComm* comm) {
