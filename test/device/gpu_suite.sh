@@ -6,16 +6,17 @@
 # One log per command in OUT_DIR, a summary table at the end. Needs $B/allreduce.ptx.gz for the
 # disassembly check (skipped without it).
 run_gpu_suite() {
-  local TP=$B/test/transport/test_peer_mem T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
+  local TB=$B/test/transport T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
   local STAGE="SYMMCOLL_STAGE_AT_CREATION=1"
-  for m in procs initall threads; do run tr_$m 60 env $STAGE $TP peers $m; done
-  run tr_nonblocking 60 $TP peers nonblocking
-  for n in 3 8; do run tr_boot_$n 60 env $STAGE SYMMCOLL_NCCL_LIB="$BOOT" $TP peers bootstrap $n; done
-  for m in procs threads; do run tr_userreg_$m 90 env $STAGE $TP userreg $m; done
-  run tr_cycles_setup_1000 150 env $STAGE $TP cycles setup 1000
-  run tr_sec_nonmember 60 env $STAGE $TP security nonmember
-  run tr_sec_squat 60 env $STAGE $TP security squat
-  run tr_mcguard 60 env $STAGE SYMMCOLL_NCCL_LIB="$BOOT" $TP mcguard
+  for m in procs initall threads; do run tr_$m 60 env $STAGE $TB/test_peer_mem $m; done
+  run tr_nonblocking 60 $TB/test_peer_mem nonblocking
+  for n in 3 8; do run tr_boot_$n 60 env $STAGE SYMMCOLL_NCCL_LIB="$BOOT" $TB/test_peer_mem bootstrap $n; done
+  for m in procs threads; do run tr_userreg_$m 90 env $STAGE $TB/test_peer_userreg $m; done
+  run tr_cycles_setup_1000 150 env $STAGE $TB/test_peer_cycles setup 1000
+  run tr_fault_exchange 60 env $STAGE $TB/test_peer_cycles fault
+  run tr_sec_nonmember 60 env $STAGE $TB/test_peer_security nonmember
+  run tr_sec_squat 60 env $STAGE $TB/test_peer_security squat
+  run tr_mcguard 60 env $STAGE SYMMCOLL_NCCL_LIB="$BOOT" $TB/test_peer_security mcguard
   # The host path through the bootstrap (test/core/README.md): the full-size runs.
   local F="SYMMCOLL_ALLREDUCE_ALGO=oneshot" CB="SYMMCOLL_NCCL_LIB=$BOOT"
   run core_late_30s 120 env $CB $F $C late 2 30000
