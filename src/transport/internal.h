@@ -110,10 +110,7 @@ void symmWindowsTeardown(struct symmTransport* t);
 
 /* Frees everything the transport holds, in reverse order (its kernels have finished). */
 void symmTransportFree(struct symmTransport* t);
-/* Another reference (held across a wait outside launchLock); the last Unref frees. */
-void symmTransportRef(struct symmTransport* t);
-void symmTransportUnref(struct symmTransport* t);
-/* Multicast object and mapping of a transport, if any (staging.c). */
+/* Multicast object and mapping of a transport, if any (transport.c, which frees). */
 void symmMulticastDrop(struct symmTransport* t);
 
 struct symmFdServer;

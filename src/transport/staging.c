@@ -154,14 +154,6 @@ static ncclResult_t multicastJoin(struct stageCtx* x, struct stageCtx* all, int 
   return symmMulticastAddDevice(t->mcHandle, c->cudaDev);
 }
 
-void symmMulticastDrop(struct symmTransport* t) {
-  if (!t->mcCreated) return;
-  symmMulticastRelease(t->mcHandle, t->mcBytes, t->cudaDev, t->mcBound, t->mcBase);
-  t->mcCreated = t->mcBound = 0;
-  t->mcBase = 0;
-  t->peers.multicastBuffer = NULL;
-}
-
 /* Multicast is optional: its own agreements; a failure only turns multimem off. */
 static void stageMulticast(struct stageCtx* ctx, struct symmComm** comms, int n,
                            const int* inExchange, const uint32_t* mapped) {

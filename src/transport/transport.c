@@ -77,6 +77,15 @@ void symmHostSlotFree(struct symmHostSlot* slot) {
 
 /* ---- freeing --------------------------------------------------------------------------------- */
 
+void symmMulticastDrop(struct symmTransport* t) {
+  if (!t->mcCreated) return;
+  symmMulticastRelease(t->mcHandle, t->mcBytes, t->cudaDev, t->mcBound, t->mcBase);
+  t->mcCreated = t->mcBound = 0;
+  t->mcBase = 0;
+  t->peers.multicastBuffer = NULL;
+}
+
+
 void symmTransportFree(struct symmTransport* t) {
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
@@ -155,8 +164,6 @@ static void releaseTransport(struct symmTransport* t, int fromCallback) {
 
 static void graphReleased(void* arg) { releaseTransport(arg, 1); }
 
-void symmTransportRef(struct symmTransport* t) { __atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL); }
-void symmTransportUnref(struct symmTransport* t) { releaseTransport(t, 0); }
 
 ncclResult_t symmTransportRetainForGraph(struct symmComm* comm, cudaGraph_t graph) {
   struct symmTransport* t = comm->transport;

@@ -522,9 +522,9 @@ void symmTransportUserDeregister(struct symmComm* comm, void* realHandle) {
   pthread_mutex_unlock(&u->lock);
   /* Kernels launched with its descriptor may still run (peers read through their mappings
    * until our kernel ends): wait for every eager one issued so far, as window deregistration
-   * does. The transport stays while we wait (a reference of ours). */
+   * does; not under the lock (teardown concurrent with a deregistration is the application's
+   * error, as with NCCL). */
   cudaEvent_t issued = symmOrderQuiesceEvent(&comm->order);
-  symmTransportRef(t);
   pthread_mutex_unlock(&comm->launchLock);
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
@@ -542,7 +542,6 @@ void symmTransportUserDeregister(struct symmComm* comm, void* realHandle) {
   sl->inUse = 0;
   pthread_mutex_unlock(&u->lock);
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
-  symmTransportUnref(t);
 }
 
 /* ---- queries ----------------------------------------------------------------------------- */
