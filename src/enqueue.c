@@ -263,7 +263,7 @@ static enum symmAlgo decideLocked(struct symmComm* comm, const struct symmTask* 
       .op = task->coll == SYMM_COLL_ALLGATHER ? ncclSum : task->op, .bytes = bytes,
       .registered = registered, .multicastReady = symmTransportMulticastReady(comm) != 0,
       .arch = comm->arch, .link = comm->link, .stagingBytes = symmTransportStagingBytes(comm),
-      .ctaPolicy = comm->config.ctaPolicy};
+      .ctaPolicy = comm->config.ctaPolicy, .table = comm->tuneTable};
   enum symmAlgo algo = symmTunerPick(&in);
   if (!symmPolicyAllows(comm->config.ctaPolicy, algo)) algo = SYMM_ALGO_NCCL;
   TRACE(SYMM_TUNER, "comm %p rank %d: %s of %zu bytes, type %d, op %d: %s", (void*)comm->real,

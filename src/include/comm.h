@@ -10,6 +10,7 @@
 #include "nccl_api.h"
 
 struct symmTransport; /* src/transport: peer memory, signals, abort flag */
+struct symmTuneFile;  /* src/tuner: the tuning table a communicator uses */
 
 /* What ncclConfig_t (and NCCL's own environment overrides) fixed at creation, as the real NCCL
  * reads it; identical on every rank given the same configs and environment. */
@@ -54,6 +55,7 @@ struct symmComm {
   struct symmCommConfig config;
   int arch;          /* comm-wide compute capability * 10, 0 if ranks differ (agreed at setup) */
   int link;          /* enum symmLink, agreed at setup */
+  const struct symmTuneFile* tuneTable; /* agreed at setup (NULL: the built-in table) */
   int attrsKnown;    /* rank/nranks/cudaDev read from the real NCCL */
   int setupDone;     /* creation setup attempted (successfully or not) */
   int kernelsLoaded; /* our kernels are loaded in this device's context */

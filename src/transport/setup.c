@@ -201,11 +201,30 @@ static size_t plannedStaging(const struct symmComm* c, const struct symmTranspor
   in.arch = c->arch;
   in.link = c->link;
   in.ctaPolicy = c->config.ctaPolicy;
+  in.table = c->tuneTable;
   in.stagingBytes = (size_t)symmParamBufferBytes();
   size_t want = symmAlgosStagingBytes(c->nranks, symmTunerLargestStaged(&in));
   const size_t cap = (size_t)symmParamBufferBytes();
   if (want > cap) want = cap;
   return roundUp(want, t->granularity);
+}
+
+/* The tuning table this rank would use on the agreed machine (the tuner's choice: the tuning
+ * file when it was measured on this machine, else the built-in table) and its hash. */
+static const struct symmTuneFile* selectTable(const struct symmComm* c, uint64_t* hash) {
+  struct symmTuneMachine m;
+  memset(&m, 0, sizeof(m));
+  *hash = 0;
+  if (symmTunerProbeMachine(c->cudaDev, &m) != ncclSuccess) {
+    *hash = ~0ull; /* differs from every rank that could probe: the communicator forwards */
+    return NULL;
+  }
+  m.link = c->link;
+  int version = 0;
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclGetVersion, (&version));
+  m.nccl = res == ncclSuccess ? version : 0;
+  return symmTunerSelect(&m, hash);
 }
 
 static void sayInactive(const struct symmComm* c, const char* why, int warn) {
@@ -247,13 +266,15 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
   int* inExchange = calloc((size_t)n, sizeof(int));
   const void** send = calloc((size_t)n, sizeof(void*));
   void** recv = calloc((size_t)n, sizeof(void*));
+  uint64_t* tableHashes = calloc((size_t)n, sizeof(uint64_t));
+  uint64_t(*allTableHashes)[SYMM_MAX_RANKS] = calloc((size_t)n, sizeof(*allTableHashes));
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
   /* Our CUDA calls must neither fail nor invalidate a global-mode capture on another thread. */
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   (void)cudaThreadExchangeStreamCaptureMode(&mode);
   if (!records || !myRecords || !votes || !myVotes || !built || !verdicts || !inExchange || !send ||
-      !recv) {
+      !recv || !tableHashes || !allTableHashes) {
     WARN("symmetric memory: out of host memory at setup; communicators forward");
     goto done;
   }
@@ -306,7 +327,8 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     recv[i] = votes[i];
   }
 
-  /* Stage 2: everyone's peer access and private state, so all agree. */
+  /* Stage 2: everyone's peer access and private state, so all agree; then the tuning table
+   * each rank would use for the agreed machine facts. */
   (void)symmExchange(comms, n, inExchange, send, recv, sizeof(struct accessVote));
   for (int i = 0; i < n; i++) {
     if (!inExchange[i]) continue;
@@ -319,16 +341,33 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     }
     if (!symmDecideFromAccess(reach, c->nranks, &verdicts[i])) {
       sayInactive(c, verdicts[i].reason, 0);
+      inExchange[i] = 0;
       continue;
     }
     if (!privateOk) {
       sayInactive(c, "a rank could not build its private state", 0);
+      inExchange[i] = 0;
+      continue;
+    }
+    c->link = agreedLink(votes[i], c->nranks);
+    c->arch = agreedArch(records[i], c->nranks);
+    c->tuneTable = selectTable(c, &tableHashes[i]);
+    send[i] = &tableHashes[i];
+    recv[i] = allTableHashes[i];
+  }
+  (void)symmExchange(comms, n, inExchange, send, recv, sizeof(uint64_t));
+  for (int i = 0; i < n; i++) {
+    if (!inExchange[i]) continue;
+    struct symmComm* c = comms[i];
+    int sameTable = 1;
+    for (int r = 0; r < c->nranks; r++) sameTable &= allTableHashes[i][r] == allTableHashes[i][0];
+    if (!sameTable) {
+      sayInactive(c, "the tuning tables in use differ between ranks (SYMMCOLL_TUNING_FILE refused "
+                  "or missing on some rank)", c->rank == 0);
       continue;
     }
     struct symmTransport* t = built[i];
     const struct symmPeerRecord* recs = records[i];
-    c->link = agreedLink(votes[i], c->nranks);
-    c->arch = agreedArch(recs, c->nranks);
     t->peers.rank = c->rank;
     t->peers.nranks = c->nranks;
     t->peers.ranksPerDevice = ranksPerDevice(recs, c->nranks);
@@ -370,5 +409,7 @@ done:
   free(inExchange);
   free(send);
   free(recv);
+  free(tableHashes);
+  free(allTableHashes);
   return ncclSuccess;
 }
