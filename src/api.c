@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "debug.h"
+#include "enqueue.h"
 #include "forward.h"
 #include "nccl_api.h"
 #include "param.h"
@@ -12,8 +13,24 @@
   SYMM_EXPORT ret name params;                               \
   ret name params { SYMM_FORWARD(name, args, fail); }        \
   SYMM_PROFILING_ALIAS(ret, name, params)
-SYMMCOLL_FORWARDED_FUNCS(SYMM_DEFINE_FORWARDER)
+SYMMCOLL_FORWARDED_PLAIN_FUNCS(SYMM_DEFINE_FORWARDER)
 #undef SYMM_DEFINE_FORWARDER
+
+/* Operations on a communicator: its failure first, then ordered with our kernels on it. */
+#define SYMM_DEFINE_COMM_FORWARDER(ret, name, params, args, fail)          \
+  SYMM_EXPORT ret name params;                                             \
+  ret name params {                                                        \
+    if (symmRealLoad() != ncclSuccess || symmReal.name == NULL) return fail; \
+    if (symmRealDepth > 0 || symmDisabled()) return symmReal.name args;    \
+    struct symmForwardScope scope;                                         \
+    ret res = symmForwardBegin(comm, stream, &scope);                      \
+    if (res == ncclSuccess) res = symmReal.name args;                      \
+    symmForwardEnd(&scope, res);                                           \
+    return res;                                                            \
+  }                                                                        \
+  SYMM_PROFILING_ALIAS(ret, name, params)
+SYMMCOLL_FORWARDED_COMM_FUNCS(SYMM_DEFINE_COMM_FORWARDER)
+#undef SYMM_DEFINE_COMM_FORWARDER
 
 SYMM_EXPORT ncclResult_t ncclGetVersion(int* version) {
   SYMM_FORWARD(ncclGetVersion, (version), ncclSystemError);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The communicator side table: a small hash map keyed by the real ncclComm_t. */
+/* The communicator side table: a small hash map keyed by the real ncclComm_t, with reference
+ * counted entries so that an abort on one thread never frees an entry another thread uses. */
 #include "comm.h"
 
 #include <sched.h>
@@ -9,6 +10,7 @@
 
 #include "checks.h"
 #include "forward.h"
+#include "order.h"
 
 #define TABLE_BUCKETS 256
 
@@ -23,26 +25,39 @@ static unsigned bucketOf(ncclComm_t real) {
   return (unsigned)(v >> 56) % TABLE_BUCKETS;
 }
 
+static void freeEntry(struct symmComm* comm) {
+  symmOrderDestroy(&comm->order);
+  pthread_mutex_destroy(&comm->launchLock);
+  free(comm);
+}
+
 ncclResult_t symmCommAdd(ncclComm_t real, int blocking, struct symmComm** out) {
-  if (real == NULL) return ncclInvalidArgument;
+  struct symmCommConfig config = {.blocking = blocking != 0, .ctaPolicy = NCCL_CTA_POLICY_DEFAULT};
+  return symmCommAddConfig(real, &config, SYMM_JOB_NONE, out);
+}
+
+ncclResult_t symmCommAddConfig(ncclComm_t real, const struct symmCommConfig* config, int job,
+                               struct symmComm** out) {
+  if (real == NULL || config == NULL) return ncclInvalidArgument;
   struct symmComm* comm = calloc(1, sizeof(*comm));
   if (comm == NULL) {
     WARN("out of host memory for a communicator entry");
     return ncclSystemError;
   }
   comm->real = real;
-  comm->blocking = blocking;
-  pthread_rwlock_init(&comm->transportLock, NULL);
+  comm->config = *config;
+  comm->refs = 1; /* the table's */
+  comm->job = job;
+  pthread_mutex_init(&comm->launchLock, NULL);
   comm->rank = comm->nranks = comm->cudaDev = -1;
   unsigned b = bucketOf(real);
+  struct symmComm* stale = NULL;
   pthread_rwlock_wrlock(&tableLock);
   /* A handle reused by the real NCCL after a destroy we did not see replaces the stale entry. */
   for (struct symmComm** it = &buckets[b]; *it; it = &(*it)->next) {
     if ((*it)->real == real) {
-      struct symmComm* stale = *it;
+      stale = *it;
       *it = stale->next;
-      pthread_rwlock_destroy(&stale->transportLock);
-      free(stale);
       liveCount--;
       break;
     }
@@ -51,8 +66,37 @@ ncclResult_t symmCommAdd(ncclComm_t real, int blocking, struct symmComm** out) {
   buckets[b] = comm;
   liveCount++;
   pthread_rwlock_unlock(&tableLock);
+  if (stale != NULL) {
+    /* Its transport stays with it (leaked rather than freed under a kernel we cannot see). */
+    __atomic_store_n(&stale->gone, 1, __ATOMIC_RELEASE);
+    WARN("communicator handle %p reused by the real NCCL while we still listed it", (void*)real);
+    symmCommRelease(stale);
+  }
   if (out) *out = comm;
   return ncclSuccess;
+}
+
+struct symmComm* symmCommAcquire(ncclComm_t real) {
+  if (real == NULL) return NULL;
+  struct symmComm* found = NULL;
+  pthread_rwlock_rdlock(&tableLock);
+  for (struct symmComm* it = buckets[bucketOf(real)]; it; it = it->next) {
+    if (it->real == real) {
+      /* The table's reference keeps it alive until we hold our own. */
+      __atomic_add_fetch(&it->refs, 1, __ATOMIC_ACQ_REL);
+      found = it;
+      break;
+    }
+  }
+  pthread_rwlock_unlock(&tableLock);
+  return found;
+}
+
+void symmCommRetain(struct symmComm* comm) { __atomic_add_fetch(&comm->refs, 1, __ATOMIC_ACQ_REL); }
+
+void symmCommRelease(struct symmComm* comm) {
+  if (comm == NULL) return;
+  if (__atomic_sub_fetch(&comm->refs, 1, __ATOMIC_ACQ_REL) == 0) freeEntry(comm);
 }
 
 struct symmComm* symmCommFind(ncclComm_t real) {
@@ -81,8 +125,10 @@ void symmCommRemove(ncclComm_t real) {
     }
   }
   pthread_rwlock_unlock(&tableLock);
-  if (victim != NULL) pthread_rwlock_destroy(&victim->transportLock);
-  free(victim);
+  if (victim != NULL) {
+    __atomic_store_n(&victim->gone, 1, __ATOMIC_RELEASE);
+    symmCommRelease(victim);
+  }
 }
 
 int symmCommCount(void) {
@@ -92,20 +138,61 @@ int symmCommCount(void) {
   return n;
 }
 
+/* NCCL_* integer from the environment, or NCCL_CONFIG_UNDEF_INT. */
+static int envInt(const char* name) {
+  const char* env = getenv(name);
+  if (env == NULL || env[0] == '\0') return NCCL_CONFIG_UNDEF_INT;
+  char* end = NULL;
+  const long long v = strtoll(env, &end, 0);
+  if (*end != '\0' || v < INT32_MIN || v > INT32_MAX) return NCCL_CONFIG_UNDEF_INT;
+  return (int)v;
+}
+
 int symmConfigBlocking(const ncclConfig_t* config, int inherited) {
-  const char* env = getenv("NCCL_COMM_BLOCKING");
-  if (env != NULL && env[0] != '\0') {
-    char* end = NULL;
-    const long long v = strtoll(env, &end, 0);
-    if (*end == '\0' && (v == 0 || v == 1)) return (int)v;
-  }
+  const int env = envInt("NCCL_COMM_BLOCKING");
+  if (env == 0 || env == 1) return env;
   if (config == NULL) return inherited != 0;
   if (config->blocking == NCCL_CONFIG_UNDEF_INT) return 1;
   return config->blocking != 0;
 }
 
+/* NCCL's channel limit, which it clamps minCTAs/maxCTAs to. */
+#define SYMM_NCCL_MAXCHANNELS 64
+
+void symmConfigRead(const ncclConfig_t* config, const struct symmCommConfig* parent,
+                    struct symmCommConfig* out) {
+  int maxCTAs = NCCL_CONFIG_UNDEF_INT, minCTAs = NCCL_CONFIG_UNDEF_INT;
+  int policy = NCCL_CONFIG_UNDEF_INT;
+  if (config == NULL && parent != NULL) {
+    maxCTAs = parent->maxCTAs > 0 ? parent->maxCTAs : NCCL_CONFIG_UNDEF_INT;
+    minCTAs = parent->minCTAs > 0 ? parent->minCTAs : NCCL_CONFIG_UNDEF_INT;
+    policy = parent->ctaPolicy;
+  } else if (config != NULL && config->magic == 0xcafebeef) {
+    /* Fields a caller's older struct does not have keep NCCL's defaults, as NCCL reads them. */
+    if (config->version >= NCCL_VERSION(2, 17, 0)) {
+      maxCTAs = config->maxCTAs;
+      minCTAs = config->minCTAs;
+    }
+    if (config->version >= NCCL_VERSION(2, 27, 0)) policy = config->CTAPolicy;
+  }
+  out->blocking = symmConfigBlocking(config, parent != NULL ? parent->blocking : 1);
+  /* The environment wins over the config, as in NCCL's parseCommConfig. */
+  const int envMax = envInt("NCCL_MAX_CTAS"), envMin = envInt("NCCL_MIN_CTAS");
+  const int envPolicy = envInt("NCCL_CTA_POLICY");
+  if (envMax != NCCL_CONFIG_UNDEF_INT && envMax > 0) maxCTAs = envMax;
+  if (envMin != NCCL_CONFIG_UNDEF_INT && envMin > 0) minCTAs = envMin;
+  if (envPolicy != NCCL_CONFIG_UNDEF_INT) policy = envPolicy;
+  if (maxCTAs != NCCL_CONFIG_UNDEF_INT && maxCTAs > SYMM_NCCL_MAXCHANNELS) maxCTAs = SYMM_NCCL_MAXCHANNELS;
+  if (minCTAs != NCCL_CONFIG_UNDEF_INT && minCTAs > SYMM_NCCL_MAXCHANNELS) minCTAs = SYMM_NCCL_MAXCHANNELS;
+  out->maxCTAs = maxCTAs > 0 ? maxCTAs : 0;
+  out->minCTAs = minCTAs > 0 ? minCTAs : 0;
+  if (out->maxCTAs > 0 && out->minCTAs > out->maxCTAs) out->minCTAs = out->maxCTAs;
+  if (policy < NCCL_CTA_POLICY_DEFAULT || policy > NCCL_CTA_POLICY_ZERO) policy = NCCL_CTA_POLICY_DEFAULT;
+  out->ctaPolicy = policy;
+}
+
 ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs) {
-  if (comm->blocking) return ncclSuccess;
+  if (comm->config.blocking) return ncclSuccess;
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
@@ -113,9 +200,10 @@ ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs) {
     SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm->real, &state));
     if (res != ncclSuccess) return res;
     if (state != ncclInProgress) return state;
+    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
     clock_gettime(CLOCK_MONOTONIC, &now);
     const double ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) * 1e-6;
-    if (ms > (double)timeoutMs) return ncclInProgress;
+    if (timeoutMs >= 0 && ms > (double)timeoutMs) return ncclInProgress;
     sched_yield();
   }
 }

@@ -1,17 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ncclGroupStart/End: track nesting, then run deferred setups and operations at the outermost end. */
+/* ncclGroupStart/End/SimulateEnd: track nesting, then run what the outermost group deferred. */
 #include "group.h"
 
 #include <stdlib.h>
 
 #include "algos.h"
 #include "checks.h"
+#include "failure.h"
 #include "forward.h"
+#include "init.h"
 #include "transport.h"
 
 struct deferredOp {
+  struct symmComm* comm; /* one reference held */
+  enum symmDeferredKind kind;
+  int needsStaging;
   symmDeferredFn run;
   void* arg;
+};
+
+/* Operations parked behind a non-blocking communicator's group launch. */
+struct symmDeferredList {
+  struct deferredOp* ops;
+  int count;
 };
 
 /* Per thread, as NCCL's groups are. */
@@ -41,6 +52,7 @@ ncclResult_t symmGroupDeferSetup(struct symmComm* comm) {
     WARN("out of host memory deferring communicator setup");
     return ncclSystemError;
   }
+  symmCommRetain(comm);
   pendingComms[pendingCount++] = comm;
   return ncclSuccess;
 }
@@ -50,97 +62,161 @@ ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg) {
     WARN("out of host memory deferring a window registration");
     return ncclSystemError;
   }
+  if (reg->comm != NULL) symmCommRetain(reg->comm);
   pendingWindows[windowCount++] = *reg;
   return ncclSuccess;
 }
 
-ncclResult_t symmGroupDeferOp(symmDeferredFn run, void* arg) {
+ncclResult_t symmGroupDeferOp(struct symmComm* comm, enum symmDeferredKind kind, int needsStaging,
+                              symmDeferredFn run, void* arg) {
   if (grow((void**)&pendingOps, &opCap, opCount + 1, sizeof(*pendingOps)) != 0) {
     WARN("out of host memory deferring a grouped operation");
     return ncclSystemError;
   }
-  pendingOps[opCount].run = run;
-  pendingOps[opCount].arg = arg;
-  opCount++;
+  symmCommRetain(comm);
+  pendingOps[opCount++] = (struct deferredOp){.comm = comm, .kind = kind,
+                                              .needsStaging = needsStaging, .run = run, .arg = arg};
   return ncclSuccess;
 }
 
-ncclResult_t symmCommSetupOnFirstUse(struct symmComm* comm, cudaStream_t stream) {
-  if (comm->setupDone || comm->blocking) return ncclSuccess;
-  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
-    comm->setupDone = 1;
-    INFO(SYMM_INIT, "comm %p forwards: its first all-reduce was captured in a CUDA graph, where "
-         "setting up peer memory is not allowed", (void*)comm->real);
-    return ncclSuccess;
-  }
-  if (symmGroupDepth() > 0) {
-    comm->setupDone = 1; /* runs at the outermost GroupEnd */
-    return symmGroupDeferSetup(comm);
-  }
-  /* The real NCCL refuses other calls on the communicator while that all-reduce is launching. */
-  const ncclResult_t idle = symmCommWaitIdle(comm, symmTransportSetupTimeoutMs());
-  if (idle != ncclSuccess) {
-    comm->setupDone = 1;
-    INFO(SYMM_INIT, "comm %p forwards: not idle after its first all-reduce (%d)", (void*)comm->real,
-         (int)idle);
-    return ncclSuccess;
-  }
-  return symmCommSetupMany(&comm, 1);
+void symmGroupPoison(ncclComm_t real) {
+  ncclResult_t ignored;
+  /* An invalid datatype: the real NCCL refuses it before anything else and records the error in
+   * its group (it logs "invalid type" once; ours was logged first). */
+  SYMM_CALL_REAL(ignored, ncclAllReduce, (NULL, NULL, 0, (ncclDataType_t)-1, ncclSum, real, NULL));
+  (void)ignored;
 }
 
-ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
-  for (int i = 0; i < n; i++) {
-    ncclResult_t res = symmCommReadAttrs(comms[i]);
-    if (res != ncclSuccess) {
-      /* Not ready (non-blocking) or failed: leave it forwarding; never fail the user's init. */
-      INFO(SYMM_INIT, "comm %p attributes unavailable (%d); it forwards", (void*)comms[i]->real,
-           (int)res);
-      return ncclSuccess;
-    }
+/* Launches (or drops) one operation; a dropped launch fails its communicator on every rank, as
+ * its peers' kernels would otherwise wait for ours forever. */
+static ncclResult_t runOp(struct deferredOp* op, int launch) {
+  ncclResult_t res = ncclSuccess;
+  if (launch || op->kind != SYMM_DEFERRED_LAUNCH) {
+    res = op->run(op->arg, 1);
+  } else {
+    (void)op->run(op->arg, 0);
+    pthread_mutex_lock(&op->comm->launchLock);
+    symmCommFail(op->comm, SYMM_ERR_LAUNCH, 1);
+    pthread_mutex_unlock(&op->comm->launchLock);
   }
-  /* Before any of our kernels can spin (see symmAlgosLoadKernels); a rank whose kernels do
-   * not load says so in its setup record, and the communicator forwards on every rank. */
-  for (int i = 0; i < n; i++)
-    comms[i]->kernelsLoaded = symmAlgosLoadKernels(comms[i]->cudaDev) == ncclSuccess;
-  ncclResult_t res = symmTransportSetup(comms, n);
-  for (int i = 0; i < n; i++) comms[i]->setupDone = 1;
+  symmCommRelease(op->comm);
   return res;
 }
 
+static ncclResult_t park(struct deferredOp* op) {
+  struct symmComm* c = op->comm;
+  pthread_mutex_lock(&c->launchLock);
+  struct symmDeferredList* l = c->parked;
+  if (l == NULL) l = c->parked = calloc(1, sizeof(*l));
+  int cap = l != NULL ? l->count : 0;
+  struct deferredOp* grown = l != NULL ? realloc(l->ops, (size_t)(cap + 1) * sizeof(*grown)) : NULL;
+  if (grown == NULL) {
+    pthread_mutex_unlock(&c->launchLock);
+    WARN("out of host memory parking a grouped operation");
+    return runOp(op, 0);
+  }
+  l->ops = grown;
+  l->ops[l->count++] = *op;
+  pthread_mutex_unlock(&c->launchLock);
+  return ncclInProgress;
+}
+
+ncclResult_t symmGroupRunParked(struct symmComm* comm) {
+  if (__atomic_load_n(&comm->parked, __ATOMIC_ACQUIRE) == NULL) return ncclSuccess;
+  ncclResult_t state = ncclSuccess, res;
+  SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm->real, &state));
+  if (res != ncclSuccess) return res;
+  if (state == ncclInProgress) return ncclInProgress;
+  pthread_mutex_lock(&comm->launchLock);
+  struct symmDeferredList* l = comm->parked;
+  comm->parked = NULL;
+  pthread_mutex_unlock(&comm->launchLock);
+  if (l == NULL) return ncclSuccess;
+  /* NCCL's group has been launched: ours follow it on every stream, in call order. */
+  ncclResult_t ours = ncclSuccess;
+  for (int i = 0; i < l->count; i++) {
+    const ncclResult_t r = runOp(&l->ops[i], state == ncclSuccess);
+    if (r != ncclSuccess && ours == ncclSuccess) ours = r;
+  }
+  free(l->ops);
+  free(l);
+  return state != ncclSuccess ? state : ours;
+}
+
+void symmGroupDropParked(struct symmComm* comm) {
+  pthread_mutex_lock(&comm->launchLock);
+  struct symmDeferredList* l = comm->parked;
+  comm->parked = NULL;
+  pthread_mutex_unlock(&comm->launchLock);
+  if (l == NULL) return;
+  for (int i = 0; i < l->count; i++) {
+    (void)l->ops[i].run(l->ops[i].arg, 0);
+    symmCommRelease(l->ops[i].comm);
+  }
+  free(l->ops);
+  free(l);
+}
+
+/* Staging for every blocking communicator whose first call given to our kernels is in this
+ * group, in one batch (one thread may drive every rank). Non-blocking ones build it in their
+ * background job, after their group. */
+static void stageDeferred(const struct deferredOp* ops, int n) {
+  struct symmComm** comms = calloc((size_t)n, sizeof(*comms));
+  if (comms == NULL) return;
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (!ops[i].needsStaging || !ops[i].comm->config.blocking) continue;
+    int seen = 0;
+    for (int k = 0; k < m && !seen; k++) seen = comms[k] == ops[i].comm;
+    if (!seen && symmTransportNeedsStaging(ops[i].comm)) comms[m++] = ops[i].comm;
+  }
+  if (m > 0) (void)symmTransportStage(comms, m);
+  free(comms);
+}
+
 /* Runs what the outermost group deferred: communicator setups, window mappings, then our
- * operations (window deregistrations among them, in call order). */
-static ncclResult_t flushDeferred(ncclResult_t groupResult) {
+ * operations (deregistrations among them, in call order). `launch` = 0 when the real group did
+ * not launch (it failed, or was only simulated): our launches are dropped too. */
+static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
   ncclResult_t res = ncclSuccess;
+  const int groupOk = groupResult == ncclSuccess || groupResult == ncclInProgress;
   if (pendingCount > 0) {
     int n = pendingCount;
     pendingCount = 0;
-    for (int i = 0; i < n && groupResult == ncclInProgress; i++)
-      if (symmCommWaitIdle(pendingComms[i], symmTransportSetupTimeoutMs()) != ncclSuccess)
-        groupResult = ncclSystemError;
-    /* ncclInProgress: a non-blocking communicator's group is still being launched; the setup's
-     * exchange waits for it. */
-    if (groupResult == ncclSuccess || groupResult == ncclInProgress)
-      res = symmCommSetupMany(pendingComms, n);
+    if (groupOk) (void)symmCommSetupMany(pendingComms, n);
+    for (int i = 0; i < n; i++) symmCommRelease(pendingComms[i]);
   }
   if (windowCount > 0) {
     int n = windowCount;
     windowCount = 0;
     /* Non-blocking communicators: the handles are filled in once the group has completed, and
      * every rank must map (the mapping is collective), so wait for that first. */
-    int ok = groupResult == ncclSuccess || groupResult == ncclInProgress;
+    int ok = groupOk;
     for (int i = 0; i < n && ok && groupResult == ncclInProgress; i++)
-      if (pendingWindows[i].comm != NULL)
-        ok = symmCommWaitIdle(pendingWindows[i].comm, symmTransportSetupTimeoutMs()) == ncclSuccess;
+      if (pendingWindows[i].comm != NULL) ok = symmCommWaitIdle(pendingWindows[i].comm, -1) == ncclSuccess;
     if (ok) symmTransportWindowsRegistered(pendingWindows, n);
+    for (int i = 0; i < n; i++) symmCommRelease(pendingWindows[i].comm);
   }
   int nops = opCount;
   opCount = 0;
+  if (launch && groupOk) stageDeferred(pendingOps, nops);
+  /* A launch that falls back to the real NCCL (staging failed on every rank) is issued inside
+   * one real group with the others, as one thread may drive several ranks. */
+  const int regroup = launch && groupResult == ncclSuccess && nops > 1;
+  ncclResult_t ignored;
+  if (regroup) SYMM_CALL_REAL(ignored, ncclGroupStart, ());
   for (int i = 0; i < nops; i++) {
-    ncclResult_t r = pendingOps[i].run(pendingOps[i].arg);
+    struct deferredOp* op = &pendingOps[i];
+    ncclResult_t r;
+    if (launch && groupResult == ncclInProgress && !op->comm->config.blocking)
+      r = park(op); /* behind NCCL's group, which its own thread is still launching */
+    else
+      r = runOp(op, launch && groupOk);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
+  }
+  if (regroup) {
+    SYMM_CALL_REAL(ignored, ncclGroupEnd, ());
+    if (ignored != ncclSuccess && res == ncclSuccess) res = ignored;
   }
   return res;
 }
@@ -160,7 +236,33 @@ SYMM_EXPORT ncclResult_t ncclGroupEnd(void) {
   SYMM_CALL_REAL(res, ncclGroupEnd, ());
   if (groupDepth > 0) groupDepth--;
   if (groupDepth > 0) return res;
-  ncclResult_t ours = flushDeferred(res);
+  ncclResult_t ours = flushDeferred(res, 1);
   return res != ncclSuccess ? res : ours;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupEnd, (void))
+
+/* NCCL plans the group without launching it: ours are dropped as well, and the depth drops as
+ * for ncclGroupEnd (deregistrations and setups still run: they are not launches). */
+SYMM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  SYMM_FORWARD_IF_PASSTHROUGH(ncclGroupSimulateEnd, (simInfo), ncclSystemError);
+  ncclResult_t res;
+  SYMM_CALL_REAL(res, ncclGroupSimulateEnd, (simInfo));
+  if (groupDepth > 0) groupDepth--;
+  if (groupDepth > 0) return res;
+  /* Dropped launches here fail nothing: no rank launches the simulated group. */
+  int nops = opCount;
+  for (int i = 0; i < nops; i++)
+    if (pendingOps[i].kind == SYMM_DEFERRED_LAUNCH) {
+      (void)pendingOps[i].run(pendingOps[i].arg, 0);
+      pendingOps[i].run = NULL;
+    }
+  int kept = 0;
+  for (int i = 0; i < nops; i++) {
+    if (pendingOps[i].run == NULL) symmCommRelease(pendingOps[i].comm);
+    else pendingOps[kept++] = pendingOps[i];
+  }
+  opCount = kept;
+  ncclResult_t ours = flushDeferred(res, 1);
+  return res != ncclSuccess ? res : ours;
+}
+SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t* simInfo))

@@ -1,35 +1,128 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Communicator creation and destruction: forward to the real NCCL, then keep our side table. */
-#include <stdlib.h>
+/* Communicator creation, setup and destruction: forward to the real NCCL, then keep our side
+ * table entry and set up (blocking: now; non-blocking: in a background job). */
+#include "init.h"
 
+#include <stdlib.h>
+#include <time.h>
+
+#include "algos.h"
 #include "checks.h"
 #include "comm.h"
+#include "failure.h"
 #include "forward.h"
 #include "group.h"
 #include "transport.h"
 
-static int configBlocking(const ncclConfig_t* config) { return symmConfigBlocking(config, 1); }
-
-/* ncclCommSplit/Shrink without a config inherit the parent's. */
-static int childBlocking(ncclComm_t parent, const ncclConfig_t* config) {
-  const struct symmComm* p = symmCommFind(parent);
-  return symmConfigBlocking(config, p != NULL ? p->blocking : 1);
+ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
+  for (int i = 0; i < n; i++) {
+    ncclResult_t res = symmCommReadAttrs(comms[i]);
+    if (res != ncclSuccess) {
+      /* Not ready or failed: leave it forwarding; never fail the user's init. */
+      INFO(SYMM_INIT, "comm %p: libsymmcoll kernels inactive: attributes unavailable (%d)",
+           (void*)comms[i]->real, (int)res);
+      for (int k = 0; k < n; k++) comms[k]->setupDone = 1;
+      return ncclSuccess;
+    }
+  }
+  /* Before any of our kernels can spin (see symmAlgosLoadKernels); a rank whose kernels do
+   * not load says so in its setup record, and the communicator forwards on every rank. */
+  for (int i = 0; i < n; i++)
+    comms[i]->kernelsLoaded = symmAlgosLoadKernels(comms[i]->cudaDev) == ncclSuccess;
+  ncclResult_t res = symmTransportSetup(comms, n);
+  for (int i = 0; i < n; i++) comms[i]->setupDone = 1;
+  return res;
 }
 
-/* Records a communicator the real NCCL returned; sets it up now or at the outermost GroupEnd.
- * A non-blocking one is set up after its first all-reduce instead (symmCommSetupOnFirstUse):
- * its ranks may see it ready at different calls, but they all issue the same operations.
- * Our failures never fail the user's call: the communicator then simply forwards. */
-static void commCreated(ncclResult_t res, ncclComm_t real, int blocking) {
+/* ---- background jobs (non-blocking communicators) ----------------------------------------- */
+
+struct commJob {
+  struct symmComm* comm; /* one reference, dropped when the job ends */
+  int staging;
+};
+
+static void* jobMain(void* arg) {
+  struct commJob* job = arg;
+  struct symmComm* comm = job->comm;
+  /* The real NCCL may still be creating the communicator or launching its last operation. */
+  if (symmCommWaitIdle(comm, -1) == ncclSuccess) {
+    if (job->staging) {
+      if (symmTransportNeedsStaging(comm)) (void)symmTransportStage(&comm, 1);
+    } else {
+      (void)symmCommSetupMany(&comm, 1);
+    }
+  } else {
+    comm->setupDone = 1;
+    INFO(SYMM_INIT, "comm %p: libsymmcoll kernels inactive: the real NCCL did not finish "
+         "creating it", (void*)comm->real);
+  }
+  __atomic_store_n(&comm->job, SYMM_JOB_DONE, __ATOMIC_RELEASE);
+  symmCommRelease(comm);
+  free(job);
+  return NULL;
+}
+
+void symmCommStartJob(struct symmComm* comm, int staging) {
+  struct commJob* job = malloc(sizeof(*job));
+  pthread_attr_t attr;
+  if (job == NULL) goto fail;
+  *job = (struct commJob){.comm = comm, .staging = staging};
+  symmCommRetain(comm);
+  __atomic_store_n(&comm->job, SYMM_JOB_RUNNING, __ATOMIC_RELEASE);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  const int err = pthread_create(&comm->jobThread, &attr, jobMain, job);
+  pthread_attr_destroy(&attr);
+  if (err == 0) return;
+  __atomic_store_n(&comm->job, SYMM_JOB_DONE, __ATOMIC_RELEASE);
+  symmCommRelease(comm);
+  free(job);
+fail:
+  /* Every rank could fail to start it for different reasons: it is then the setup that stays
+   * undone, which forwards without disagreement only if nobody starts; so say it loudly. */
+  WARN("comm %p: cannot start the setup job of a non-blocking communicator", (void*)comm->real);
+  if (!staging) comm->setupDone = 1;
+}
+
+ncclResult_t symmCommJobState(const struct symmComm* comm) {
+  return __atomic_load_n(&comm->job, __ATOMIC_ACQUIRE) == SYMM_JOB_RUNNING ? ncclInProgress
+                                                                           : ncclSuccess;
+}
+
+void symmCommWaitJob(struct symmComm* comm) {
+  while (symmCommJobState(comm) == ncclInProgress) {
+    struct timespec pause = {0, 100 * 1000};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* ---- creation ----------------------------------------------------------------------------- */
+
+/* Records a communicator the real NCCL returned; sets it up now, at the outermost GroupEnd, or
+ * (non-blocking) in a background job. Our failures never fail the user's call. */
+static void commCreated(ncclResult_t res, ncclComm_t real, const struct symmCommConfig* config) {
   if ((res != ncclSuccess && res != ncclInProgress) || real == NULL) return;
   struct symmComm* comm = NULL;
-  if (symmCommAdd(real, blocking, &comm) != ncclSuccess) return;
-  if (!blocking) return;
+  const int job = config->blocking ? SYMM_JOB_NONE : SYMM_JOB_RUNNING;
+  if (symmCommAddConfig(real, config, job, &comm) != ncclSuccess) return;
+  if (!config->blocking) {
+    symmCommStartJob(comm, 0);
+    return;
+  }
   if (symmGroupDepth() > 0) {
     if (symmGroupDeferSetup(comm) != ncclSuccess) comm->setupDone = 1;
     return;
   }
   if (res == ncclSuccess) (void)symmCommSetupMany(&comm, 1);
+}
+
+/* The parent's config, which a split or shrink without one inherits. */
+static void childConfig(ncclComm_t parent, const ncclConfig_t* config, struct symmCommConfig* out) {
+  struct symmComm* p = symmCommAcquire(parent);
+  struct symmCommConfig inherited = {.blocking = 1, .ctaPolicy = NCCL_CTA_POLICY_DEFAULT};
+  if (p != NULL) inherited = p->config;
+  symmConfigRead(config, &inherited, out);
+  symmCommRelease(p);
 }
 
 #define LOAD_OR_FAIL()                                          \
@@ -42,8 +135,10 @@ SYMM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniq
   SYMM_FORWARD_IF_PASSTHROUGH(ncclCommInitRank, (comm, nranks, commId, rank), ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
+  struct symmCommConfig config;
+  symmConfigRead(NULL, NULL, &config);
   SYMM_CALL_REAL(res, ncclCommInitRank, (comm, nranks, commId, rank));
-  if (comm != NULL) commCreated(res, *comm, 1);
+  if (comm != NULL) commCreated(res, *comm, &config);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitRank,
@@ -55,8 +150,10 @@ SYMM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nc
                               ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
+  struct symmCommConfig ours;
+  symmConfigRead(config, NULL, &ours);
   SYMM_CALL_REAL(res, ncclCommInitRankConfig, (comm, nranks, commId, rank, config));
-  if (comm != NULL) commCreated(res, *comm, configBlocking(config));
+  if (comm != NULL) commCreated(res, *comm, &ours);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitRankConfig,
@@ -70,8 +167,10 @@ SYMM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nrank
                               (newcomm, nranks, myrank, nId, commIds, config), ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
+  struct symmCommConfig ours;
+  symmConfigRead(config, NULL, &ours);
   SYMM_CALL_REAL(res, ncclCommInitRankScalable, (newcomm, nranks, myrank, nId, commIds, config));
-  if (newcomm != NULL) commCreated(res, *newcomm, configBlocking(config));
+  if (newcomm != NULL) commCreated(res, *newcomm, &ours);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitRankScalable,
@@ -87,9 +186,12 @@ SYMM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
   /* One thread owns every rank: set them up together, as one deferred group. */
   struct symmComm** entries = calloc((size_t)ndev, sizeof(*entries));
   if (entries == NULL) return res;
+  struct symmCommConfig config;
+  symmConfigRead(NULL, NULL, &config);
   int n = 0;
   for (int i = 0; i < ndev; i++)
-    if (comms[i] != NULL && symmCommAdd(comms[i], 1, &entries[n]) == ncclSuccess) n++;
+    if (comms[i] != NULL && symmCommAddConfig(comms[i], &config, SYMM_JOB_NONE, &entries[n]) == ncclSuccess)
+      n++;
   if (symmGroupDepth() > 0) {
     for (int i = 0; i < n; i++) (void)symmGroupDeferSetup(entries[i]);
   } else if (n == ndev) {
@@ -100,14 +202,26 @@ SYMM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int ndev, const int* devlist))
 
+/* A non-blocking split or shrink may store the child's handle only after the call returned (the
+ * real NCCL's own thread stores it): such a child is unknown to us and forwards for its life. */
+static void childCreated(ncclResult_t res, ncclComm_t* newcomm, const struct symmCommConfig* config) {
+  if (newcomm == NULL) return;
+  ncclComm_t child = __atomic_load_n(newcomm, __ATOMIC_ACQUIRE);
+  if (child == NULL && res == ncclInProgress)
+    INFO(SYMM_INIT, "a non-blocking split or shrink returned before its child existed: that "
+         "communicator forwards to the real NCCL");
+  commCreated(res, child, config);
+}
+
 SYMM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
   SYMM_FORWARD_IF_PASSTHROUGH(ncclCommSplit, (comm, color, key, newcomm, config), ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
-  const int blocking = childBlocking(comm, config);
+  struct symmCommConfig ours;
+  childConfig(comm, config, &ours);
   SYMM_CALL_REAL(res, ncclCommSplit, (comm, color, key, newcomm, config));
-  if (newcomm != NULL) commCreated(res, *newcomm, blocking);
+  childCreated(res, newcomm, &ours);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommSplit,
@@ -121,61 +235,125 @@ SYMM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
                               ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
-  const int blocking = childBlocking(comm, config);
+  struct symmCommConfig ours;
+  childConfig(comm, config, &ours);
   SYMM_CALL_REAL(res, ncclCommShrink,
                  (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
-  if (newcomm != NULL) commCreated(res, *newcomm, blocking);
+  childCreated(res, newcomm, &ours);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommShrink,
                      (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                       ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags))
 
-/* Our resources go first (they may still need the real communicator), then the real one's. */
-static void commGone(ncclComm_t real, int abort) {
-  struct symmComm* comm = symmCommFind(real);
-  if (comm == NULL) return;
-  symmTransportTeardown(comm, abort);
-  symmCommRemove(real);
+/* ---- destruction -------------------------------------------------------------------------- */
+
+/* The first teardown of an entry wins (`gone`); it holds a reference until done. NULL: not ours,
+ * or another thread is tearing it down. */
+static struct symmComm* beginTeardown(ncclComm_t real) {
+  struct symmComm* comm = symmCommAcquire(real);
+  if (comm == NULL) return NULL;
+  int expected = 0;
+  if (!__atomic_compare_exchange_n(&comm->gone, &expected, 1, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE)) {
+    symmCommRelease(comm);
+    return NULL;
+  }
+  return comm;
 }
 
-/* After finalize no collective may run: our memory goes now (the entry stays until destroy). */
-SYMM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  if (symmRealDepth == 0) symmTransportTeardown(symmCommFind(comm), 0);
-  SYMM_FORWARD(ncclCommFinalize, (comm), ncclSystemError);
-}
-SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
-
+/* Our resources go first: we wait for our kernels, then the real NCCL tears its part down. */
 SYMM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (symmRealDepth == 0) commGone(comm, 0);
+  if (symmRealDepth == 0) {
+    struct symmComm* ours = beginTeardown(comm);
+    if (ours != NULL) {
+      symmCommWaitJob(ours);
+      symmGroupDropParked(ours);
+      symmTransportTeardown(ours, 0);
+      symmCommRemove(comm);
+      symmCommRelease(ours);
+    } else {
+      symmCommRemove(comm); /* finalized before, or never ours */
+    }
+  }
   SYMM_FORWARD(ncclCommDestroy, (comm), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
 
+/* After finalize no collective may run: our memory goes now (the entry stays until destroy). */
+SYMM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (symmRealDepth == 0) {
+    struct symmComm* ours = beginTeardown(comm);
+    if (ours != NULL) {
+      symmCommWaitJob(ours);
+      symmGroupDropParked(ours);
+      symmTransportTeardown(ours, 0);
+      symmCommRelease(ours);
+    }
+  }
+  SYMM_FORWARD(ncclCommFinalize, (comm), ncclSystemError);
+}
+SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
+
+/* From any thread, also while another one is inside a call on the communicator (PyTorch's
+ * watchdog): the abort flag goes up first so that our kernels exit, our setup work stops at its
+ * next wait, the real NCCL aborts (its kernels exit too), then our memory goes once the kernels
+ * have drained (at most 2 s). Calls in flight hold their own reference on the entry. */
 SYMM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  if (symmRealDepth == 0) commGone(comm, 1);
-  SYMM_FORWARD(ncclCommAbort, (comm), ncclSystemError);
+  struct symmComm* ours = NULL;
+  if (symmRealDepth == 0) {
+    ours = beginTeardown(comm);
+    if (ours != NULL) {
+      symmTransportSetAbort(ours);
+      symmCommWaitJob(ours);
+      while (__atomic_load_n(&ours->stagingBusy, __ATOMIC_ACQUIRE)) {
+        struct timespec pause = {0, 100 * 1000};
+        nanosleep(&pause, NULL);
+      }
+      symmGroupDropParked(ours);
+    } else {
+      symmCommRemove(comm);
+    }
+  }
+  ncclResult_t res = ncclSystemError;
+  if (symmRealLoad() == ncclSuccess && symmReal.ncclCommAbort != NULL) res = symmReal.ncclCommAbort(comm);
+  if (ours != NULL) {
+    symmTransportTeardown(ours, 1);
+    symmCommRemove(comm);
+    symmCommRelease(ours);
+  }
+  return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
 
-/* Revoke stops our spinning kernels too (the communicator stays until destroy/abort). */
+/* Revoke stops our spinning kernels too; later calls go to the real NCCL, which refuses them
+ * (the communicator stays until destroy/abort). */
 SYMM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  if (symmRealDepth == 0) symmTransportSetAbort(symmCommFind(comm));
+  if (symmRealDepth == 0) {
+    struct symmComm* ours = symmCommAcquire(comm);
+    symmTransportSetAbort(ours);
+    symmCommRelease(ours);
+  }
   SYMM_FORWARD(ncclCommRevoke, (comm, revokeFlags), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
 
-/* The real NCCL's answer, overridden by ours when one of our kernels gave up. */
+/* The real NCCL's answer combined with ours: our failure (a kernel's error, a peer's failure
+ * word, a launch we could not make), our setup job or operations still waiting behind a
+ * non-blocking group (ncclInProgress). */
 SYMM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   SYMM_FORWARD_IF_PASSTHROUGH(ncclCommGetAsyncError, (comm, asyncError), ncclSystemError);
-  LOAD_OR_FAIL();
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm, asyncError));
-  if (res == ncclSuccess && asyncError != NULL &&
-      (*asyncError == ncclSuccess || *asyncError == ncclInProgress)) {
-    ncclResult_t ours = symmTransportAsyncError(symmCommFind(comm));
-    if (ours != ncclSuccess) *asyncError = ours;
-  }
+  if (res != ncclSuccess || asyncError == NULL) return res;
+  struct symmComm* ours = symmCommAcquire(comm);
+  if (ours == NULL) return res;
+  ncclResult_t mine = symmCommJobState(ours);
+  if (mine == ncclSuccess && *asyncError != ncclInProgress) mine = symmGroupRunParked(ours);
+  const ncclResult_t health = symmCommPollHealth(ours);
+  if (health != ncclSuccess) mine = health;
+  *asyncError = symmFailureCombine(*asyncError, mine);
+  symmCommRelease(ours);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError))

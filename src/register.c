@@ -45,8 +45,9 @@ SYMM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
   SYMM_CALL_REAL(res, ncclCommRegister, (comm, buff, size, handle));
   /* NULL handles (NCCL_LOCAL_REGISTER=0) cannot name the region at deregistration: not shared. */
   if (res != ncclSuccess || handle == NULL || *handle == NULL) return res;
-  struct symmComm* ours = symmCommFind(comm);
+  struct symmComm* ours = symmCommAcquire(comm);
   if (ours != NULL) symmTransportUserRegister(ours, buff, size, *handle);
+  symmCommRelease(ours);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRegister,
@@ -54,11 +55,12 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRegister,
 
 static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHandle);
 
-/* Peers unmap the region (after our last kernel; inside a group at GroupEnd), then forward. */
+/* Peers unmap the region (after our eager kernels; inside a group at GroupEnd), then forward. */
 SYMM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   if (symmRealDepth == 0 && handle != NULL) {
-    struct symmComm* ours = symmCommFind(comm);
+    struct symmComm* ours = symmCommAcquire(comm);
     if (!deferDeregister(ours, NULL, handle)) symmTransportUserDeregister(ours, handle);
+    symmCommRelease(ours);
   }
   SYMM_FORWARD(ncclCommDeregister, (comm, handle), ncclSystemError);
 }
@@ -73,12 +75,15 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   if (symmRealLoad() != ncclSuccess) return ncclSystemError;
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommWindowRegister, (comm, buff, size, win, winFlags));
-  struct symmComm* ours = symmCommFind(comm);
+  struct symmComm* ours = symmCommAcquire(comm);
   /* Non-blocking: every rank maps (collectively) once its registration is complete. */
   if (res == ncclInProgress && ours != NULL && symmGroupDepth() == 0 &&
-      symmCommWaitIdle(ours, symmTransportSetupTimeoutMs()) == ncclSuccess)
+      symmCommWaitIdle(ours, -1) == ncclSuccess)
     res = ncclSuccess;
-  if (res != ncclSuccess || win == NULL) return res;
+  if (res != ncclSuccess || win == NULL) {
+    symmCommRelease(ours);
+    return res;
+  }
   const struct symmWindowReg reg = {.comm = ours, .buff = buff, .size = size,
                                     .win = win, .winFlags = winFlags};
   /* Inside a group the peers' registrations (maybe issued by this same thread) come later.
@@ -87,19 +92,22 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
     (void)symmGroupDeferWindow(&reg);
   else
     symmTransportWindowsRegistered(&reg, 1);
+  symmCommRelease(ours);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowRegister,
                      (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
 
-/* A window (win) or an ncclCommRegister region (userHandle) to withdraw at GroupEnd. */
+/* A window (win) or an ncclCommRegister region (userHandle) to withdraw at GroupEnd (the group
+ * holds a reference on comm). */
 struct deferredDeregister {
   struct symmComm* comm;
   ncclWindow_t win;
   void* userHandle;
 };
 
-static ncclResult_t runDeferredDeregister(void* arg) {
+static ncclResult_t runDeferredDeregister(void* arg, int launch) {
+  (void)launch; /* the real NCCL deregistered already: always ours too */
   struct deferredDeregister* d = arg;
   if (d->userHandle != NULL)
     symmTransportUserDeregister(d->comm, d->userHandle);
@@ -116,15 +124,17 @@ static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHa
   struct deferredDeregister* d = malloc(sizeof(*d));
   if (d == NULL) return 0;
   *d = (struct deferredDeregister){.comm = comm, .win = win, .userHandle = userHandle};
-  if (symmGroupDeferOp(runDeferredDeregister, d) == ncclSuccess) return 1;
+  if (symmGroupDeferOp(comm, SYMM_DEFERRED_UNREGISTER, 0, runDeferredDeregister, d) == ncclSuccess)
+    return 1;
   free(d);
   return 0;
 }
 
 SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   if (symmRealDepth == 0) {
-    struct symmComm* ours = symmCommFind(comm);
+    struct symmComm* ours = symmCommAcquire(comm);
     if (!deferDeregister(ours, win, NULL)) symmTransportWindowDeregister(ours, win);
+    symmCommRelease(ours);
   }
   SYMM_FORWARD(ncclCommWindowDeregister, (comm, win), ncclSystemError);
 }

@@ -3,46 +3,115 @@
 #ifndef SYMMCOLL_COMM_H
 #define SYMMCOLL_COMM_H
 
+#include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
 
 #include "nccl_api.h"
 
 struct symmTransport; /* src/transport: peer memory, signals, abort flag */
+struct symmTuneFile;  /* src/tuner: the tuning table a communicator uses */
+
+/* What ncclConfig_t (and NCCL's own environment overrides) fixed at creation, as the real NCCL
+ * reads it; identical on every rank given the same configs and environment. */
+struct symmCommConfig {
+  int blocking;
+  int maxCTAs, minCTAs; /* 0: not set */
+  int ctaPolicy;        /* NCCL_CTA_POLICY_* */
+};
+
+/* Cross-stream order of every operation on the communicator (src/order.c). Touched only under
+ * the communicator's launchLock. */
+#define SYMM_ORDER_CAPTURES 4
+struct symmOrder {
+  cudaEvent_t event;        /* recorded right after every operation (or replay, see order.h) */
+  unsigned long long lastStreamId; /* cudaStreamGetId of the latest eager operation's stream */
+  int issued;               /* an eager operation was issued */
+  int everCaptured;         /* eager operations then wait on `event` every time */
+  int created;              /* `event` exists */
+  /* Captures in progress (the least recently used slot is reused): each one's capEvent marks
+   * its last operation, so the next one in the same graph depends on it. */
+  struct {
+    unsigned long long id, lastUse;
+    cudaEvent_t capEvent; /* created with the slot's first use */
+  } captures[SYMM_ORDER_CAPTURES];
+  unsigned long long useClock;
+};
+
+/* A failed communicator: SYMM_ERR_* bits and the error every later call returns. */
+struct symmFailure {
+  int result;    /* ncclResult_t; ncclSuccess while healthy (atomic) */
+  uint32_t bits; /* SYMM_ERR_* reasons seen, or-ed (atomic) */
+};
+
+/* Where a non-blocking communicator's setup job stands (symmComm.job). */
+enum symmJobState { SYMM_JOB_NONE = 0, SYMM_JOB_RUNNING = 1, SYMM_JOB_DONE = 2 };
+
+struct symmDeferredList; /* src/group.c: our operations parked behind a non-blocking group */
 
 struct symmComm {
   ncclComm_t real; /* the handle the application holds */
   int rank, nranks, cudaDev;
-  int blocking;    /* config.blocking; non-blocking comms are set up lazily */
-  int attrsKnown;  /* rank/nranks/cudaDev read from the real NCCL */
-  int setupDone;   /* symmetric-memory setup attempted (successfully or not) */
-  int kernelsLoaded; /* our kernels are loaded in this device's context (symmCommSetupMany) */
-  struct symmTransport* transport; /* non-NULL when eligible and set up */
-  /* Readers: launches in flight (symmTransportBeginLaunch..End). Writer: teardown, which detaches
-   * `transport` so an abort from another thread never frees memory under a launch. */
-  pthread_rwlock_t transportLock;
-  struct symmComm* next;           /* hash chain, guarded by the table lock */
+  struct symmCommConfig config;
+  int arch;          /* comm-wide compute capability * 10, 0 if ranks differ (agreed at setup) */
+  int link;          /* enum symmLink, agreed at setup */
+  const struct symmTuneFile* tuneTable; /* agreed at setup (NULL: the built-in table) */
+  int attrsKnown;    /* rank/nranks/cudaDev read from the real NCCL */
+  int setupDone;     /* creation setup attempted (successfully or not) */
+  int kernelsLoaded; /* our kernels are loaded in this device's context */
+  /* References: one held by the table while the entry is listed, one by every call in flight
+   * (symmCommAcquire). The entry is freed when the last one goes (atomic). */
+  int refs;
+  int gone;                   /* destroy/finalize/abort started: no new work of ours (atomic) */
+  struct symmFailure failure; /* our error, communicator-wide (src/failure.c) */
+  int job;                    /* enum symmJobState (atomic) */
+  pthread_t jobThread;
+  int stagingBusy;            /* a thread is building staging (atomic) */
+  /* Serialises our launches, the order state and the transport pointer against teardown; held
+   * only for host work that never waits on peers. */
+  pthread_mutex_t launchLock;
+  struct symmOrder order;
+  uint64_t launches;                 /* launches of ours issued (tests read it) */
+  struct symmTransport* transport;   /* non-NULL when eligible and set up */
+  struct symmDeferredList* parked;   /* non-blocking: ours behind NCCL's group launch */
+  struct symmComm* next;             /* hash chain, guarded by the table lock */
 };
 
-/* Registers a communicator that the real NCCL just created (or is creating, non-blocking). */
+/* Registers a communicator that the real NCCL just created (or is creating, non-blocking); the
+ * table holds one reference. `job` is its symmJobState as it becomes visible. *out is borrowed
+ * (valid while the table lists it). */
+ncclResult_t symmCommAddConfig(ncclComm_t real, const struct symmCommConfig* config, int job,
+                               struct symmComm** out);
+/* The same with the default config of a blocking or non-blocking communicator (tests). */
 ncclResult_t symmCommAdd(ncclComm_t real, int blocking, struct symmComm** out);
-/* The entry for `real`, or NULL. The pointer stays valid until symmCommRemove(real). */
+/* The listed entry for `real` with one more reference, or NULL (unknown, or going away).
+ * Every entry point that uses an entry holds one until it returns. */
+struct symmComm* symmCommAcquire(ncclComm_t real);
+void symmCommRetain(struct symmComm* comm);
+/* Drops a reference; the last one frees the entry (its transport must be detached). */
+void symmCommRelease(struct symmComm* comm);
+/* The listed entry for `real` without a reference (tests, and callers that own the handle's
+ * lifetime), or NULL. */
 struct symmComm* symmCommFind(ncclComm_t real);
-/* Unlinks and frees the entry (after its transport was torn down). */
+/* Unlinks the entry and drops the table's reference (after its transport was torn down). */
 void symmCommRemove(ncclComm_t real);
-/* Number of live entries (tests). */
+/* Number of listed entries (tests). */
 int symmCommCount(void);
 
 /* A non-blocking communicator may still be launching its last operation (ncclInProgress):
- * polls the real NCCL until that is done, at most timeoutMs. ncclSuccess when idle (at once for
- * blocking communicators); ncclInProgress on timeout; else the communicator's error. */
+ * polls the real NCCL until that is done, at most timeoutMs (< 0: no limit). ncclSuccess when
+ * idle (at once for blocking communicators); ncclInProgress on timeout; else its error. */
 ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs);
 
 /* Whether the real NCCL will make this communicator blocking, decided as NCCL does: the
  * NCCL_COMM_BLOCKING environment variable (0 or 1) wins, then config->blocking, then
- * `inherited` when there is no config (a split's parent; 1 for new communicators), else 1.
- * Identical on every rank given the same configs and environment. */
+ * `inherited` when there is no config (a split's parent; 1 for new communicators), else 1. */
 int symmConfigBlocking(const ncclConfig_t* config, int inherited);
+/* The whole config as NCCL reads it: fields of versions the caller's struct has, NCCL_MAX_CTAS,
+ * NCCL_MIN_CTAS and NCCL_CTA_POLICY from the environment, NCCL's clamps. `parent` (or NULL) is
+ * inherited when `config` is NULL (ncclCommSplit/Shrink). */
+void symmConfigRead(const ncclConfig_t* config, const struct symmCommConfig* parent,
+                    struct symmCommConfig* out);
 
 /* Reads rank/size/device from the real NCCL once the communicator is ready. */
 ncclResult_t symmCommReadAttrs(struct symmComm* comm);

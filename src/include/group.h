@@ -13,21 +13,37 @@ int symmGroupDepth(void);
  * the others created in that group (one thread may create all ranks, as ncclCommInitAll does). */
 ncclResult_t symmGroupDeferSetup(struct symmComm* comm);
 
-/* An operation of ours issued inside a group; launched at the outermost GroupEnd, in call order,
- * after the real NCCL's group was launched. `run` owns `arg` and frees it. */
-typedef ncclResult_t (*symmDeferredFn)(void* arg);
-ncclResult_t symmGroupDeferOp(symmDeferredFn run, void* arg);
+/* What a deferred operation is, which decides what happens to it when the group does not launch
+ * (the real ncclGroupEnd failed, or ncclGroupSimulateEnd): */
+enum symmDeferredKind {
+  SYMM_DEFERRED_LAUNCH = 0,     /* a kernel of ours: dropped (the communicator fails) */
+  SYMM_DEFERRED_FORWARDED = 1,  /* ordering after an operation forwarded inside the group: run */
+  SYMM_DEFERRED_UNREGISTER = 2, /* a deregistration the real NCCL already did: run */
+};
+/* `run(arg, launch)` launches (launch = 1) or only frees (launch = 0) its argument; it owns
+ * `arg` either way. The group holds a reference on `comm` until then. Operations run at the
+ * outermost GroupEnd, in call order, after the real NCCL's group; `needsStaging`: a launch that
+ * is the communicator's first call given to our kernels (staging is built first, for every
+ * communicator of the group at once). */
+typedef ncclResult_t (*symmDeferredFn)(void* arg, int launch);
+ncclResult_t symmGroupDeferOp(struct symmComm* comm, enum symmDeferredKind kind, int needsStaging,
+                              symmDeferredFn run, void* arg);
 
 /* A symmetric window registered inside a group; peer-mapped at the outermost GroupEnd after the
  * setups and before the deferred operations, all windows of the group in one batch. */
 ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg);
 
-/* Sets up freshly created communicators (all ranks of each call it collectively). */
-ncclResult_t symmCommSetupMany(struct symmComm** comms, int n);
+/* Inside a group, a call we refuse must fail the real NCCL's group too, as NCCL's own argument
+ * errors do (ncclGroupErrCheck: the group then launches nothing): issues one real call that the
+ * real NCCL refuses on `real`. */
+void symmGroupPoison(ncclComm_t real);
 
-/* A non-blocking communicator: set up right after its first ncclAllReduce (which itself always
- * forwards, on every rank alike), or at the outermost GroupEnd when that call was grouped.
- * Never when the call was captured in a CUDA graph: the communicator then always forwards. */
-ncclResult_t symmCommSetupOnFirstUse(struct symmComm* comm, cudaStream_t stream);
+/* Non-blocking communicators: our operations of a group the real NCCL is still launching
+ * (ncclInProgress) wait on the communicator, behind NCCL's, and launch once the real NCCL says
+ * it is done; ncclSuccess when none wait, ncclInProgress while they do, else the error. Called
+ * by ncclCommGetAsyncError and at every entry point that uses the communicator. */
+ncclResult_t symmGroupRunParked(struct symmComm* comm);
+/* Drops what waits on a communicator that goes away. */
+void symmGroupDropParked(struct symmComm* comm);
 
 #endif

@@ -26,11 +26,16 @@ typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
 /* Every NCCL entry point we export, once.  X(ret, name, params, args, fail):
  * fail is what the call returns when no real NCCL can be loaded.
  * FORWARDED ones get a generated body in api.c; INTERCEPTED ones are written by hand
- * (collectives.c, comm.c, ...). Both lists drive the dlsym table, and the version script
- * exports nccl* / pncl* wildcards, so adding a symbol is one line here. */
+ * (collectives.c, init.c, ...). Both lists drive the dlsym table, and the version script
+ * exports nccl* / pncl* wildcards, so adding a symbol is one line here.
+ * FORWARDED_COMM ones are operations on a communicator and a stream (their parameters are named
+ * `comm` and `stream`): their generated bodies first return the communicator's failure, as NCCL's
+ * ncclCommEnsureReady does, and order the call with our own kernels on that communicator. */
 #define SYMM_FAIL_RESULT ncclSystemError
 
-#define SYMMCOLL_FORWARDED_FUNCS(X)                                                                  \
+#define SYMMCOLL_FORWARDED_FUNCS(X) SYMMCOLL_FORWARDED_PLAIN_FUNCS(X) SYMMCOLL_FORWARDED_COMM_FUNCS(X)
+
+#define SYMMCOLL_FORWARDED_PLAIN_FUNCS(X)                                                            \
   X(ncclResult_t, ncclGetUniqueId, (ncclUniqueId* uniqueId), (uniqueId), SYMM_FAIL_RESULT)           \
   X(const char*, ncclGetLastError, (ncclComm_t comm), (comm), "libsymmcoll: no real NCCL loaded")     \
   X(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int* count), (comm, count), SYMM_FAIL_RESULT) \
@@ -42,6 +47,30 @@ typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
      ncclComm_t comm),                                                                               \
     (op, scalar, datatype, residence, comm), SYMM_FAIL_RESULT)                                       \
   X(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm), (op, comm), SYMM_FAIL_RESULT) \
+  X(ncclResult_t, ncclDevCommCreate,                                                                 \
+    (ncclComm_t comm, const ncclDevCommRequirements_t* reqs, ncclDevComm_t* outDevComm),             \
+    (comm, reqs, outDevComm), SYMM_FAIL_RESULT)                                                      \
+  X(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const ncclDevComm_t* devComm),               \
+    (comm, devComm), SYMM_FAIL_RESULT)                                                               \
+  X(symmNcclTeam_t, ncclTeamWorld, (ncclComm_t comm), (comm), ((symmNcclTeam_t){0, -1, 0}))          \
+  X(symmNcclTeam_t, ncclTeamLsa, (ncclComm_t comm), (comm), ((symmNcclTeam_t){0, -1, 0}))            \
+  X(symmNcclTeam_t, ncclTeamRail, (ncclComm_t comm), (comm), ((symmNcclTeam_t){0, -1, 0}))           \
+  X(int, ncclTeamRankToWorld, (ncclComm_t comm, symmNcclTeam_t team, int rank), (comm, team, rank), -1) \
+  X(int, ncclTeamRankToLsa, (ncclComm_t comm, symmNcclTeam_t team, int rank), (comm, team, rank), -1) \
+  X(int, ncclLLA2ACalcSlots, (int maxElts, int maxEltSize), (maxElts, maxEltSize), -1)               \
+  X(ncclResult_t, ncclLLA2ACreateRequirement,                                                        \
+    (int nBlocks, int nSlots, ncclLLA2AHandle_t* outHandle, ncclDevResourceRequirements_t* outReq),  \
+    (nBlocks, nSlots, outHandle, outReq), SYMM_FAIL_RESULT)                                          \
+  X(ncclResult_t, ncclLsaBarrierCreateRequirement,                                                   \
+    (symmNcclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t* outHandle,                          \
+     ncclDevResourceRequirements_t* outReq),                                                         \
+    (team, nBarriers, outHandle, outReq), SYMM_FAIL_RESULT)                                          \
+  X(ncclResult_t, ncclGinBarrierCreateRequirement,                                                   \
+    (ncclComm_t comm, symmNcclTeam_t team, int nBarriers, ncclGinBarrierHandle_t* outHandle,         \
+     ncclDevResourceRequirements_t* outReq),                                                         \
+    (comm, team, nBarriers, outHandle, outReq), SYMM_FAIL_RESULT)
+
+#define SYMMCOLL_FORWARDED_COMM_FUNCS(X)                                                             \
   X(ncclResult_t, ncclReduce,                                                                        \
     (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,    \
      int root, ncclComm_t comm, cudaStream_t stream),                                                \
@@ -73,30 +102,7 @@ typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
   X(ncclResult_t, ncclRecv,                                                                          \
     (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,               \
      cudaStream_t stream),                                                                           \
-    (recvbuff, count, datatype, peer, comm, stream), SYMM_FAIL_RESULT)                               \
-  X(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t* simInfo), (simInfo), SYMM_FAIL_RESULT)       \
-  X(ncclResult_t, ncclDevCommCreate,                                                                 \
-    (ncclComm_t comm, const ncclDevCommRequirements_t* reqs, ncclDevComm_t* outDevComm),             \
-    (comm, reqs, outDevComm), SYMM_FAIL_RESULT)                                                      \
-  X(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const ncclDevComm_t* devComm),               \
-    (comm, devComm), SYMM_FAIL_RESULT)                                                               \
-  X(symmNcclTeam_t, ncclTeamWorld, (ncclComm_t comm), (comm), ((symmNcclTeam_t){0, -1, 0}))          \
-  X(symmNcclTeam_t, ncclTeamLsa, (ncclComm_t comm), (comm), ((symmNcclTeam_t){0, -1, 0}))            \
-  X(symmNcclTeam_t, ncclTeamRail, (ncclComm_t comm), (comm), ((symmNcclTeam_t){0, -1, 0}))           \
-  X(int, ncclTeamRankToWorld, (ncclComm_t comm, symmNcclTeam_t team, int rank), (comm, team, rank), -1) \
-  X(int, ncclTeamRankToLsa, (ncclComm_t comm, symmNcclTeam_t team, int rank), (comm, team, rank), -1) \
-  X(int, ncclLLA2ACalcSlots, (int maxElts, int maxEltSize), (maxElts, maxEltSize), -1)               \
-  X(ncclResult_t, ncclLLA2ACreateRequirement,                                                        \
-    (int nBlocks, int nSlots, ncclLLA2AHandle_t* outHandle, ncclDevResourceRequirements_t* outReq),  \
-    (nBlocks, nSlots, outHandle, outReq), SYMM_FAIL_RESULT)                                          \
-  X(ncclResult_t, ncclLsaBarrierCreateRequirement,                                                   \
-    (symmNcclTeam_t team, int nBarriers, ncclLsaBarrierHandle_t* outHandle,                          \
-     ncclDevResourceRequirements_t* outReq),                                                         \
-    (team, nBarriers, outHandle, outReq), SYMM_FAIL_RESULT)                                          \
-  X(ncclResult_t, ncclGinBarrierCreateRequirement,                                                   \
-    (ncclComm_t comm, symmNcclTeam_t team, int nBarriers, ncclGinBarrierHandle_t* outHandle,         \
-     ncclDevResourceRequirements_t* outReq),                                                         \
-    (comm, team, nBarriers, outHandle, outReq), SYMM_FAIL_RESULT)
+    (recvbuff, count, datatype, peer, comm, stream), SYMM_FAIL_RESULT)
 
 /* Entry points with a hand-written body. */
 #define SYMMCOLL_INTERCEPTED_FUNCS(X)                                                                \
@@ -154,7 +160,8 @@ typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
      ncclComm_t comm, cudaStream_t stream),                                                          \
     (sendbuff, recvbuff, sendcount, datatype, comm, stream), SYMM_FAIL_RESULT)                       \
   X(ncclResult_t, ncclGroupStart, (void), (), SYMM_FAIL_RESULT)                                      \
-  X(ncclResult_t, ncclGroupEnd, (void), (), SYMM_FAIL_RESULT)
+  X(ncclResult_t, ncclGroupEnd, (void), (), SYMM_FAIL_RESULT)                                        \
+  X(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t* simInfo), (simInfo), SYMM_FAIL_RESULT)
 
 #define SYMMCOLL_ALL_FUNCS(X) SYMMCOLL_FORWARDED_FUNCS(X) SYMMCOLL_INTERCEPTED_FUNCS(X)
 

@@ -9,28 +9,64 @@
 #include "comm.h"
 #include "symm_peers.h"
 
-/* Decides eligibility and, when eligible, builds the peer-mapped memory of each communicator.
- * Collective: every rank of each communicator calls it at the same point; `comms` holds the
- * communicators one thread created together (ncclCommInitAll, a group of inits). Never fails the
- * user's communicator: an ineligible or failed setup leaves comm->transport NULL (forwarding). */
+/* At creation: decides eligibility (records, peer access, agreed knobs) and builds each rank's
+ * private state; staging comes later (symmTransportStage). Collective: every rank of each
+ * communicator calls it at the same point; `comms` holds the communicators one thread created
+ * together (ncclCommInitAll, a group of inits). Never fails the user's communicator: an
+ * ineligible or failed setup leaves comm->transport NULL (forwarding), with one INFO line. Sets
+ * comm->arch and comm->link (agreed). */
 ncclResult_t symmTransportSetup(struct symmComm** comms, int n);
 
-/* How long setup waits for a peer or for a non-blocking communicator to go idle before giving up
- * (forwarding): SYMMCOLL_SETUP_TIMEOUT_MS. */
+/* 1 when comm has a transport whose staging is not built yet: the first call the tuner gives
+ * to our kernels builds it (symmTransportStage) on every rank alike. */
+int symmTransportNeedsStaging(const struct symmComm* comm);
+/* Staging bytes per rank the communicator has or will have (identical on every rank), 0 when
+ * it has no transport. */
+size_t symmTransportStagingBytes(const struct symmComm* comm);
+/* Collective, at the first call given to our kernels (never while capturing): allocates staging
+ * and signal pads (zeroed on a private stream), maps every peer, agrees. A failure anywhere
+ * detaches the transport on every rank (forwarding from then on). Never holds launchLock while
+ * waiting for peers; gives up when the communicator is going away. */
+ncclResult_t symmTransportStage(struct symmComm** comms, int n);
+
+/* How long setup waits for a peer's handle before giving up (forwarding):
+ * SYMMCOLL_SETUP_TIMEOUT_MS. */
 int64_t symmTransportSetupTimeoutMs(void);
 
-/* Releases everything symmTransportSetup built, in reverse order. `abort` marks an abort. */
+/* Detaches and releases the communicator's transport. Waits first for every eager operation
+ * issued on it (the order event); with `abort` the abort flag goes up first and the wait lasts
+ * at most 2 s, after which the memory is leaked rather than unmapped under a running kernel.
+ * Graph replays keep their own reference (symmTransportRetainForGraph). */
 void symmTransportTeardown(struct symmComm* comm, int abort);
 
-/* The peer view a kernel launch needs; valid while comm->transport is non-NULL. */
+/* Caller holds comm->launchLock: the peer view for a launch (staging built, not aborted), or
+ * NULL (forward). Stays valid while the lock is held. */
+const struct symmPeers* symmTransportLaunchPeers(const struct symmComm* comm);
+/* The peer view (tests: no lock, valid while nothing tears the communicator down). */
 const struct symmPeers* symmTransportPeers(const struct symmComm* comm);
-
-/* Preferred by launchers: returns the peer view and holds the communicator's transport open
- * (an abort or destroy on another thread waits) until symmTransportEndLaunch; NULL when the
- * communicator has no symmetric memory or was aborted/revoked (then forward, and do not call
- * End). End records the launch on `stream` when `launched` (see symmTransportNoteLaunch). */
+/* Tests: symmTransportLaunchPeers under the lock (End unlocks; NULL Begin holds nothing). */
 const struct symmPeers* symmTransportBeginLaunch(struct symmComm* comm);
-void symmTransportEndLaunch(struct symmComm* comm, cudaStream_t stream, int launched);
+void symmTransportEndLaunch(struct symmComm* comm);
+
+/* A kernel of ours was captured into `graph` (caller holds launchLock): the graph keeps the
+ * transport alive until it and its replays are gone (cudaUserObject, as NCCL retains its
+ * persistent plans); the memory is freed off CUDA's callback thread. */
+ncclResult_t symmTransportRetainForGraph(struct symmComm* comm, cudaGraph_t graph);
+
+/* Failure words and flags (caller holds launchLock). SYMM_ERR_* bits a kernel of ours raised on
+ * this rank (0: none). */
+uint32_t symmTransportKernelErrors(const struct symmComm* comm);
+/* Writes `bits` into every rank's failure word (ours too) from a private stream, so that
+ * every rank's kernels stop waiting and report the failure. */
+void symmTransportTellPeers(struct symmComm* comm, uint32_t bits);
+/* Our pad's failure word as last read back (a peer failed the communicator), and a new read
+ * issued when the previous one completed. Never blocks. */
+uint32_t symmTransportPollPadFailure(struct symmComm* comm);
+/* Tests: what a kernel of ours that gives up for `bits` does (this rank's error word, every
+ * rank's failure word). */
+void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits);
+/* ncclCommAbort/ncclCommRevoke: raise the abort flag that every spin loop polls. */
+void symmTransportSetAbort(struct symmComm* comm);
 
 /* If [ptr, ptr+bytes) lies inside a symmetric window registered on `comm` (ncclCommWindowRegister
  * with NCCL_WIN_COLL_SYMMETRIC),
@@ -46,10 +82,11 @@ uint64_t symmTransportUserInputDesc(const struct symmComm* comm, const void* ptr
 
 /* ncclCommRegister after the real NCCL returned `realHandle` (non-NULL): if `buff` is VMM memory
  * exportable as a POSIX fd (ncclMemAlloc), offers its allocation to every peer, which maps it in
- * the background and acknowledges. Local, never blocks on peers, never fails the user's call. */
+ * the background and acknowledges (before staging exists: once it does). Local, never blocks on
+ * peers, never fails the user's call. */
 void symmTransportUserRegister(struct symmComm* comm, void* buff, size_t size, void* realHandle);
 /* ncclCommDeregister (inside a group: at the outermost GroupEnd), before forwarding: withdraws
- * the region NCCL named `realHandle`, waits for our last kernel, tells the peers to unmap it. */
+ * the region NCCL named `realHandle`, waits for our eager kernels, tells the peers to unmap it. */
 void symmTransportUserDeregister(struct symmComm* comm, void* realHandle);
 /* Peer regions this rank has mapped now (tests). */
 int symmTransportUserRegMappedCount(const struct symmComm* comm);
@@ -61,17 +98,6 @@ int symmTransportMulticastReady(const struct symmComm* comm);
 
 /* How many times this process tried to create or import a multicast object (tests prove 0). */
 long symmTransportMulticastAttempts(void);
-
-/* Kernel launchers call this after launching on `stream` (outside graph capture), so teardown
- * can wait for our kernels before unmapping memory they use. */
-void symmTransportNoteLaunch(struct symmComm* comm, cudaStream_t stream);
-
-/* ncclCommAbort/ncclCommRevoke: raise the abort flag that every spin loop polls. */
-void symmTransportSetAbort(struct symmComm* comm);
-
-/* Our part of ncclCommGetAsyncError: ncclSuccess, or ncclRemoteError when a kernel gave up
- * (peer vanished or abort seen) and raised the error flag. */
-ncclResult_t symmTransportAsyncError(const struct symmComm* comm);
 
 /* ncclMemAlloc/ncclMemFree: VMM memory exportable as POSIX fds, accessible from every
  * peer-accessible device. *handled = 0 means "not ours: forward to the real NCCL". */
@@ -90,7 +116,8 @@ struct symmWindowReg {
  * (collective, like the registration; one thread may pass one per rank it drives, as a group
  * does). Never fails the user's call; an unmapped window is simply not used. */
 void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n);
-/* Before the real ncclCommWindowDeregister: unmap the peers' windows of `win`. */
+/* Before the real ncclCommWindowDeregister: unmap the peers' windows of `win` once every eager
+ * kernel of ours issued so far has finished. */
 void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win);
 
 #endif

@@ -84,6 +84,19 @@ int symmDecideFromRecords(const struct symmPeerRecord* records, int nranks, int 
   return 1;
 }
 
+int symmKnobMismatch(const struct symmPeerRecord* records, int nranks, int* rank) {
+  const uint32_t count = records[0].knobCount;
+  for (int r = 1; r < nranks; r++) {
+    *rank = r;
+    if (records[r].knobCount != count || count > SYMM_RECORD_KNOBS) return (int)count;
+    for (uint32_t k = 0; k < count; k++)
+      if (records[r].knobHashes[k] != records[0].knobHashes[k]) return (int)k;
+    if (records[r].tuningFileHash != records[0].tuningFileHash) return (int)count;
+  }
+  *rank = -1;
+  return -1;
+}
+
 int symmDecideFromAccess(const uint32_t* accessMasks, int nranks, struct symmVerdict* verdict) {
   for (int r = 0; r < nranks; r++) {
     for (int q = 0; q < nranks; q++) {

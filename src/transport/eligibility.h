@@ -8,8 +8,9 @@
 
 #include "symm_peers.h"
 
-#define SYMM_RECORD_VERSION 1u
-#define SYMM_SECRET_BYTES 32 /* first half names sockets, second half authenticates requests */
+#define SYMM_RECORD_VERSION 2u
+#define SYMM_SECRET_BYTES 32 /* first half keys socket names, second half authenticates requests */
+#define SYMM_RECORD_KNOBS 48 /* hashes of SYMM_PARAM_AGREED knobs a record carries */
 
 /* Flags a rank reports about itself. */
 enum {
@@ -33,6 +34,12 @@ struct symmPeerRecord {
   uint64_t granularity; /* VMM allocation granularity of this rank's device */
   char busId[16];
   uint8_t secret[SYMM_SECRET_BYTES]; /* meaningful in rank 0's record only; never logged */
+  /* Knobs that must agree (symmParamAgreed, sorted by name: identical binaries list the same
+   * ones) and the tuning file's identity (hash of its contents, 0 when none is set). */
+  uint32_t knobCount;
+  uint32_t reserved;
+  uint64_t knobHashes[SYMM_RECORD_KNOBS];
+  uint64_t tuningFileHash;
 };
 
 /* Outcome of the decision; identical on every rank given identical inputs. */
@@ -46,6 +53,11 @@ struct symmVerdict {
  * Returns verdict->eligible. */
 int symmDecideFromRecords(const struct symmPeerRecord* records, int nranks, int maxRanks,
                           struct symmVerdict* verdict);
+
+/* Stage 1, after symmDecideFromRecords: the first knob on which some rank differs from rank 0
+ * (its index in the sorted list; knobCount for the tuning file; also knobCount when the lists
+ * themselves differ), or -1 when every rank agrees. *rank: the first rank that differs. */
+int symmKnobMismatch(const struct symmPeerRecord* records, int nranks, int* rank);
 
 /* Stage 2: every rank's bit mask of peers its device can access (bit r = rank r reachable).
  * Eligible only if every pair is accessible in both directions. */

@@ -51,15 +51,64 @@ static int remainingMs(int64_t deadline) {
   return left < 0 ? 0 : (int)(left > 1000000 ? 1000000 : left);
 }
 
-int symmFdSocketName(const struct symmFdRendezvous* rv, int rank, char* out, size_t outBytes) {
-  static const char hex[] = "0123456789abcdef";
-  char secretHex[AUTH_BYTES * 2 + 1];
-  for (int i = 0; i < AUTH_BYTES; i++) {
-    secretHex[2 * i] = hex[rv->secret[i] >> 4];
-    secretHex[2 * i + 1] = hex[rv->secret[i] & 15];
+/* SipHash-2-4 (Aumasson and Bernstein): a keyed hash, so that knowing some names reveals
+ * nothing about the others without the key. */
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                  \
+  do {                                                            \
+    v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32); \
+    v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2;                      \
+    v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0;                      \
+    v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32); \
+  } while (0)
+
+static uint64_t load64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+uint64_t symmSipHash24(const uint8_t key[16], const void* data, size_t len) {
+  const uint8_t* in = data;
+  const uint64_t k0 = load64(key), k1 = load64(key + 8);
+  uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
+  uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
+  const size_t whole = len & ~(size_t)7;
+  for (size_t i = 0; i < whole; i += 8) {
+    const uint64_t m = load64(in + i);
+    v3 ^= m;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= m;
   }
-  secretHex[AUTH_BYTES * 2] = '\0';
-  return snprintf(out, outBytes, "symmcoll-%s-%08x-%d", secretHex, rv->tag, rank);
+  uint64_t last = (uint64_t)(len & 0xff) << 56;
+  for (size_t i = 0; i < (len & 7); i++) last |= (uint64_t)in[whole + i] << (8 * i);
+  v3 ^= last;
+  SIPROUND;
+  SIPROUND;
+  v0 ^= last;
+  v2 ^= 0xff;
+  SIPROUND;
+  SIPROUND;
+  SIPROUND;
+  SIPROUND;
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+int symmFdSocketName(const struct symmFdRendezvous* rv, int rank, char* out, size_t outBytes) {
+  /* 128 bits of SipHash keyed by the first half of the secret over (part, tag, rank): names of
+   * other tags and ranks cannot be derived from a name seen in /proc/net/unix. */
+  uint8_t msg[12];
+  const uint32_t tag = rv->tag, who = (uint32_t)rank;
+  memcpy(msg + 4, &tag, 4);
+  memcpy(msg + 8, &who, 4);
+  uint64_t part[2];
+  for (uint32_t i = 0; i < 2; i++) {
+    memcpy(msg, &i, 4);
+    part[i] = symmSipHash24(rv->secret, msg, sizeof(msg));
+  }
+  return snprintf(out, outBytes, "symmcoll-%016llx%016llx", (unsigned long long)part[0],
+                  (unsigned long long)part[1]);
 }
 
 /* Abstract address of `rank`: leading NUL, no file in any directory, gone with the socket. */

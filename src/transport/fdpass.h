@@ -43,7 +43,11 @@ int symmConstantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n);
  * (SCM_RIGHTS) unless fd < 0. Returns what sendmsg returned. */
 ssize_t symmSendWithFd(int sock, const void* buf, size_t bytes, int fd, int flags);
 
-/* The abstract socket name of `rank` (without the leading NUL); for tests. Returns its length. */
+/* SipHash-2-4 of `len` bytes under a 16-byte key. */
+uint64_t symmSipHash24(const uint8_t key[16], const void* data, size_t len);
+
+/* The abstract socket name of `rank` (without the leading NUL): a keyed hash of (tag, rank)
+ * under the first half of the secret, so names do not reveal one another. Returns its length. */
 int symmFdSocketName(const struct symmFdRendezvous* rv, int rank, char* out, size_t outBytes);
 
 #endif

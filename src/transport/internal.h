@@ -17,6 +17,22 @@
 #define SYMM_TAG_USER_REG 2u     /* setup only: hands out each rank's registration channel */
 #define SYMM_TAG_WINDOW_BASE 16u /* + window sequence number */
 
+/* Host-mapped words of one transport (one slot of a process-wide pinned pool, hostflags.c):
+ * 32-bit abort and error flags on their own cache lines, the 64-bit value the host writes into
+ * peers' failure words, and where our own pad's failure word is read back. */
+#define SYMM_HOST_ABORT 0     /* uint32 index */
+#define SYMM_HOST_ERROR 32    /* uint32 index */
+#define SYMM_HOST_FAIL_VALUE 24 /* uint64 index (byte 192) */
+#define SYMM_HOST_READBACK 28   /* uint64 index (byte 224) */
+#define SYMM_HOST_SLOT_BYTES 256
+struct symmHostSlot {
+  uint32_t* host; /* SYMM_HOST_SLOT_BYTES, zeroed when handed out */
+  void* dev;      /* the same words as the device sees them */
+};
+ncclResult_t symmHostSlotAlloc(struct symmHostSlot* slot);
+/* Back to the pool (never to CUDA: cudaFreeHost would wait for the whole device). */
+void symmHostSlotFree(struct symmHostSlot* slot);
+
 /* A peer-mapped NCCL_WIN_COLL_SYMMETRIC window. */
 struct symmWindow {
   ncclWindow_t win;
@@ -29,20 +45,28 @@ struct symmWindow {
 
 struct symmTransport {
   struct symmPeers peers; /* what kernels get (by value) */
-  /* From the setup exchange; the secret never leaves this process except in socket names (first
-   * half) and authenticated requests (second half), and is never logged. */
+  /* References: the communicator's, and one per CUDA graph holding a kernel of ours (released
+   * by CUDA when the graph and its pending replays are gone). The last one frees (atomic). */
+  int refs;
+  /* From the setup exchange; the secret never leaves this process except through socket names
+   * derived from it by a keyed hash and authenticated requests, and is never logged. */
   uint8_t secret[SYMM_SECRET_BYTES];
   int32_t pids[SYMM_MAX_RANKS];
   uint32_t uid;
   int cudaDev;
   int timeoutMs;
-  /* Staging allocation: [buffer | signal pad], one per rank, allocBytes each. */
-  size_t allocBytes;
+  size_t granularity;    /* largest VMM granularity of all ranks */
+  int multicastAgreed;   /* stage 1 verdict: every rank may try multicast */
+  /* Staging: allocated at the first call given to our kernels (symmTransportStage). */
+  int staged;            /* peers.buffers/signals are mapped */
+  size_t plannedBuffer;  /* staging bytes per rank it will have, identical on every rank */
+  size_t allocBytes;     /* [buffer | signal pad], one per rank */
   struct symmMapping* maps[SYMM_MAX_RANKS]; /* maps[rank] is our own (published) allocation */
-  void* localState;                         /* cudaMalloc */
-  uint32_t* hostFlags;                      /* cudaHostAlloc: [0] abort, [32] error */
-  cudaEvent_t lastLaunch;
-  int launched;
+  void* localState;                         /* stream-ordered device memory of `ctl` */
+  struct symmHostSlot flags;
+  cudaStream_t ctl;        /* private, non-blocking: zeroing, failure words, read-backs */
+  cudaEvent_t readback;    /* our pad's failure word copied into flags (SYMM_HOST_READBACK) */
+  int readbackPending;
   /* Multicast (never on machines where it is forbidden). */
   CUmemGenericAllocationHandle mcHandle;
   int mcCreated, mcBound;
@@ -54,17 +78,25 @@ struct symmTransport {
   uint32_t windowSeq;
   /* ncclCommRegister zero-copy (userreg.c); NULL when off on this rank. */
   struct symmUserReg* userReg;
+  /* Registrations made before staging existed, offered once it does (userreg.c). */
+  struct symmPendingReg* pendingRegs;
 };
 
-/* One all-gather over the real communicator, for every comm of `comms` that takes part
- * (`take[i]`); one thread may drive all of them (grouped). Each sends `bytes` from send[i] and
- * receives nranks*bytes into recv[i]. A failed exchange clears take[i]. */
-ncclResult_t symmExchange(struct symmComm** comms, int n, int* take, const void* const* send,
-                          void* const* recv, size_t bytes);
+/* Waits for everything on `stream` by polling, giving up when the communicator is going away
+ * (an abort on another thread must never be stuck behind a setup wait). */
+ncclResult_t symmWaitStream(const struct symmComm* comm, cudaStream_t stream);
 
-/* All-gathers one 32-bit word per rank over each taking comm and ANDs them: agreed[i] = 1 only
- * if every rank of comms[i] said 1 (0 where the exchange failed). */
-void symmAgree(struct symmComm** comms, int n, int* take, const uint32_t* mine, uint32_t* agreed);
+/* One all-gather over the real communicator, for every comm of `comms` that takes part
+ * (`inExchange[i]`); one thread may drive all of them (grouped). Each sends `bytes` from
+ * send[i] and receives nranks*bytes into recv[i]. A failed exchange clears inExchange[i]. */
+ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
+                          const void* const* send, void* const* recv, size_t bytes);
+
+/* All-gathers one 32-bit vote per rank over each comm in the exchange and ANDs the votes
+ * bitwise: for 0/1 votes, allVoted[i] = 1 only if every rank of comms[i] voted 1 (0 where the
+ * exchange failed); other bits are independent agreements riding on the same exchange. */
+void symmAllRanksAgree(struct symmComm** comms, int n, const int* inExchange,
+                       const uint32_t* myVote, uint32_t* allVoted);
 
 struct symmFdRendezvous;
 /* The socket rendezvous of this rank for exchanges tagged `tag` (zero it after use: it holds
@@ -76,18 +108,23 @@ void symmKeyOf(const struct symmTransport* t, uint32_t tag, int rank, struct sym
 
 void symmWindowsTeardown(struct symmTransport* t);
 
+/* Frees everything the transport holds, in reverse order (its kernels have finished). */
+void symmTransportFree(struct symmTransport* t);
+/* Multicast object and mapping of a transport, if any (transport.c, which frees). */
+void symmMulticastDrop(struct symmTransport* t);
+
 struct symmFdServer;
-/* ncclCommRegister zero-copy (userreg.c). Stage 3: creates this rank's registration channel and
- * serves its sending end to every other rank (*server, finished with the setup's servers);
- * returns 1 when serving (0: off, e.g. SYMMCOLL_USER_REG=0). */
+/* ncclCommRegister zero-copy (userreg.c). Staging stage 3: creates this rank's registration
+ * channel and serves its sending end to every other rank (*server, finished with the setup's
+ * servers); returns 1 when serving (0: off, e.g. SYMMCOLL_USER_REG=0). */
 int symmUserRegServe(struct symmTransport* t, struct symmFdServer** server);
 /* Stage 4, when every rank serves (agreed): fetches every peer's sending end, starts the
- * receiver thread and sets peers.userRegTable. Any failure turns the feature off on this rank
- * only (it then never acknowledges, so no peer publishes a region to it). */
+ * receiver thread and sets peers.userRegTable, then offers the registrations made before.
+ * Any failure turns the feature off on this rank only (it then never acknowledges, so no peer
+ * publishes a region to it). */
 void symmUserRegConnect(struct symmTransport* t, int everyoneServes);
 /* Teardown, before windows, peer mappings and localState go: stops the thread, unmaps the
- * peers' regions, releases our retained handles, closes the sockets. With !kernelsDone (abort,
- * kernels still running) only stops the thread and leaks the rest with the transport. */
-void symmUserRegTeardown(struct symmTransport* t, int kernelsDone);
+ * peers' regions, releases our retained handles, closes the sockets. */
+void symmUserRegTeardown(struct symmTransport* t);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "fdpass.h"
 #include "internal.h"
+#include "order.h"
 #include "param.h"
 #include "regchan.h"
 #include "transport.h"
@@ -97,7 +98,7 @@ int symmUserRegServe(struct symmTransport* t, struct symmFdServer** server) {
   *server = NULL;
   if (!symmParamUserReg()) return 0;
   if (t->localState == NULL || t->peers.localStateBytes < TABLE_OFFSET + TABLE_BYTES) {
-    INFO(SYMM_TRANSPORT, "user registration off: SYMMCOLL_LOCAL_STATE_BYTES below %zu",
+    INFO(SYMM_TRANSPORT, "user registration off: local state (symmAlgosLocalStateBytes) below %zu",
          (size_t)TABLE_OFFSET + TABLE_BYTES);
     return 0;
   }
@@ -130,6 +131,7 @@ fail:
 }
 
 static void* receiverMain(void* arg);
+static void offerPending(struct symmTransport* t);
 
 void symmUserRegConnect(struct symmTransport* t, int everyoneServes) {
   struct symmUserReg* u = t->userReg;
@@ -170,6 +172,7 @@ void symmUserRegConnect(struct symmTransport* t, int everyoneServes) {
   }
   u->threadStarted = 1;
   t->peers.userRegTable = u->table;
+  offerPending(t);
   return;
 off:
   /* Only this rank is affected: it never acknowledges, so peers never publish regions to it. */
@@ -301,7 +304,28 @@ static void* receiverMain(void* arg) {
 
 /* ---- teardown ---------------------------------------------------------------------------- */
 
-void symmUserRegTeardown(struct symmTransport* t, int kernelsDone) {
+/* Registrations made before staging existed (offered by symmUserRegConnect). */
+struct symmPendingReg {
+  void* buff;
+  size_t size;
+  void* realHandle;
+  struct symmPendingReg* next;
+};
+
+static void freePending(struct symmTransport* t) {
+  pthread_mutex_lock(&t->lock);
+  struct symmPendingReg* list = t->pendingRegs;
+  t->pendingRegs = NULL;
+  pthread_mutex_unlock(&t->lock);
+  while (list != NULL) {
+    struct symmPendingReg* next = list->next;
+    free(list);
+    list = next;
+  }
+}
+
+void symmUserRegTeardown(struct symmTransport* t) {
+  freePending(t);
   struct symmUserReg* u = t->userReg;
   if (u == NULL) return;
   t->peers.userRegTable = NULL;
@@ -309,12 +333,6 @@ void symmUserRegTeardown(struct symmTransport* t, int kernelsDone) {
     uint64_t one = 1;
     if (write(u->stopFd, &one, sizeof(one)) != (ssize_t)sizeof(one))
       WARN("user registration: cannot stop the receiver thread: %s", strerror(errno));
-    if (!kernelsDone) {
-      /* Kernels may still read through the mappings: leak them with the transport. */
-      pthread_detach(u->thread);
-      t->userReg = NULL;
-      return;
-    }
     pthread_join(u->thread, NULL);
   }
   for (int r = SYMM_MAX_RANKS - 1; r >= 0; r--)
@@ -368,12 +386,9 @@ release:
   return 0;
 }
 
-void symmTransportUserRegister(struct symmComm* comm, void* buff, size_t size, void* realHandle) {
-  if (comm == NULL || buff == NULL || size == 0 || realHandle == NULL) return;
-  pthread_rwlock_rdlock(&comm->transportLock);
-  struct symmTransport* t = comm->transport;
-  struct symmUserReg* u = t != NULL ? t->userReg : NULL;
-  if (u == NULL) goto unlock;
+/* Offers [buff, buff+size) to every peer (see symmTransportUserRegister). */
+static void offerRegion(struct symmTransport* t, struct symmUserReg* u, void* buff, size_t size,
+                        void* realHandle) {
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
   (void)cudaSetDevice(t->cudaDev);
@@ -425,23 +440,78 @@ void symmTransportUserRegister(struct symmComm* comm, void* buff, size_t size, v
        "%d peers", buff, size, slot, u->rank, sent, u->nranks - 1);
 restore:
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
-unlock:
-  pthread_rwlock_unlock(&comm->transportLock);
+}
+
+static void offerPending(struct symmTransport* t) {
+  pthread_mutex_lock(&t->lock);
+  struct symmPendingReg* list = t->pendingRegs;
+  t->pendingRegs = NULL;
+  pthread_mutex_unlock(&t->lock);
+  /* Oldest first, as they were registered. */
+  struct symmPendingReg* reversed = NULL;
+  while (list != NULL) {
+    struct symmPendingReg* next = list->next;
+    list->next = reversed;
+    reversed = list;
+    list = next;
+  }
+  while (reversed != NULL) {
+    struct symmPendingReg* next = reversed->next;
+    if (t->userReg != NULL) offerRegion(t, t->userReg, reversed->buff, reversed->size, reversed->realHandle);
+    free(reversed);
+    reversed = next;
+  }
+}
+
+void symmTransportUserRegister(struct symmComm* comm, void* buff, size_t size, void* realHandle) {
+  if (comm == NULL || buff == NULL || size == 0 || realHandle == NULL) return;
+  pthread_mutex_lock(&comm->launchLock);
+  struct symmTransport* t = comm->transport;
+  if (t != NULL && t->userReg != NULL) {
+    offerRegion(t, t->userReg, buff, size, realHandle);
+  } else if (t != NULL && !t->staged) {
+    /* Staging (and the channel) come with the first call given to our kernels. */
+    struct symmPendingReg* p = malloc(sizeof(*p));
+    if (p != NULL) {
+      *p = (struct symmPendingReg){.buff = buff, .size = size, .realHandle = realHandle};
+      pthread_mutex_lock(&t->lock);
+      p->next = t->pendingRegs;
+      t->pendingRegs = p;
+      pthread_mutex_unlock(&t->lock);
+    }
+  }
+  pthread_mutex_unlock(&comm->launchLock);
 }
 
 void symmTransportUserDeregister(struct symmComm* comm, void* realHandle) {
   if (comm == NULL || realHandle == NULL) return;
-  pthread_rwlock_rdlock(&comm->transportLock);
+  pthread_mutex_lock(&comm->launchLock);
   struct symmTransport* t = comm->transport;
   struct symmUserReg* u = t != NULL ? t->userReg : NULL;
-  if (u == NULL) goto unlock;
+  if (t != NULL) {
+    pthread_mutex_lock(&t->lock);
+    for (struct symmPendingReg** it = &t->pendingRegs; *it; it = &(*it)->next) {
+      if ((*it)->realHandle == realHandle) {
+        struct symmPendingReg* gone = *it;
+        *it = gone->next;
+        free(gone);
+        break;
+      }
+    }
+    pthread_mutex_unlock(&t->lock);
+  }
+  if (u == NULL) {
+    pthread_mutex_unlock(&comm->launchLock);
+    return;
+  }
   pthread_mutex_lock(&u->lock);
   int slot = -1;
   for (int s = 0; s < SYMM_USER_REG_SLOTS && slot < 0; s++)
     if (u->slots[s].inUse && u->slots[s].realHandle == realHandle) slot = s;
   if (slot < 0) {
     pthread_mutex_unlock(&u->lock);
-    goto unlock;
+    pthread_mutex_unlock(&comm->launchLock);
+    return;
   }
   struct regSlot* sl = &u->slots[slot];
   /* Not ready first: no launch from here on publishes it. The slot stays reserved (inUse)
@@ -450,12 +520,16 @@ void symmTransportUserDeregister(struct symmComm* comm, void* realHandle) {
   __atomic_sub_fetch(&u->liveSlots, 1, __ATOMIC_RELAXED);
   sl->realHandle = NULL;
   pthread_mutex_unlock(&u->lock);
+  /* Kernels launched with its descriptor may still run (peers read through their mappings
+   * until our kernel ends): wait for every eager one issued so far, as window deregistration
+   * does; not under the lock (teardown concurrent with a deregistration is the application's
+   * error, as with NCCL). */
+  cudaEvent_t issued = symmOrderQuiesceEvent(&comm->order);
+  pthread_mutex_unlock(&comm->launchLock);
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
   (void)cudaSetDevice(t->cudaDev);
-  /* Kernels launched with its descriptor may still run (peers read through their mappings
-   * until our kernel ends): wait for our last one, as window deregistration does. */
-  if (t->launched && cudaEventSynchronize(t->lastLaunch) != cudaSuccess) (void)cudaGetLastError();
+  if (issued != NULL && cudaEventSynchronize(issued) != cudaSuccess) (void)cudaGetLastError();
   struct symmRegMsg msg;
   fillMessage(u, SYMM_REGMSG_UNMAP, slot, generation, 0, &msg);
   for (int q = 0; q < u->nranks; q++)
@@ -468,8 +542,6 @@ void symmTransportUserDeregister(struct symmComm* comm, void* realHandle) {
   sl->inUse = 0;
   pthread_mutex_unlock(&u->lock);
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
-unlock:
-  pthread_rwlock_unlock(&comm->transportLock);
 }
 
 /* ---- queries ----------------------------------------------------------------------------- */
@@ -498,10 +570,10 @@ uint64_t symmTransportUserInputDesc(const struct symmComm* comm, const void* ptr
 int symmTransportUserRegMappedCount(const struct symmComm* comm) {
   if (comm == NULL) return 0;
   struct symmComm* c = (struct symmComm*)comm; /* the lock is not part of the logical state */
-  pthread_rwlock_rdlock(&c->transportLock);
+  pthread_mutex_lock(&c->launchLock);
   int n = 0;
   if (c->transport != NULL && c->transport->userReg != NULL)
     n = __atomic_load_n(&c->transport->userReg->mapped, __ATOMIC_RELAXED);
-  pthread_rwlock_unlock(&c->transportLock);
+  pthread_mutex_unlock(&c->launchLock);
   return n;
 }

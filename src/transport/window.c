@@ -6,8 +6,8 @@
 
 #include "checks.h"
 #include "fdpass.h"
-#include "group.h"
 #include "internal.h"
+#include "order.h"
 #include "transport.h"
 
 /* ---- ncclMemAlloc / ncclMemFree ---------------------------------------------------------- */
@@ -108,8 +108,7 @@ ncclResult_t symmTransportMemFree(void* ptr, int* handled) {
   pthread_mutex_unlock(&allocLock);
   if (a == NULL) return ncclSuccess;
   *handled = 1;
-  /* Like cudaFree: wait for work that may still use it. */
-  if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+  /* As the real ncclMemFree: no device-wide wait (the caller's kernels must be done with it). */
   symmVmmUnmap(a->base, a->bytes);
   ncclResult_t res =
       CU_CALL(SYMM_LOG_WARN, cuMemRelease, (a->handle)) == CUDA_SUCCESS ? ncclSuccess
@@ -135,32 +134,32 @@ static void releaseWindow(struct symmWindow* w) {
 struct windowJob {
   const struct symmWindowReg* reg;
   struct symmTransport* t;
-  int take;                     /* still in: takes part in the next exchange */
+  int inExchange;               /* still in: takes part in the next exchange */
   uint32_t tag;
-  struct windowRecord mine, all[SYMM_MAX_RANKS];
+  struct windowRecord ours, all[SYMM_MAX_RANKS]; /* this rank's record, everyone's */
   CUmemGenericAllocationHandle handle;
   int retained;                 /* handle is ours to release */
   struct symmFdServer* server;
   struct symmWindow* w;
 };
 
-/* Agreement step over every job still in: a job whose ranks did not all say 1 drops out. */
+/* Agreement step over every job still in: a job whose ranks did not all vote 1 drops out. */
 static void agreeJobs(struct windowJob* jobs, struct symmComm** comms, int n,
-                      const uint32_t* mine) {
-  int* take = calloc((size_t)n, sizeof(int));
-  uint32_t* agreed = calloc((size_t)n, sizeof(uint32_t));
-  if (take == NULL || agreed == NULL) {
-    for (int i = 0; i < n; i++) jobs[i].take = 0;
+                      const uint32_t* myVote) {
+  int* inExchange = calloc((size_t)n, sizeof(int));
+  uint32_t* allVoted = calloc((size_t)n, sizeof(uint32_t));
+  if (inExchange == NULL || allVoted == NULL) {
+    for (int i = 0; i < n; i++) jobs[i].inExchange = 0;
   } else {
-    for (int i = 0; i < n; i++) take[i] = jobs[i].take;
-    symmAgree(comms, n, take, mine, agreed);
-    for (int i = 0; i < n; i++) jobs[i].take = jobs[i].take && take[i] && agreed[i];
+    for (int i = 0; i < n; i++) inExchange[i] = jobs[i].inExchange;
+    symmAllRanksAgree(comms, n, inExchange, myVote, allVoted);
+    for (int i = 0; i < n; i++) jobs[i].inExchange = jobs[i].inExchange && allVoted[i];
   }
-  free(take);
-  free(agreed);
+  free(inExchange);
+  free(allVoted);
 }
 
-/* Our side of one window: the allocation behind it, its offset and size (mine.ok = usable). */
+/* Our side of one window: the allocation behind it, its offset and size (ours.ok = usable). */
 static void prepareJob(struct windowJob* j) {
   const struct symmWindowReg* r = j->reg;
   CUdeviceptr base = 0;
@@ -174,10 +173,10 @@ static void prepareJob(struct windowJob* j) {
   if (CU_CALL(SYMM_LOG_INFO, cuMemGetAddressRange, (&base, &allocBytes, (CUdeviceptr)r->buff)) ==
           CUDA_SUCCESS &&
       (CUdeviceptr)r->buff + r->size <= base + allocBytes) {
-    j->mine.ok = 1;
-    j->mine.allocBytes = allocBytes;
-    j->mine.offset = (CUdeviceptr)r->buff - base;
-    j->mine.bytes = r->size;
+    j->ours.ok = 1;
+    j->ours.allocBytes = allocBytes;
+    j->ours.offset = (CUdeviceptr)r->buff - base;
+    j->ours.bytes = r->size;
   }
 }
 
@@ -187,8 +186,8 @@ static uint32_t publishJob(struct windowJob* j) {
   const int rank = j->reg->comm->rank;
   struct symmMapKey key;
   symmKeyOf(t, j->tag, rank, &key);
-  CUdeviceptr base = (CUdeviceptr)j->reg->buff - j->mine.offset;
-  if (symmRegistryPublish(&key, j->handle, base, j->mine.allocBytes, 1, t->cudaDev,
+  CUdeviceptr base = (CUdeviceptr)j->reg->buff - j->ours.offset;
+  if (symmRegistryPublish(&key, j->handle, base, j->ours.allocBytes, 1, t->cudaDev,
                           &j->w->maps[rank]) != ncclSuccess)
     return 0;
   j->retained = 0; /* the registry releases it */
@@ -241,9 +240,10 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
   struct symmComm** comms = calloc((size_t)n, sizeof(*comms));
   const void** send = calloc((size_t)n, sizeof(void*));
   void** recv = calloc((size_t)n, sizeof(void*));
-  uint32_t* mine = calloc((size_t)n, sizeof(uint32_t));
-  int* take = calloc((size_t)n, sizeof(int));
-  if (jobs == NULL || comms == NULL || send == NULL || recv == NULL || mine == NULL || take == NULL) {
+  uint32_t* myVote = calloc((size_t)n, sizeof(uint32_t));
+  int* inExchange = calloc((size_t)n, sizeof(int));
+  if (jobs == NULL || comms == NULL || send == NULL || recv == NULL || myVote == NULL ||
+      inExchange == NULL) {
     WARN("symmetric windows: out of host memory; %d window(s) not peer-mapped", n);
     goto done;
   }
@@ -258,7 +258,7 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
     if (r->comm == NULL || r->comm->transport == NULL || !(r->winFlags & NCCL_WIN_COLL_SYMMETRIC))
       continue;
     j->t = r->comm->transport;
-    j->take = 1;
+    j->inExchange = 1;
     any = 1;
     pthread_mutex_lock(&j->t->lock);
     j->tag = SYMM_TAG_WINDOW_BASE + j->t->windowSeq++;
@@ -271,37 +271,37 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
 
   /* 1. Everyone's record: all usable and of the same size, or this window stays unmapped. */
   for (int i = 0; i < n; i++) {
-    take[i] = jobs[i].take;
-    send[i] = &jobs[i].mine;
+    inExchange[i] = jobs[i].inExchange;
+    send[i] = &jobs[i].ours;
     recv[i] = jobs[i].all;
   }
-  (void)symmExchange(comms, n, take, send, recv, sizeof(struct windowRecord));
+  (void)symmExchange(comms, n, inExchange, send, recv, sizeof(struct windowRecord));
   for (int i = 0; i < n; i++) {
     struct windowJob* j = &jobs[i];
-    if (!j->take) continue;
-    int ok = take[i];
+    if (!j->inExchange) continue;
+    int ok = inExchange[i];
     for (int r = 0; ok && r < comms[i]->nranks; r++) ok = j->all[r].ok && j->all[r].bytes == j->reg->size;
-    j->take = ok;
+    j->inExchange = ok;
   }
   /* 2. Publish ours; 3. map the peers'. Each step ends in an agreement. */
   for (int i = 0; i < n; i++) {
-    if (!jobs[i].take) continue;
+    if (!jobs[i].inExchange) continue;
     (void)cudaSetDevice(jobs[i].t->cudaDev);
-    mine[i] = publishJob(&jobs[i]);
+    myVote[i] = publishJob(&jobs[i]);
   }
-  agreeJobs(jobs, comms, n, mine);
+  agreeJobs(jobs, comms, n, myVote);
   for (int i = 0; i < n; i++) {
-    if (!jobs[i].take) continue;
+    if (!jobs[i].inExchange) continue;
     (void)cudaSetDevice(jobs[i].t->cudaDev);
-    mine[i] = fetchJob(&jobs[i]);
+    myVote[i] = fetchJob(&jobs[i]);
   }
-  agreeJobs(jobs, comms, n, mine);
+  agreeJobs(jobs, comms, n, myVote);
 
   for (int i = 0; i < n; i++) {
     struct windowJob* j = &jobs[i];
     if (j->t == NULL) continue;
     (void)symmFdServerFinish(j->server, 1);
-    if (!j->take) {
+    if (!j->inExchange) {
       if (j->w) releaseWindow(j->w);
       if (j->retained) (void)CU_CALL(SYMM_LOG_WARN, cuMemRelease, (j->handle));
       INFO(SYMM_TRANSPORT, "window %p not peer-mapped; kernels copy through the staging buffer",
@@ -328,8 +328,8 @@ done:
   free(comms);
   free(send);
   free(recv);
-  free(mine);
-  free(take);
+  free(myVote);
+  free(inExchange);
 }
 
 void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win) {
@@ -346,8 +346,12 @@ void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win) {
   }
   pthread_mutex_unlock(&t->lock);
   if (w == NULL) return;
-  /* Kernels may still read through the mapping. */
-  if (t->launched) (void)cudaEventSynchronize(t->lastLaunch);
+  /* Eager kernels of ours may still read through the mapping (captured ones may not outlive
+   * the registration, NCCL's contract too). */
+  pthread_mutex_lock(&comm->launchLock);
+  cudaEvent_t issued = symmOrderQuiesceEvent(&comm->order);
+  pthread_mutex_unlock(&comm->launchLock);
+  if (issued != NULL && cudaEventSynchronize(issued) != cudaSuccess) (void)cudaGetLastError();
   releaseWindow(w);
 }
 

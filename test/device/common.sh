@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # SPDX-License-Identifier: Apache-2.0
-# Sourced by the test/device round scripts: multicast off, the real NCCL (the torch wheel's when
+# Sourced by test/device/gpu_suite.sh: multicast off, the real NCCL (the torch wheel's when
 # present) as SYMMCOLL_NCCL_LIB, $out and $B from the arguments, and run(), which logs one
 # command to $out/<name>.log and adds a result row to rows[] (printed by print_rows).
 set -uo pipefail

@@ -1,17 +1,36 @@
-# shellcheck shell=bash
+#!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The whole GPU suite by hand (every transport and all-reduce mode, 3-8 ranks through the test
-# bootstrap, the 10^6-call soak, disassembly), as the final rounds run it. Sourced after
-# common.sh; needs $B (build dir with allreduce.ptx.gz) and $out.
+# The whole GPU suite by hand on a lent GPU machine (every transport and all-reduce mode, the host
+# path's tests, 3-8 ranks through the test bootstrap, the 10^6-call soak, disassembly):
+#   test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]     (or source it and call run_gpu_suite)
+# One log per command in OUT_DIR, a summary table at the end. Needs $B/allreduce.ptx.gz for the
+# disassembly check (skipped without it).
 run_gpu_suite() {
-  local TP=$B/test/transport/test_peer_mem T=$B/test/algos/test_allreduce
-  for m in procs nonblocking initall threads; do run tr_$m 60 $TP peers $m; done
-  for n in 3 8; do run tr_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" $TP peers bootstrap $n; done
-  for m in procs threads; do run tr_userreg_$m 90 $TP userreg $m; done
-  run tr_cycles_setup_1000 150 $TP cycles setup 1000
-  run tr_sec_nonmember 60 $TP security nonmember
-  run tr_sec_squat 60 $TP security squat
-  run tr_mcguard 60 env SYMMCOLL_NCCL_LIB="$BOOT" $TP mcguard
+  local TB=$B/test/transport T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
+  local STAGE="SYMMCOLL_STAGE_AT_CREATION=1"
+  for m in procs initall threads; do run tr_$m 60 env $STAGE $TB/test_peer_mem $m; done
+  run tr_nonblocking 60 $TB/test_peer_mem nonblocking
+  for n in 3 8; do run tr_boot_$n 60 env $STAGE SYMMCOLL_NCCL_LIB="$BOOT" $TB/test_peer_mem bootstrap $n; done
+  for m in procs threads; do run tr_userreg_$m 90 env $STAGE $TB/test_peer_userreg $m; done
+  run tr_cycles_setup_1000 150 env $STAGE $TB/test_peer_cycles setup 1000
+  run tr_fault_exchange 60 env $STAGE $TB/test_peer_cycles fault
+  run tr_sec_nonmember 60 env $STAGE $TB/test_peer_security nonmember
+  run tr_sec_squat 60 env $STAGE $TB/test_peer_security squat
+  run tr_mcguard 60 env $STAGE SYMMCOLL_NCCL_LIB="$BOOT" $TB/test_peer_security mcguard
+  # The host path through the bootstrap (test/core/README.md): the full-size runs.
+  local F="SYMMCOLL_ALLREDUCE_ALGO=oneshot" CB="SYMMCOLL_NCCL_LIB=$BOOT"
+  run core_late_30s 120 env $CB $F $C late 2 30000
+  for n in 2 4; do
+    run core_fault_$n 60 env $CB $F SYMMCOLL_TEST_FAIL_RANK=1 SYMMCOLL_TEST_FAIL_CALL=3 $C fault $n
+  done
+  run core_streams_1e5 300 env $CB $F $C streams 2 100000
+  run core_abort_1000 600 env $CB $F $C abort 2 1000
+  run core_group 60 env $CB $F $C group 2
+  run core_nonblocking 60 env $CB $F $C nonblocking 2
+  run core_mismatch 60 env $CB $F SYMMCOLL_TEST_KNOB_SKEW_RANK=1 $C mismatch 2
+  for m in cta-zero cta-efficiency max-ctas; do run core_$m 60 env $CB $F $C $m 2; done
+  for n in 2 3 4 5 6 7 8; do run core_soak_$n 300 env $CB $C soak $n 20000; done
+  # All-reduce kernels (test/algos, owned with the kernels).
   run ar_direct_2     150 $T --mode direct --ranks 2 --quick --replays 1000 --soak 20000 --max-mb 256
   run ar_direct_8     90  $T --mode direct --ranks 8 --quick --replays 100 --soak 5000 --max-mb 16
   run ar_chunked      60  $T --mode direct --ranks 2 --quick --staging-mb 1 --soak 0 --replays 50 --max-mb 16
@@ -21,7 +40,16 @@ run_gpu_suite() {
   run ar_threads_2    90  $T --mode nccl --threads --ranks 2 --quick --soak 5000 --replays 200 --max-mb 16
   for n in 3 4 5 6 7 8; do run ar_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" $T --mode nccl --threads --ranks $n --quick --no-nccl-compare --soak 1000 --replays 50 --max-mb 4; done
   run ar_soak_1e6     120 $T --mode nccl --procs 2 --quick --soak 1000000 --replays 0 --max-mb 1
-  gunzip -c "$B/allreduce.ptx.gz" > "$out/allreduce.ptx"
-  run disasm          60  python3 test/algos/test_disasm.py "$out/allreduce.ptx" $B/src/libsymmcoll.so.0
-  rm -f "$out/allreduce.ptx"
+  if [ -f "$B/allreduce.ptx.gz" ]; then
+    gunzip -c "$B/allreduce.ptx.gz" > "$out/allreduce.ptx"
+    run disasm        60  python3 test/algos/test_disasm.py "$out/allreduce.ptx" $B/src/libsymmcoll.so.0
+    rm -f "$out/allreduce.ptx"
+  fi
 }
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  # shellcheck source=test/device/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
+  run_gpu_suite
+  print_rows
+fi

@@ -38,7 +38,10 @@ int main(void) {
     int x = 0;
     CHECK_EQ_INT(symmTransportFindWindow(all[i], &x, sizeof(x), peers), 0);
     CHECK_EQ_INT(symmTransportMulticastReady(all[i]), 0);
-    CHECK_EQ_INT(symmTransportAsyncError(all[i]), ncclSuccess);
+    CHECK_EQ_INT(symmTransportKernelErrors(all[i]), 0);
+    CHECK_EQ_INT(symmTransportPollPadFailure(all[i]), 0);
+    CHECK_EQ_INT(symmTransportNeedsStaging(all[i]), 0);
+    CHECK_EQ_INT((int)symmTransportStagingBytes(all[i]), 0);
     symmTransportSetAbort(all[i]);
     symmTransportWindowDeregister(all[i], NULL);
     /* ncclCommRegister without symmetric memory: nothing shared, nothing mapped, no-ops. */

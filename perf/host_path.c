@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Host time of one eager 1 KiB all-reduce through ncclAllReduce on libsymmcoll's path, against
+ * one bare kernel launch. Ranks are threads on one GPU (run it with SYMMCOLL_NCCL_LIB naming the
+ * test bootstrap's libnccl.so.2); each rank times its own calls, one by one, and reports the
+ * median of --calls calls. The stream is synchronized every --sync calls so the GPU never backs
+ * up. Uses only NCCL's public API, so it runs against any libsymmcoll (or NCCL itself). */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      fprintf(stderr, "host_path: %s: %s\n", #x, cudaGetErrorString(e_));                \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+#define NK(x)                                                                            \
+  do {                                                                                   \
+    ncclResult_t r_ = (x);                                                               \
+    if (r_ != ncclSuccess) {                                                             \
+      fprintf(stderr, "host_path: %s: %s\n", #x, ncclGetErrorString(r_));                \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+static int nranks = 2, calls = 10000, syncEvery = 100, warmup = 500;
+static size_t bytes = 1024;
+static ncclUniqueId uid;
+static pthread_barrier_t barrier;
+
+static double nowUs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static int cmpDouble(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median and 10th/90th percentiles of `n` samples (sorted in place). */
+static void summarize(double* t, int n, double* p10, double* p50, double* p90) {
+  qsort(t, (size_t)n, sizeof(double), cmpDouble);
+  *p10 = t[n / 10];
+  *p50 = t[n / 2];
+  *p90 = t[n * 9 / 10];
+}
+
+struct rankResult {
+  double p10, p50, p90;
+};
+static struct rankResult results[8];
+
+static void* rankMain(void* arg) {
+  const int rank = (int)(long)arg;
+  CK(cudaSetDevice(0));
+  ncclComm_t comm;
+  NK(ncclCommInitRank(&comm, nranks, uid, rank));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  float* buf = NULL;
+  CK(cudaMalloc((void**)&buf, bytes));
+  CK(cudaMemset(buf, 0, bytes));
+  const size_t count = bytes / sizeof(float);
+  /* Warm up (the first call given to our kernels builds their memory). */
+  for (int i = 0; i < warmup; i++) {
+    NK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream));
+    if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+  pthread_barrier_wait(&barrier);
+  double* t = malloc(sizeof(double) * (size_t)calls);
+  if (t == NULL) exit(1);
+  for (int i = 0; i < calls; i++) {
+    const double t0 = nowUs();
+    NK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream));
+    t[i] = nowUs() - t0;
+    if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+  summarize(t, calls, &results[rank].p10, &results[rank].p50, &results[rank].p90);
+  free(t);
+  pthread_barrier_wait(&barrier);
+  CK(cudaFree(buf));
+  CK(cudaStreamDestroy(stream));
+  NK(ncclCommDestroy(comm));
+  return NULL;
+}
+
+/* A kernel with a 328-byte argument block (about our launch's) and one with 4 bytes, as PTX the
+ * driver compiles for whatever GPU this is. */
+static const char kPtx[] =
+    ".version 7.0\n.target sm_70\n.address_size 64\n"
+    ".visible .entry big(.param .align 8 .b8 p[328]) { ret; }\n"
+    ".visible .entry small(.param .u32 x) { ret; }\n";
+
+typedef CUresult (*ModuleLoadDataFn)(CUmodule*, const void*);
+typedef CUresult (*ModuleGetFunctionFn)(CUfunction*, CUmodule, const char*);
+typedef CUresult (*LaunchKernelFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, unsigned, CUstream, void**, void**);
+
+/* Driver entry points through the runtime (nothing links libcuda); returned through a union so
+ * that the object-to-function pointer conversion is explicit. */
+union entryPoint {
+  void* object;
+  ModuleLoadDataFn load;
+  ModuleGetFunctionFn get;
+  LaunchKernelFn launch;
+};
+
+static union entryPoint driverEntry(const char* name) {
+  union entryPoint fn = {NULL};
+  enum cudaDriverEntryPointQueryResult q;
+  CK(cudaGetDriverEntryPointByVersion(name, &fn.object, 12000, cudaEnableDefault, &q));
+  if (fn.object == NULL || q != cudaDriverEntryPointSuccess) {
+    fprintf(stderr, "host_path: no driver entry point %s\n", name);
+    exit(1);
+  }
+  return fn;
+}
+
+static double bareLaunch(const char* kernel, void** params) {
+  CK(cudaSetDevice(0));
+  CK(cudaFree(NULL));
+  ModuleLoadDataFn load = driverEntry("cuModuleLoadData").load;
+  ModuleGetFunctionFn get = driverEntry("cuModuleGetFunction").get;
+  LaunchKernelFn launch = driverEntry("cuLaunchKernel").launch;
+  CUmodule mod;
+  CUfunction fn;
+  if (load(&mod, kPtx) != CUDA_SUCCESS || get(&fn, mod, kernel) != CUDA_SUCCESS) {
+    fprintf(stderr, "host_path: cannot load the bare kernel\n");
+    exit(1);
+  }
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  double* t = malloc(sizeof(double) * (size_t)calls);
+  if (t == NULL) exit(1);
+  for (int i = 0; i < warmup + calls; i++) {
+    const double t0 = nowUs();
+    if (launch(fn, 1, 1, 1, 32, 1, 1, 0, (CUstream)stream, params, NULL) != CUDA_SUCCESS) exit(1);
+    if (i >= warmup) t[i - warmup] = nowUs() - t0;
+    if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+  double p10, p50, p90;
+  summarize(t, calls, &p10, &p50, &p90);
+  free(t);
+  CK(cudaStreamDestroy(stream));
+  return p50;
+}
+
+int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--ranks")) nranks = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--calls")) calls = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--sync")) syncEvery = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--bytes")) bytes = (size_t)atol(argv[i + 1]);
+    else {
+      fprintf(stderr, "usage: host_path [--ranks 2] [--calls 10000] [--sync 100] [--bytes 1024]\n");
+      return 2;
+    }
+  }
+  if (nranks < 1 || nranks > 8 || calls < 10 || syncEvery < 1 || bytes < sizeof(float)) return 2;
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    fprintf(stderr, "host_path: no GPU\n");
+    return 77;
+  }
+  /* Bare launches first, with the GPU otherwise idle. */
+  char big[328] = {0};
+  unsigned small = 1;
+  void* bigArgs[] = {big};
+  void* smallArgs[] = {&small};
+  const double bareBig = bareLaunch("big", bigArgs);
+  const double bareSmall = bareLaunch("small", smallArgs);
+
+  NK(ncclGetUniqueId(&uid));
+  pthread_barrier_init(&barrier, NULL, (unsigned)nranks);
+  pthread_t threads[8];
+  for (long r = 0; r < nranks; r++) pthread_create(&threads[r], NULL, rankMain, (void*)r);
+  for (int r = 0; r < nranks; r++) pthread_join(threads[r], NULL);
+  pthread_barrier_destroy(&barrier);
+
+  int version = 0;
+  (void)ncclGetVersion(&version);
+  printf("host_path: %d ranks on one GPU, %zu-byte float sum, %d calls per rank, sync every %d "
+         "(NCCL version %d)\n", nranks, bytes, calls, syncEvery, version);
+  printf("  bare cuLaunchKernel: %.3f us (328-byte argument), %.3f us (4-byte)\n", bareBig, bareSmall);
+  double worst = 0;
+  for (int r = 0; r < nranks; r++) {
+    printf("  rank %d ncclAllReduce: median %.3f us (p10 %.3f, p90 %.3f)\n", r, results[r].p50,
+           results[r].p10, results[r].p90);
+    if (results[r].p50 > worst) worst = results[r].p50;
+  }
+  printf("  slowest rank's median minus bare launch (328 B): %.3f us\n", worst - bareBig);
+  return 0;
+}

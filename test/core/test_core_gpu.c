@@ -1,0 +1,517 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* GPU tests of the host path through the test bootstrap (ranks are threads; SYMMCOLL_NCCL_LIB
+ * names test/bootstrap/libnccl.so.2): a late rank, an injected kernel error, two streams with
+ * eager calls and graph replays, abort from a watchdog thread, groups, non-blocking
+ * communicators, an agreed knob that differs, and a mixed soak. Exits 77 without a GPU.
+ *   test_core_gpu late N DELAY_MS | fault N | streams N ITERS | abort N CYCLES | group N |
+ *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | cta-efficiency N |
+ *                 max-ctas N */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "debug.h"
+#include "forward.h"
+#include "harness.h"
+#include "nccl_api.h"
+#include "vmm.h"
+
+static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
+#define TCHECK(cond)                   \
+  do {                                 \
+    pthread_mutex_lock(&checkLock);    \
+    CHECK(cond);                       \
+    pthread_mutex_unlock(&checkLock);  \
+  } while (0)
+#define TCHECK_EQ_INT(a, b)            \
+  do {                                 \
+    pthread_mutex_lock(&checkLock);    \
+    CHECK_EQ_INT(a, b);                \
+    pthread_mutex_unlock(&checkLock);  \
+  } while (0)
+#define CUDA_OK(x) TCHECK_EQ_INT((x), cudaSuccess)
+
+static int ndev, nranks;
+static long param; /* the mode's number: delay, iterations, cycles, calls */
+static ncclUniqueId uid;
+static pthread_barrier_t barrier;
+
+static double nowMs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void sleepMs(double ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
+  nanosleep(&ts, NULL);
+}
+
+struct rank {
+  int rank;
+  ncclComm_t comm;
+  cudaStream_t s1, s2;
+  float *in, *out, *host;
+};
+
+/* Launches of ours on `comm` so far (0 when it is not ours). */
+static uint64_t ours(ncclComm_t comm) {
+  struct symmComm* c = symmCommFind(comm);
+  return c != NULL ? __atomic_load_n(&c->launches, __ATOMIC_RELAXED) : 0;
+}
+
+/* Non-blocking calls: wait out ncclInProgress. */
+static ncclResult_t settle(ncclComm_t comm, ncclResult_t res) {
+  for (double t0 = nowMs(); res == ncclInProgress && nowMs() - t0 < 600000;) {
+    ncclResult_t state = ncclInProgress;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclSystemError;
+    res = state;
+    if (res == ncclInProgress) sched_yield();
+  }
+  return res;
+}
+
+#define MAX_COUNT (1u << 20)
+static float pattern(int rank, size_t i, int salt) { return (float)((rank + 1) * (int)((i + (size_t)salt) % 13 + 1)); }
+static float expected(size_t i, int salt) {
+  return (float)(nranks * (nranks + 1) / 2 * (int)((i + (size_t)salt) % 13 + 1));
+}
+
+static void fill(struct rank* r, float* dev, size_t count, int salt, cudaStream_t s) {
+  for (size_t i = 0; i < count; i++) r->host[i] = pattern(r->rank, i, salt);
+  CUDA_OK(cudaMemcpyAsync(dev, r->host, count * sizeof(float), cudaMemcpyHostToDevice, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+}
+
+/* Wrong elements of an all-reduce output (stream synchronized). */
+static int wrongSum(struct rank* r, const float* dev, size_t count, int salt, cudaStream_t s) {
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(r->host, dev, count * sizeof(float), cudaMemcpyDeviceToHost));
+  int wrong = 0;
+  for (size_t i = 0; i < count; i++) wrong += r->host[i] != expected(i, salt);
+  return wrong;
+}
+
+static ncclResult_t allReduce(struct rank* r, const float* in, float* out, size_t count, cudaStream_t s) {
+  return ncclAllReduce(in, out, count, ncclFloat32, ncclSum, r->comm, s);
+}
+
+/* One checked all-reduce on stream s1. */
+static void checkedAllReduce(struct rank* r, size_t count, int salt) {
+  fill(r, r->in, count, salt, r->s1);
+  TCHECK_EQ_INT(settle(r->comm, allReduce(r, r->in, r->out, count, r->s1)), ncclSuccess);
+  TCHECK_EQ_INT(wrongSum(r, r->out, count, salt, r->s1), 0);
+}
+
+static int ctaPolicy, maxCTAs;
+static int openRank(struct rank* r, int blocking) {
+  CUDA_OK(cudaSetDevice(r->rank % ndev));
+  ncclResult_t res;
+  if (blocking && (ctaPolicy != NCCL_CTA_POLICY_DEFAULT || maxCTAs != NCCL_CONFIG_UNDEF_INT)) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.CTAPolicy = ctaPolicy;
+    config.maxCTAs = maxCTAs;
+    res = ncclCommInitRankConfig(&r->comm, nranks, uid, r->rank, &config);
+  } else if (blocking) {
+    res = ncclCommInitRank(&r->comm, nranks, uid, r->rank);
+  } else {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    res = ncclCommInitRankConfig(&r->comm, nranks, uid, r->rank, &config);
+    /* Our setup runs in the background: ncclInProgress until it is done. */
+    if (res == ncclInProgress || res == ncclSuccess) res = settle(r->comm, ncclInProgress);
+  }
+  TCHECK_EQ_INT(res, ncclSuccess);
+  if (res != ncclSuccess) return 0;
+  CUDA_OK(cudaStreamCreateWithFlags(&r->s1, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&r->s2, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&r->in, MAX_COUNT * sizeof(float)));
+  CUDA_OK(cudaMalloc((void**)&r->out, MAX_COUNT * sizeof(float)));
+  r->host = malloc(MAX_COUNT * sizeof(float));
+  return r->host != NULL;
+}
+
+static void closeRank(struct rank* r, int destroy) {
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  CUDA_OK(cudaStreamSynchronize(r->s2));
+  pthread_barrier_wait(&barrier);
+  if (destroy) TCHECK_EQ_INT(settle(r->comm, ncclCommDestroy(r->comm)), ncclSuccess);
+  CUDA_OK(cudaStreamDestroy(r->s1));
+  CUDA_OK(cudaStreamDestroy(r->s2));
+  CUDA_OK(cudaFree(r->in));
+  CUDA_OK(cudaFree(r->out));
+  free(r->host);
+}
+
+/* ---- a late rank: NCCL waits, so do we (no deadline, nobody forwards, no error) ---------- */
+static void lateRank(struct rank* r) {
+  const int late = r->rank == nranks - 1;
+  if (late) sleepMs((double)param); /* late at the first call given to us (staging) */
+  for (int k = 0; k < 20; k++) {
+    if (late && k == 10) sleepMs((double)param); /* late while peers' kernels wait */
+    checkedAllReduce(r, 256u << (k % 5), k);
+  }
+  TCHECK_EQ_INT(ours(r->comm), 20);
+  ncclResult_t state = ncclSystemError;
+  TCHECK_EQ_INT(ncclCommGetAsyncError(r->comm, &state), ncclSuccess);
+  TCHECK_EQ_INT(state, ncclSuccess);
+}
+
+/* ---- an injected kernel error on one rank (SYMMCOLL_TEST_FAIL_RANK/CALL) ------------------- */
+static void faultRank(struct rank* r) {
+  fill(r, r->in, 256, 0, r->s1);
+  uint64_t succeeded = 0;
+  for (int k = 0; k < 10; k++) {
+    ncclResult_t res = allReduce(r, r->in, r->out, 256, r->s1);
+    TCHECK(res == ncclSuccess || res == ncclRemoteError);
+    if (k <= 3) TCHECK_EQ_INT(res, ncclSuccess);
+    succeeded += res == ncclSuccess;
+  }
+  /* Every rank learns it through ncclCommGetAsyncError; none forwarded or launched after. */
+  ncclResult_t state = ncclSuccess;
+  for (double t0 = nowMs(); state == ncclSuccess && nowMs() - t0 < 10000;) {
+    TCHECK_EQ_INT(ncclCommGetAsyncError(r->comm, &state), ncclSuccess);
+    if (state == ncclSuccess) sleepMs(1);
+  }
+  TCHECK_EQ_INT(state, ncclRemoteError);
+  /* Every call that was accepted launched ours (none forwarded), the host may have run ahead of
+   * the failing kernel by a few calls. */
+  const uint64_t launched = ours(r->comm);
+  TCHECK_EQ_INT(launched, succeeded);
+  TCHECK_EQ_INT(allReduce(r, r->in, r->out, 256, r->s1), ncclRemoteError);
+  TCHECK_EQ_INT(ncclBroadcast(r->in, r->out, 256, ncclFloat32, 0, r->comm, r->s1), ncclRemoteError);
+  TCHECK_EQ_INT(ours(r->comm), launched);
+  pthread_barrier_wait(&barrier);
+  /* Abort drains within 2 s; then a new communicator works. */
+  const double t0 = nowMs();
+  TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  const double took = nowMs() - t0;
+  TCHECK(took < 2000);
+  if (took >= 2000) fprintf(stderr, "rank %d: abort and drain took %.0f ms\n", r->rank, took);
+  pthread_barrier_wait(&barrier);
+  if (r->rank == 0) TCHECK_EQ_INT(ncclGetUniqueId(&uid), ncclSuccess);
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(ncclCommInitRank(&r->comm, nranks, uid, r->rank), ncclSuccess);
+  for (int k = 0; k < 3; k++) checkedAllReduce(r, 1024, k); /* below the failing call */
+  TCHECK_EQ_INT(ours(r->comm), 3);
+}
+
+/* ---- two streams, eager calls and graph replays interleaved -------------------------------- */
+#define EAGER_SLOTS 7
+#define GRAPH_OPS 4
+#define SLOT_COUNT 1024
+static void streamsRank(struct rank* r) {
+  float* eIn = r->in;                            /* EAGER_SLOTS + GRAPH_OPS input slots */
+  float* eOut = r->out;
+  float* gIn = r->in + EAGER_SLOTS * SLOT_COUNT;
+  float* gOut = r->out + EAGER_SLOTS * SLOT_COUNT;
+  for (int k = 0; k < EAGER_SLOTS + GRAPH_OPS; k++) fill(r, r->in + k * SLOT_COUNT, SLOT_COUNT, k, r->s1);
+  /* Staging first: a capture cannot build it. */
+  TCHECK_EQ_INT(allReduce(r, eIn, eOut, SLOT_COUNT, r->s1), ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  CUDA_OK(cudaStreamBeginCapture(r->s2, cudaStreamCaptureModeThreadLocal));
+  for (int j = 0; j < GRAPH_OPS; j++)
+    TCHECK_EQ_INT(allReduce(r, gIn + j * SLOT_COUNT, gOut + j * SLOT_COUNT, SLOT_COUNT, r->s2),
+                  ncclSuccess);
+  CUDA_OK(cudaStreamEndCapture(r->s2, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  long done = 0, wrong = 0;
+  for (long it = 0; done < param; it++) {
+    const int slot = (int)(it % EAGER_SLOTS);
+    TCHECK_EQ_INT(allReduce(r, eIn + slot * SLOT_COUNT, eOut + slot * SLOT_COUNT, SLOT_COUNT, r->s1),
+                  ncclSuccess);
+    done++;
+    if (it % 3 == 1) {
+      CUDA_OK(cudaGraphLaunch(exec, r->s2));
+      done += GRAPH_OPS;
+    }
+    if (it % 100 == 99 || done >= param) {
+      CUDA_OK(cudaStreamSynchronize(r->s1));
+      CUDA_OK(cudaStreamSynchronize(r->s2));
+      for (int k = 0; k < EAGER_SLOTS; k++) wrong += wrongSum(r, eOut + k * SLOT_COUNT, SLOT_COUNT, k, r->s1);
+      for (int j = 0; j < GRAPH_OPS; j++)
+        wrong += wrongSum(r, gOut + j * SLOT_COUNT, SLOT_COUNT, EAGER_SLOTS + j, r->s2);
+      /* Outputs back to garbage, so a call that did not run shows. */
+      CUDA_OK(cudaMemsetAsync(eOut, 0xff, EAGER_SLOTS * SLOT_COUNT * sizeof(float), r->s1));
+      CUDA_OK(cudaMemsetAsync(gOut, 0xff, GRAPH_OPS * SLOT_COUNT * sizeof(float), r->s2));
+      CUDA_OK(cudaStreamSynchronize(r->s1));
+      CUDA_OK(cudaStreamSynchronize(r->s2));
+      /* Every slot is written again before the next check only if it ran; eager slots cycle. */
+      for (int k = 0; k < EAGER_SLOTS; k++)
+        TCHECK_EQ_INT(allReduce(r, eIn + k * SLOT_COUNT, eOut + k * SLOT_COUNT, SLOT_COUNT, r->s1),
+                      ncclSuccess);
+      CUDA_OK(cudaGraphLaunch(exec, r->s2));
+      done += EAGER_SLOTS + GRAPH_OPS;
+    }
+  }
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  CUDA_OK(cudaStreamSynchronize(r->s2));
+  TCHECK_EQ_INT(wrong, 0);
+  if (r->rank == 0) printf("streams: %ld calls per rank (eager and graph), %ld wrong\n", done, wrong);
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+}
+
+/* ---- groups: simulate, then a normal call; a failing GroupEnd (bootstrap knob) ------------- */
+typedef int (*failGroupEndsFn)(int count);
+static void groupRank(struct rank* r) {
+  checkedAllReduce(r, 1024, 1); /* staging */
+  const uint64_t before = ours(r->comm);
+  CUDA_OK(cudaMemset(r->out, 0, 1024 * sizeof(float)));
+  fill(r, r->in, 1024, 2, r->s1);
+  TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  TCHECK_EQ_INT(allReduce(r, r->in, r->out, 1024, r->s1), ncclSuccess);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  TCHECK_EQ_INT(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  TCHECK_EQ_INT(ours(r->comm), before);
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  CUDA_OK(cudaMemcpy(r->host, r->out, sizeof(float), cudaMemcpyDeviceToHost));
+  TCHECK(r->host[0] == 0.0f); /* nothing ran */
+  checkedAllReduce(r, 1024, 3); /* not deferred any more */
+  TCHECK_EQ_INT(ours(r->comm), before + 1);
+  /* A failing GroupEnd drops our operations; every rank then reports the failure. */
+  failGroupEndsFn failGroupEnds = NULL;
+  *(void**)&failGroupEnds = dlsym(symmReal.handle, "symmTestBootstrapFailGroupEnds");
+  if (failGroupEnds == NULL) {
+    if (r->rank == 0) printf("group: the bootstrap cannot fail ncclGroupEnd; that case is skipped\n");
+    return;
+  }
+  pthread_barrier_wait(&barrier);
+  if (r->rank == 0) failGroupEnds(nranks);
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  TCHECK_EQ_INT(allReduce(r, r->in, r->out, 1024, r->s1), ncclSuccess);
+  TCHECK(ncclGroupEnd() != ncclSuccess);
+  TCHECK_EQ_INT(ours(r->comm), before + 1);
+  ncclResult_t state = ncclSuccess;
+  for (double t0 = nowMs(); state == ncclSuccess && nowMs() - t0 < 10000;) {
+    TCHECK_EQ_INT(ncclCommGetAsyncError(r->comm, &state), ncclSuccess);
+    if (state == ncclSuccess) sleepMs(1);
+  }
+  TCHECK(state != ncclSuccess);
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
+  r->comm = NULL;
+}
+
+/* ---- non-blocking: NCCL's group launches first, ours after it; never a blocking first call -- */
+static void nonBlockingRank(struct rank* r) {
+  /* The first call given to us forwards, staging follows in the background. */
+  checkedAllReduce(r, 1024, 1);
+  checkedAllReduce(r, 1024, 2);
+  TCHECK(ours(r->comm) >= 1);
+  for (int k = 0; k < 50; k++) {
+    fill(r, r->in, 4096, k, r->s1);
+    TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+    TCHECK_EQ_INT(ncclBroadcast(r->in, r->out + 4096, 4096, ncclFloat32, k % nranks, r->comm, r->s1),
+                  ncclSuccess);
+    ncclResult_t res = allReduce(r, r->in, r->out, 4096, r->s1);
+    TCHECK(res == ncclSuccess || res == ncclInProgress);
+    TCHECK_EQ_INT(settle(r->comm, ncclGroupEnd()), ncclSuccess);
+    TCHECK_EQ_INT(wrongSum(r, r->out, 4096, k, r->s1), 0);
+    int wrongB = 0;
+    CUDA_OK(cudaMemcpy(r->host, r->out + 4096, 4096 * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < 4096; i++) wrongB += r->host[i] != pattern(k % nranks, i, k);
+    TCHECK_EQ_INT(wrongB, 0);
+  }
+}
+
+/* ---- ncclConfig_t: CTA policy and grid bounds ------------------------------------------- */
+static void ctaRank(struct rank* r) {
+  for (int k = 0; k < 10; k++) checkedAllReduce(r, 256u << (k % 4), k);
+  /* NCCL_CTA_POLICY_ZERO: no SM kernel of ours (no copy-engine all-reduce): every call forwards;
+   * otherwise ours, within the grid bounds. */
+  if (ctaPolicy & NCCL_CTA_POLICY_ZERO) TCHECK_EQ_INT(ours(r->comm), 0);
+  else TCHECK_EQ_INT(ours(r->comm), 10);
+}
+
+/* ---- an agreed knob differs (SYMMCOLL_TEST_KNOB_SKEW_RANK): every rank forwards, right ---- */
+static void mismatchRank(struct rank* r) {
+  for (int k = 0; k < 10; k++) checkedAllReduce(r, 1024u << (k % 4), k);
+  TCHECK_EQ_INT(ours(r->comm), 0);
+}
+
+/* ---- soak: ours and forwarded calls, same and other streams -------------------------------- */
+static void soakRank(struct rank* r) {
+  unsigned seed = 777; /* the same sequence on every rank */
+  for (long k = 0; k < param; k++) {
+    const unsigned pick = rand_r(&seed);
+    const size_t count = (size_t)16 << (pick % 10);
+    cudaStream_t s = (pick >> 8) & 1 ? r->s2 : r->s1;
+    const int salt = (int)(k % 11);
+    fill(r, r->in, count, salt, s);
+    switch ((pick >> 4) % 4) {
+      case 0:
+      case 1: /* usually ours */
+        TCHECK_EQ_INT(allReduce(r, r->in, r->out, count, s), ncclSuccess);
+        TCHECK_EQ_INT(wrongSum(r, r->out, count, salt, s), 0);
+        break;
+      case 2: { /* forwarded: broadcast */
+        const int root = (int)(k % nranks);
+        TCHECK_EQ_INT(ncclBroadcast(r->in, r->out, count, ncclFloat32, root, r->comm, s), ncclSuccess);
+        CUDA_OK(cudaStreamSynchronize(s));
+        CUDA_OK(cudaMemcpy(r->host, r->out, count * sizeof(float), cudaMemcpyDeviceToHost));
+        int wrong = 0;
+        for (size_t i = 0; i < count; i++) wrong += r->host[i] != pattern(root, i, salt);
+        TCHECK_EQ_INT(wrong, 0);
+        break;
+      }
+      default: { /* all-gather (ours once its kernels exist, forwarded until then) */
+        const size_t each = count / (size_t)nranks > 0 ? count / (size_t)nranks : 1;
+        TCHECK_EQ_INT(ncclAllGather(r->in, r->out, each, ncclFloat32, r->comm, s), ncclSuccess);
+        CUDA_OK(cudaStreamSynchronize(s));
+        CUDA_OK(cudaMemcpy(r->host, r->out, each * (size_t)nranks * sizeof(float), cudaMemcpyDeviceToHost));
+        int wrong = 0;
+        for (int q = 0; q < nranks; q++)
+          for (size_t i = 0; i < each; i++) wrong += r->host[(size_t)q * each + i] != pattern(q, i, salt);
+        TCHECK_EQ_INT(wrong, 0);
+        break;
+      }
+    }
+  }
+  TCHECK(ours(r->comm) > 0);
+}
+
+/* ---- abort from a watchdog thread during a stream of calls --------------------------------- */
+struct abortShared {
+  int stop;
+  ncclComm_t comms[8];
+  long calls[8];
+};
+static struct abortShared ab;
+
+static void abortRank(struct rank* r) {
+  ab.comms[r->rank] = r->comm;
+  pthread_barrier_wait(&barrier);
+  long k = 0;
+  while (!__atomic_load_n(&ab.stop, __ATOMIC_ACQUIRE)) {
+    ncclResult_t res = allReduce(r, r->in, r->out, 256, r->s1);
+    TCHECK(res == ncclSuccess || res == ncclInvalidUsage || res == ncclRemoteError);
+    if (++k % 50 == 0) (void)cudaStreamSynchronize(r->s1);
+  }
+  ab.calls[r->rank] += k;
+  pthread_barrier_wait(&barrier); /* the watchdog aborts while we were in the loop */
+  const double t0 = nowMs();
+  (void)cudaStreamSynchronize(r->s1); /* our kernels exit on the abort flag */
+  (void)cudaGetLastError();
+  TCHECK(nowMs() - t0 < 2000);
+  r->comm = NULL;
+}
+
+static void* watchdog(void* arg) {
+  unsigned* seed = arg;
+  pthread_barrier_wait(&barrier);
+  sleepMs((double)(rand_r(seed) % 3000) / 1000.0);
+  __atomic_store_n(&ab.stop, 1, __ATOMIC_RELEASE);
+  for (int q = 0; q < nranks; q++) TCHECK_EQ_INT(ncclCommAbort(ab.comms[q]), ncclSuccess);
+  pthread_barrier_wait(&barrier);
+  pthread_barrier_wait(&barrier); /* the ranks' closeRank */
+  return NULL;
+}
+
+/* ---- driver --------------------------------------------------------------------------------- */
+typedef void (*rankBody)(struct rank*);
+static rankBody body;
+static int blockingComms = 1;
+
+static void* rankMain(void* arg) {
+  struct rank r = {.rank = (int)(long)arg};
+  if (openRank(&r, blockingComms)) {
+    body(&r);
+    closeRank(&r, r.comm != NULL);
+  }
+  return NULL;
+}
+
+static void runWorld(rankBody b, int extraParties, void* (*extra)(void*), void* extraArg) {
+  body = b;
+  TCHECK_EQ_INT(ncclGetUniqueId(&uid), ncclSuccess);
+  pthread_barrier_init(&barrier, NULL, (unsigned)(nranks + extraParties));
+  pthread_t threads[9];
+  for (long r = 0; r < nranks; r++) pthread_create(&threads[r], NULL, rankMain, (void*)r);
+  if (extra != NULL) pthread_create(&threads[nranks], NULL, extra, extraArg);
+  for (int r = 0; r < nranks + (extra != NULL); r++) pthread_join(threads[r], NULL);
+  pthread_barrier_destroy(&barrier);
+}
+
+/* Abort cycles: each a fresh world; fds, mappings, GPU memory and entries back where they were. */
+static void runAbortCycles(void) {
+  size_t free0 = 0, total = 0, free1 = 0;
+  const int fds0 = harnessCountEntries("/proc/self/fd");
+  unsigned seed = 4242;
+  for (long cycle = 0; cycle < param; cycle++) {
+    ab.stop = 0;
+    runWorld(abortRank, 1, watchdog, &seed);
+    if (cycle == 0) CUDA_OK(cudaMemGetInfo(&free0, &total));
+  }
+  CUDA_OK(cudaMemGetInfo(&free1, &total));
+  long calls = 0;
+  for (int q = 0; q < nranks; q++) calls += ab.calls[q];
+  printf("abort: %ld cycles, %ld calls; free GPU memory %zu -> %zu MiB; fds %d -> %d\n", param,
+         calls, free0 >> 20, free1 >> 20, fds0, harnessCountEntries("/proc/self/fd"));
+  CHECK(free1 + ((size_t)256 << 20) >= free0); /* slack: the allocator's pools */
+  CHECK(harnessCountEntries("/proc/self/fd") <= fds0 + 8);
+  CHECK_EQ_INT(symmCommCount(), 0);
+  CHECK_EQ_INT(symmRegistryCount(), 0);
+}
+
+int main(int argc, char** argv) {
+  (void)symmLogLevel();
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
+  setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
+  if (argc < 3) {
+    fprintf(stderr, "usage: test_core_gpu late|fault|streams|abort|group|nonblocking|mismatch|soak "
+            "N [number]\n");
+    return 2;
+  }
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    printf("test_core_gpu: no GPU, skipped\n");
+    return TEST_SKIP_CODE;
+  }
+  ctaPolicy = NCCL_CTA_POLICY_DEFAULT;
+  maxCTAs = NCCL_CONFIG_UNDEF_INT;
+  nranks = atoi(argv[2]);
+  param = argc > 3 ? atol(argv[3]) : 0;
+  if (nranks < 2 || nranks > 8) return 2;
+  if (symmRealLoad() != ncclSuccess || dlsym(symmReal.handle, "symmTestBootstrapIsFake") == NULL) {
+    fprintf(stderr, "test_core_gpu: SYMMCOLL_NCCL_LIB must name the test bootstrap\n");
+    return 2;
+  }
+  const char* mode = argv[1];
+  if (!strcmp(mode, "late")) runWorld(lateRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "fault")) runWorld(faultRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "streams")) runWorld(streamsRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "abort")) runAbortCycles();
+  else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "cta-zero")) {
+    ctaPolicy = NCCL_CTA_POLICY_ZERO;
+    runWorld(ctaRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "cta-efficiency")) {
+    ctaPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+    runWorld(ctaRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "max-ctas")) {
+    maxCTAs = 1;
+    runWorld(ctaRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "nonblocking")) {
+    blockingComms = 0;
+    runWorld(nonBlockingRank, 0, NULL, NULL);
+  } else {
+    fprintf(stderr, "unknown mode %s\n", mode);
+    return 2;
+  }
+  CHECK_EQ_INT(symmCommCount(), 0);
+  return harnessReport("test_core_gpu");
+}

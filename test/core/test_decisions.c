@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* CPU test of the pure decisions of the host path: stream order plans, the failure state
+ * machine, argument checks, grid bounds and CTA policy, config reading, knob agreement, socket
+ * names. No GPU, no NCCL. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algos.h"
+#include "comm.h"
+#include "debug.h"
+#include "eligibility.h"
+#include "enqueue.h"
+#include "failure.h"
+#include "fdpass.h"
+#include "harness.h"
+#include "order.h"
+
+static struct symmCapture eager(unsigned long long streamId) {
+  return (struct symmCapture){.streamId = streamId};
+}
+static struct symmCapture captured(unsigned long long streamId, unsigned long long id) {
+  return (struct symmCapture){.streamId = streamId, .active = 1, .id = id};
+}
+
+/* What symmOrderAfter does to the state, without CUDA. */
+static void after(struct symmOrder* o, const struct symmCapture* cap) {
+  const unsigned plan = symmOrderAfterPlan(cap);
+  if (plan & SYMM_ORDER_RECORD_CAPTURE) {
+    int slot = -1;
+    for (int i = 0; i < SYMM_ORDER_CAPTURES; i++)
+      if (o->captures[i].id == cap->id) slot = i;
+    if (slot < 0) {
+      slot = 0;
+      for (int i = 1; i < SYMM_ORDER_CAPTURES; i++)
+        if (o->captures[i].lastUse < o->captures[slot].lastUse) slot = i;
+      o->captures[slot].id = cap->id;
+    }
+    o->captures[slot].lastUse = ++o->useClock;
+    o->everCaptured = 1;
+  }
+  if (plan & SYMM_ORDER_RECORD) {
+    o->lastStreamId = cap->streamId;
+    o->issued = 1;
+  }
+}
+
+static void testOrder(void) {
+  struct symmOrder o;
+  memset(&o, 0, sizeof(o));
+  struct symmCapture a = eager(11), b = eager(12);
+  /* First operation: nothing to wait for; every eager one records afterwards. */
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &a), 0);
+  CHECK_EQ_INT(symmOrderAfterPlan(&a), SYMM_ORDER_RECORD);
+  after(&o, &a);
+  /* Same stream, never captured: no CUDA call at all before the launch. */
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &a), 0);
+  /* Another stream waits for the previous operation. */
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &b), SYMM_ORDER_WAIT);
+  after(&o, &b);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &b), 0);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &a), SYMM_ORDER_WAIT);
+  /* A stream handle reused after cudaStreamDestroy has another id: it waits. */
+  struct symmCapture reused = eager(13);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &reused), SYMM_ORDER_WAIT);
+
+  /* Captures: the first operation of a capture waits externally (at each replay: whatever was
+   * issued before the replay), later ones of the same capture chain inside the graph. */
+  struct symmCapture g1 = captured(20, 100), g1b = captured(21, 100), g2 = captured(22, 200);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1), SYMM_ORDER_WAIT_EXTERNAL);
+  CHECK_EQ_INT(symmOrderAfterPlan(&g1), SYMM_ORDER_RECORD_EXTERNAL | SYMM_ORDER_RECORD_CAPTURE);
+  after(&o, &g1);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1b), SYMM_ORDER_WAIT_CAPTURE);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g2), SYMM_ORDER_WAIT_EXTERNAL);
+  after(&o, &g2);
+  /* Interleaved captures keep their own chains. */
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1b), SYMM_ORDER_WAIT_CAPTURE);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g2), SYMM_ORDER_WAIT_CAPTURE);
+  /* After any capture an eager operation always waits (a replay may have run since), even on
+   * the stream of the previous eager one. */
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &b), SYMM_ORDER_WAIT);
+  after(&o, &b);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &b), SYMM_ORDER_WAIT);
+  /* More captures than slots: the least recently used slot goes (a capture that ended). */
+  for (unsigned long long id = 300; id < 300 + SYMM_ORDER_CAPTURES; id++) {
+    struct symmCapture g = captured(30, id);
+    after(&o, &g);
+  }
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1), SYMM_ORDER_WAIT_EXTERNAL);
+  struct symmCapture recent = captured(30, 300 + SYMM_ORDER_CAPTURES - 1);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &recent), SYMM_ORDER_WAIT_CAPTURE);
+}
+
+static struct symmFailure shared;
+static int firstMoves;
+static void* racer(void* arg) {
+  const uint32_t bits = (uint32_t)(uintptr_t)arg;
+  if (symmFailureRecord(&shared, bits)) __atomic_add_fetch(&firstMoves, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+static void testFailure(void) {
+  CHECK_EQ_INT(symmFailureResult(0), ncclSuccess);
+  CHECK_EQ_INT(symmFailureResult(SYMM_ERR_PEER), ncclRemoteError);
+  CHECK_EQ_INT(symmFailureResult(SYMM_ERR_DEADLINE), ncclRemoteError);
+  CHECK_EQ_INT(symmFailureResult(SYMM_ERR_LAUNCH), ncclUnhandledCudaError);
+  CHECK_EQ_INT(symmFailureResult(SYMM_ERR_BAD_DESC), ncclInternalError);
+  CHECK_EQ_INT(symmFailureResult(SYMM_ERR_ABORT), ncclInvalidUsage);
+  /* A peer's failure is what every rank reports, whatever else happened here. */
+  CHECK_EQ_INT(symmFailureResult(SYMM_ERR_PEER | SYMM_ERR_LAUNCH), ncclRemoteError);
+
+  struct symmFailure f;
+  memset(&f, 0, sizeof(f));
+  CHECK_EQ_INT(symmFailureGet(&f), ncclSuccess);
+  CHECK_EQ_INT(symmFailureRecord(&f, 0), 0);
+  CHECK_EQ_INT(symmFailureGet(&f), ncclSuccess);
+  CHECK_EQ_INT(symmFailureRecord(&f, SYMM_ERR_LAUNCH), 1);
+  CHECK_EQ_INT(symmFailureGet(&f), ncclUnhandledCudaError);
+  /* Failed stays failed with its first result; later reasons are only or-ed in. */
+  CHECK_EQ_INT(symmFailureRecord(&f, SYMM_ERR_PEER), 0);
+  CHECK_EQ_INT(symmFailureGet(&f), ncclUnhandledCudaError);
+  CHECK_EQ_INT(f.bits, SYMM_ERR_LAUNCH | SYMM_ERR_PEER);
+
+  /* Exactly one of many threads moves it. */
+  pthread_t threads[8];
+  for (int i = 0; i < 8; i++)
+    pthread_create(&threads[i], NULL, racer, (void*)(uintptr_t)(i & 1 ? SYMM_ERR_PEER : SYMM_ERR_LAUNCH));
+  for (int i = 0; i < 8; i++) pthread_join(threads[i], NULL);
+  CHECK_EQ_INT(firstMoves, 1);
+  CHECK(symmFailureGet(&shared) == ncclRemoteError || symmFailureGet(&shared) == ncclUnhandledCudaError);
+
+  /* ncclCommGetAsyncError: a real error wins, then ours, then the real state. */
+  CHECK_EQ_INT(symmFailureCombine(ncclSystemError, ncclRemoteError), ncclSystemError);
+  CHECK_EQ_INT(symmFailureCombine(ncclSuccess, ncclRemoteError), ncclRemoteError);
+  CHECK_EQ_INT(symmFailureCombine(ncclInProgress, ncclRemoteError), ncclRemoteError);
+  CHECK_EQ_INT(symmFailureCombine(ncclInProgress, ncclSuccess), ncclInProgress);
+  CHECK_EQ_INT(symmFailureCombine(ncclSuccess, ncclInProgress), ncclInProgress);
+  CHECK_EQ_INT(symmFailureCombine(ncclSuccess, ncclSuccess), ncclSuccess);
+}
+
+static ncclResult_t args(enum symmColl coll, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                         int nranks, int arch, int* ncclDecides) {
+  static float buf[4];
+  const struct symmTask t = {.coll = coll, .sendbuff = buf, .recvbuff = buf, .count = count,
+                             .datatype = dt, .op = op, .root = -1};
+  return symmArgsCheck(&t, nranks, arch, ncclDecides);
+}
+
+static void testArgs(void) {
+  int nccl = -1;
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, 4, ncclFloat32, ncclSum, 2, 90, &nccl), ncclSuccess);
+  CHECK_EQ_INT(nccl, 0);
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, 4, (ncclDataType_t)ncclNumTypes, ncclSum, 2, 90, &nccl),
+               ncclInvalidArgument);
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, 4, (ncclDataType_t)-1, ncclSum, 2, 90, &nccl),
+               ncclInvalidArgument);
+  CHECK_EQ_INT(args(SYMM_COLL_REDUCESCATTER, 4, ncclFloat32, (ncclRedOp_t)-1, 2, 90, &nccl),
+               ncclInvalidArgument);
+  /* All-gather ignores the op. */
+  CHECK_EQ_INT(args(SYMM_COLL_ALLGATHER, 4, ncclFloat32, (ncclRedOp_t)-1, 2, 90, &nccl), ncclSuccess);
+  /* Byte sizes that overflow: count*esize, and nranks*count*esize for all-gather/reduce-scatter. */
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, SIZE_MAX / 2, ncclFloat32, ncclSum, 2, 90, &nccl),
+               ncclInvalidArgument);
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, SIZE_MAX, ncclInt8, ncclSum, 2, 90, &nccl), ncclSuccess);
+  CHECK_EQ_INT(args(SYMM_COLL_ALLGATHER, SIZE_MAX / 4, ncclInt8, ncclSum, 8, 90, &nccl),
+               ncclInvalidArgument);
+  CHECK_EQ_INT(args(SYMM_COLL_REDUCESCATTER, SIZE_MAX / 16, ncclInt8, ncclSum, 8, 90, &nccl),
+               ncclSuccess);
+  /* fp8 reductions need sm_90 (unknown arch: left to NCCL); an fp8 all-gather is fine. */
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, 4, ncclFloat8e4m3, ncclSum, 2, 80, &nccl),
+               ncclInvalidArgument);
+  CHECK_EQ_INT(args(SYMM_COLL_REDUCESCATTER, 4, ncclFloat8e5m2, ncclMax, 2, 86, &nccl),
+               ncclInvalidArgument);
+  CHECK_EQ_INT(args(SYMM_COLL_ALLGATHER, 4, ncclFloat8e4m3, ncclSum, 2, 80, &nccl), ncclSuccess);
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, 4, ncclFloat8e4m3, ncclSum, 2, 0, &nccl), ncclSuccess);
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, 4, ncclFloat8e4m3, ncclSum, 2, 90, &nccl), ncclSuccess);
+  /* User-defined ops and empty calls are the real NCCL's to judge. */
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, 4, ncclFloat32, (ncclRedOp_t)ncclNumOps, 2, 90, &nccl),
+               ncclSuccess);
+  CHECK_EQ_INT(nccl, 1);
+  CHECK_EQ_INT(args(SYMM_COLL_ALLREDUCE, 0, ncclFloat32, ncclSum, 2, 90, &nccl), ncclSuccess);
+  CHECK_EQ_INT(nccl, 1);
+  const struct symmTask nullBuf = {.coll = SYMM_COLL_ALLREDUCE, .count = 4, .datatype = ncclFloat32,
+                                   .op = ncclSum};
+  CHECK_EQ_INT(symmArgsCheck(&nullBuf, 2, 90, &nccl), ncclSuccess);
+  CHECK_EQ_INT(nccl, 1);
+}
+
+static void testGridAndPolicy(void) {
+  struct symmCommConfig c = {.blocking = 1, .ctaPolicy = NCCL_CTA_POLICY_DEFAULT};
+  int maxB = -1, minB = -1;
+  symmGridBounds(&c, &maxB, &minB);
+  CHECK_EQ_INT(maxB, 0);
+  CHECK_EQ_INT(minB, 0);
+  c.maxCTAs = 16;
+  c.minCTAs = 4;
+  symmGridBounds(&c, &maxB, &minB);
+  CHECK_EQ_INT(maxB, 16);
+  CHECK_EQ_INT(minB, 4);
+  c.ctaPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+  symmGridBounds(&c, &maxB, &minB);
+  CHECK_EQ_INT(maxB, SYMM_EFFICIENCY_BLOCKS);
+  CHECK_EQ_INT(minB, 4);
+  c.maxCTAs = 2;
+  symmGridBounds(&c, &maxB, &minB);
+  CHECK_EQ_INT(maxB, 2);
+  CHECK_EQ_INT(minB, 2);
+  for (int a = 0; a < SYMM_NALGOS; a++) {
+    CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_DEFAULT, (enum symmAlgo)a), 1);
+    CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_EFFICIENCY, (enum symmAlgo)a), 1);
+    CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_ZERO, (enum symmAlgo)a),
+                 a == SYMM_ALGO_NCCL || a == SYMM_ALGO_COPYENGINE);
+  }
+}
+
+static void testConfig(void) {
+  unsetenv("NCCL_COMM_BLOCKING");
+  unsetenv("NCCL_MAX_CTAS");
+  unsetenv("NCCL_MIN_CTAS");
+  unsetenv("NCCL_CTA_POLICY");
+  struct symmCommConfig out;
+  symmConfigRead(NULL, NULL, &out);
+  CHECK_EQ_INT(out.blocking, 1);
+  CHECK_EQ_INT(out.maxCTAs, 0);
+  CHECK_EQ_INT(out.ctaPolicy, NCCL_CTA_POLICY_DEFAULT);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.maxCTAs = 24;
+  config.minCTAs = 2;
+  config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+  symmConfigRead(&config, NULL, &out);
+  CHECK_EQ_INT(out.blocking, 0);
+  CHECK_EQ_INT(out.maxCTAs, 24);
+  CHECK_EQ_INT(out.minCTAs, 2);
+  CHECK_EQ_INT(out.ctaPolicy, NCCL_CTA_POLICY_ZERO);
+  /* A split without a config inherits its parent's. */
+  struct symmCommConfig child;
+  symmConfigRead(NULL, &out, &child);
+  CHECK_EQ_INT(child.blocking, 0);
+  CHECK_EQ_INT(child.maxCTAs, 24);
+  CHECK_EQ_INT(child.ctaPolicy, NCCL_CTA_POLICY_ZERO);
+  /* A struct from an older NCCL has no CTAPolicy: the default. */
+  config.version = NCCL_VERSION(2, 20, 0);
+  symmConfigRead(&config, NULL, &out);
+  CHECK_EQ_INT(out.ctaPolicy, NCCL_CTA_POLICY_DEFAULT);
+  CHECK_EQ_INT(out.maxCTAs, 24);
+  config.version = NCCL_VERSION(2, 28, 0);
+  /* NCCL's environment overrides win, with its clamps. */
+  setenv("NCCL_MAX_CTAS", "100", 1);
+  setenv("NCCL_MIN_CTAS", "80", 1);
+  setenv("NCCL_CTA_POLICY", "1", 1);
+  symmConfigRead(&config, NULL, &out);
+  CHECK_EQ_INT(out.maxCTAs, 64);
+  CHECK_EQ_INT(out.minCTAs, 64);
+  CHECK_EQ_INT(out.ctaPolicy, NCCL_CTA_POLICY_EFFICIENCY);
+  setenv("NCCL_CTA_POLICY", "7", 1); /* invalid: the default, as NCCL does */
+  symmConfigRead(&config, NULL, &out);
+  CHECK_EQ_INT(out.ctaPolicy, NCCL_CTA_POLICY_DEFAULT);
+  unsetenv("NCCL_MAX_CTAS");
+  unsetenv("NCCL_MIN_CTAS");
+  unsetenv("NCCL_CTA_POLICY");
+}
+
+static void testKnobs(void) {
+  struct symmPeerRecord recs[4];
+  memset(recs, 0, sizeof(recs));
+  for (int r = 0; r < 4; r++) {
+    recs[r].knobCount = 3;
+    for (int k = 0; k < 3; k++) recs[r].knobHashes[k] = 0x1000u + (uint64_t)k;
+    recs[r].tuningFileHash = 77;
+  }
+  int rank = 99;
+  CHECK_EQ_INT(symmKnobMismatch(recs, 4, &rank), -1);
+  recs[2].knobHashes[1] ^= 1;
+  CHECK_EQ_INT(symmKnobMismatch(recs, 4, &rank), 1);
+  CHECK_EQ_INT(rank, 2);
+  recs[2].knobHashes[1] ^= 1;
+  recs[3].tuningFileHash = 78;
+  CHECK_EQ_INT(symmKnobMismatch(recs, 4, &rank), 3);
+  CHECK_EQ_INT(rank, 3);
+  recs[3].tuningFileHash = 77;
+  recs[1].knobCount = 2; /* another build */
+  CHECK_EQ_INT(symmKnobMismatch(recs, 4, &rank), 3);
+  CHECK_EQ_INT(rank, 1);
+}
+
+static void testSocketNames(void) {
+  /* SipHash-2-4 reference vector (key 00..0f, message 00..0e). */
+  uint8_t key[16], msg[15];
+  for (int i = 0; i < 16; i++) key[i] = (uint8_t)i;
+  for (int i = 0; i < 15; i++) msg[i] = (uint8_t)i;
+  CHECK(symmSipHash24(key, msg, sizeof(msg)) == 0xa129ca6149be45e5ull);
+  CHECK(symmSipHash24(key, msg, 0) == 0x726fdb47dd0e0e31ull);
+
+  struct symmFdRendezvous rv;
+  memset(&rv, 0, sizeof(rv));
+  for (int i = 0; i < SYMM_SECRET_BYTES; i++) rv.secret[i] = (uint8_t)(i * 37 + 11);
+  char a[108], b[108], c[108], d[108];
+  rv.tag = 0;
+  symmFdSocketName(&rv, 0, a, sizeof(a));
+  symmFdSocketName(&rv, 1, b, sizeof(b));
+  rv.tag = 1;
+  symmFdSocketName(&rv, 0, c, sizeof(c));
+  /* Stable, distinct per (tag, rank), and not sharing a visible prefix beyond our own. */
+  rv.tag = 0;
+  symmFdSocketName(&rv, 0, d, sizeof(d));
+  CHECK_EQ_STR(a, d);
+  CHECK(strcmp(a, b) != 0 && strcmp(a, c) != 0 && strcmp(b, c) != 0);
+  CHECK_EQ_INT(strncmp(a, "symmcoll-", 9), 0);
+  CHECK(memcmp(a + 9, b + 9, 8) != 0 && memcmp(a + 9, c + 9, 8) != 0);
+  /* No byte of the secret appears in the name. */
+  char hexByte[3];
+  snprintf(hexByte, sizeof(hexByte), "%02x", rv.secret[0]);
+  char secretHex[2 * 8 + 1];
+  for (int i = 0; i < 8; i++) snprintf(secretHex + 2 * i, 3, "%02x", rv.secret[i]);
+  CHECK(strstr(a, secretHex) == NULL);
+  /* The second half (the authenticator) does not change the name; the first half does. */
+  rv.secret[SYMM_SECRET_BYTES - 1] ^= 0x5a;
+  symmFdSocketName(&rv, 0, d, sizeof(d));
+  CHECK_EQ_STR(a, d);
+  rv.secret[0] ^= 0x5a;
+  symmFdSocketName(&rv, 0, d, sizeof(d));
+  CHECK(strcmp(a, d) != 0);
+}
+
+int main(void) {
+  (void)symmLogLevel();
+  testOrder();
+  testFailure();
+  testArgs();
+  testGridAndPolicy();
+  testConfig();
+  testKnobs();
+  testSocketNames();
+  return harnessReport("core_decisions");
+}
