@@ -9,9 +9,11 @@ ncclResult_t symmCaptureOf(cudaStream_t stream, struct symmCapture* out) {
   out->active = 0;
   out->id = 0;
   out->graph = NULL;
-  cudaError_t e = cudaStreamGetId(stream, &out->streamId);
-  if (e == cudaSuccess)
-    e = cudaStreamGetCaptureInfo(stream, &status, &out->id, &out->graph, NULL, NULL, NULL);
+  out->streamId = 0;
+  /* The stream's id only matters outside a capture (cudaStreamGetId is refused inside one). */
+  cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, &out->id, &out->graph, NULL, NULL, NULL);
+  if (e == cudaSuccess && status == cudaStreamCaptureStatusNone)
+    e = cudaStreamGetId(stream, &out->streamId);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     WARN("cannot read the state of stream %p: %s", (void*)stream, cudaGetErrorString(e));

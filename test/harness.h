@@ -58,6 +58,32 @@ static inline int harnessCountEntries(const char* path) {
     }                                                                                \
   } while (0)
 
+/* Thread-safe twins for tests whose checks run on several rank threads: the operands are
+ * evaluated BEFORE anything is counted (an operand may be a collective call that waits for
+ * another rank's thread), the counters are atomic, and nothing is locked. */
+static inline void harnessRecord(int ok, const char* file, int line, const char* what) {
+  __atomic_add_fetch(&harnessChecks, 1, __ATOMIC_RELAXED);
+  if (!ok) {
+    __atomic_add_fetch(&harnessFailures, 1, __ATOMIC_RELAXED);
+    fprintf(stderr, "%s:%d: CHECK failed: %s\n", file, line, what);
+  }
+}
+#define HARNESS_TCHECK(cond)                                                                 \
+  do {                                                                               \
+    const int tcheckOk_ = (cond) ? 1 : 0;                                            \
+    harnessRecord(tcheckOk_, __FILE__, __LINE__, #cond);                             \
+  } while (0)
+#define HARNESS_TCHECK_EQ_INT(a, b)                                                          \
+  do {                                                                               \
+    const long long tcheckA_ = (long long)(a), tcheckB_ = (long long)(b);            \
+    __atomic_add_fetch(&harnessChecks, 1, __ATOMIC_RELAXED);                         \
+    if (tcheckA_ != tcheckB_) {                                                      \
+      __atomic_add_fetch(&harnessFailures, 1, __ATOMIC_RELAXED);                     \
+      fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, \
+              tcheckA_, tcheckB_);                                                   \
+    }                                                                                \
+  } while (0)
+
 /* Ends main(): prints "N passed, N failed" and returns the exit code. */
 static inline int harnessReport(const char* name) {
   printf("%s: %d checks, %d failed\n", name, harnessChecks, harnessFailures);

@@ -574,12 +574,61 @@ BOOT_API(ncclResult_t, ncclGroupStart, (void)) {
   return ncclSuccess;
 }
 
+/* Forgets the queued items of this thread's outermost group (they are never posted). */
+static void groupDrop(void) {
+  free(groupItems); /* a thread's queue must not outlive the group (threads come and go) */
+  groupItems = NULL;
+  groupCount = groupCap = 0;
+}
+
+/* Test knob: the next `count` outermost ncclGroupEnd calls of the process (any thread) fail with
+ * ncclInternalError and post nothing, as a real NCCL whose group launch failed. Also read once
+ * from SYMM_BOOTSTRAP_FAIL_GROUP_ENDS. */
+static int failGroupEnds = -1;
+SYMM_EXPORT void symmTestBootstrapFailGroupEnds(int count);
+void symmTestBootstrapFailGroupEnds(int count) {
+  __atomic_store_n(&failGroupEnds, count, __ATOMIC_RELEASE);
+}
+
+static int takeGroupEndFailure(void) {
+  int left = __atomic_load_n(&failGroupEnds, __ATOMIC_ACQUIRE);
+  if (left < 0) {
+    const char* env = getenv("SYMM_BOOTSTRAP_FAIL_GROUP_ENDS");
+    int initial = env != NULL ? atoi(env) : 0;
+    if (__atomic_compare_exchange_n(&failGroupEnds, &left, initial, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      left = initial;
+  }
+  while (left > 0) {
+    if (__atomic_compare_exchange_n(&failGroupEnds, &left, left - 1, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      return 1;
+  }
+  return 0;
+}
+
+/* Like NCCL's: ends the group without launching anything (the estimate is not modelled). */
+BOOT_API(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t* simInfo)) {
+  if (groupDepth <= 0) {
+    bootWarn("ncclGroupSimulateEnd without ncclGroupStart");
+    return ncclInvalidUsage;
+  }
+  if (simInfo != NULL) simInfo->estimatedTime = 0.0f;
+  if (--groupDepth > 0) return ncclSuccess;
+  groupDrop();
+  return ncclSuccess;
+}
+
 BOOT_API(ncclResult_t, ncclGroupEnd, (void)) {
   if (groupDepth <= 0) {
     bootWarn("ncclGroupEnd without ncclGroupStart");
     return ncclInvalidUsage;
   }
   if (--groupDepth > 0) return ncclSuccess;
+  if (takeGroupEndFailure()) {
+    groupDrop();
+    return ncclInternalError;
+  }
   ncclResult_t res = groupError;
   int n = groupCount;
   int* runIt = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
@@ -601,9 +650,7 @@ BOOT_API(ncclResult_t, ncclGroupEnd, (void)) {
       if (res == ncclSuccess) res = r;
     }
   free(runIt);
-  free(groupItems); /* a thread's queue must not outlive the group (threads come and go) */
-  groupItems = NULL;
-  groupCount = groupCap = 0;
+  groupDrop();
   return res;
 }
 

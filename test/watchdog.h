@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Hang watchdog for GPU tests: after a deadline, every thread of the process prints its stack
+ * (raw addresses plus the executable mappings, to symbolize with addr2line) and the process
+ * exits 124 instead of hanging silently. Linux/glibc only. */
+#ifndef SYMMCOLL_TEST_WATCHDOG_H
+#define SYMMCOLL_TEST_WATCHDOG_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dirent.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static void watchdogStackHandler(int sig) {
+  (void)sig;
+  void* frames[48];
+  const int n = backtrace(frames, 48);
+  char line[64];
+  const int len = snprintf(line, sizeof(line), "watchdog: thread %ld stack:\n", (long)syscall(SYS_gettid));
+  if (write(2, line, (size_t)len) < 0) return;
+  backtrace_symbols_fd(frames, n, 2);
+}
+
+static void* watchdogThread(void* arg) {
+  const long seconds = (long)(intptr_t)arg;
+  struct timespec ts = {seconds, 0};
+  while (nanosleep(&ts, &ts) != 0) {}
+  fprintf(stderr, "watchdog: still running after %ld s; stacks follow\n", seconds);
+  FILE* maps = fopen("/proc/self/maps", "r");
+  char buf[512];
+  while (maps != NULL && fgets(buf, sizeof(buf), maps) != NULL)
+    if (strstr(buf, " r-xp ") != NULL) fputs(buf, stderr);
+  if (maps) fclose(maps);
+  DIR* d = opendir("/proc/self/task");
+  struct dirent* e;
+  const long self = (long)syscall(SYS_gettid);
+  while (d != NULL && (e = readdir(d)) != NULL) {
+    const long tid = atol(e->d_name);
+    if (tid <= 0 || tid == self) continue;
+    syscall(SYS_tgkill, (long)getpid(), tid, SIGUSR2);
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  if (d) closedir(d);
+  fflush(stderr);
+  _exit(124);
+  return NULL;
+}
+
+/* Arms the watchdog: SYMMCOLL_TEST_WATCHDOG_S seconds (0 or unset: `seconds`; negative: off). */
+static inline void watchdogArm(long seconds) {
+  const char* env = getenv("SYMMCOLL_TEST_WATCHDOG_S");
+  if (env != NULL && env[0] != '\0') seconds = atol(env);
+  if (seconds <= 0) return;
+  void* warm[1];
+  (void)backtrace(warm, 1); /* loads libgcc now, not inside the signal handler */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = watchdogStackHandler;
+  sigaction(SIGUSR2, &sa, NULL);
+  pthread_t t;
+  if (pthread_create(&t, NULL, watchdogThread, (void*)(intptr_t)seconds) == 0) pthread_detach(t);
+}
+
+#endif
