@@ -171,9 +171,10 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     /* Polled, so that an abort on another thread (which raises `gone`) is never stuck here. */
     if (symmWaitStream(c, x->stream) != ncclSuccess) {
       inExchange[i] = 0;
-      /* The all-gather may never finish (abort): the stream keeps its memory until then. */
-      if (x->deviceScratch) (void)cudaFreeAsync(x->scratch, x->stream);
-      (void)cudaStreamDestroy(x->stream);
+      /* Abandoned (abort): the real NCCL still owns the posted all-gather, which may write into
+       * the scratch and use the stream until the real communicator is aborted, after this
+       * returns. Freeing them now would hand it freed memory: they are left behind (a few
+       * hundred bytes per abandoned exchange). */
       (void)cudaGetLastError();
       continue;
     }

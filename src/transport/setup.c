@@ -184,7 +184,9 @@ static ncclResult_t buildPrivate(struct symmComm* c, struct symmTransport* t) {
   CUDACHECK(cudaMallocAsync(&t->localState, t->peers.localStateBytes, t->ctl));
   CUDACHECK(cudaMemsetAsync(t->localState, 0, t->peers.localStateBytes, t->ctl));
   t->peers.localState = t->localState;
-  return symmWaitStream(c, t->ctl);
+  /* The private stream holds nothing that depends on a peer: waiting for it is bounded. */
+  CUDACHECK(cudaStreamSynchronize(t->ctl));
+  return ncclSuccess;
 }
 
 /* Staging bytes per rank: what the tuner may give to our staged algorithms on a communicator

@@ -50,7 +50,9 @@ static ncclResult_t buildLocal(struct stageCtx* x) {
   /* Everything, the Lamport region and the pad included: recycled pages must never hold lines
    * or signals that look current. */
   CUDACHECKGOTO(cudaMemsetAsync((void*)base, 0, t->allocBytes, t->ctl), res, unmap);
-  NCCLCHECKGOTO(symmWaitStream(c, t->ctl), res, unmap);
+  /* Waited for to the end, abort or not: the private stream holds nothing that depends on a
+   * peer, and unmapping under a memset in flight would be an illegal access. */
+  CUDACHECKGOTO(cudaStreamSynchronize(t->ctl), res, unmap);
   struct symmMapKey key;
   symmKeyOf(t, SYMM_TAG_STAGING, c->rank, &key);
   NCCLCHECKGOTO(symmRegistryPublish(&key, handle, base, t->allocBytes, 0, c->cudaDev,

@@ -84,6 +84,7 @@ struct bootOp {
 struct bootWorld {
   ncclUniqueId id;
   int nranks, arrived, complete, aborted, refs;
+  int running; /* operations being run outside the lock (their ranks' buffers and streams in use) */
   struct ncclComm* ranks[BOOT_MAX_RANKS];
   struct bootOp* ops;
   struct bootWorld* next; /* registry chain while collecting ranks */
@@ -140,6 +141,9 @@ static void worldLeave(struct ncclComm* comm, int abort) {
   if (abort) w->aborted = 1;
   w->ranks[comm->rank] = NULL;
   pthread_cond_broadcast(&bootCond);
+  /* An operation already running may use this rank's buffers and streams, which the caller
+   * frees once we return: wait for it (it is short: copies and host arithmetic). */
+  while (w->running > 0) pthread_cond_wait(&bootCond, &bootLock);
   worldUnref(w);
   pthread_mutex_unlock(&bootLock);
   comm->world = NULL;
@@ -242,6 +246,11 @@ static ncclResult_t opPost(struct groupItem* item, struct bootOp** out, int* run
   struct bootWorld* w = comm->world;
   *runIt = 0;
   pthread_mutex_lock(&bootLock);
+  if (w->aborted) {
+    /* An aborted world runs nothing more: a posted rank's buffers may already be gone. */
+    pthread_mutex_unlock(&bootLock);
+    return ncclRemoteError;
+  }
   uint64_t seq = comm->nextSeq++;
   struct bootOp* op = w->ops;
   while (op && op->seq != seq) op = op->next;
@@ -374,8 +383,13 @@ static ncclResult_t opFinish(struct ncclComm* comm, struct bootOp* op, int runIt
   struct bootWorld* w = comm->world;
   ncclResult_t res = ncclSuccess;
   if (runIt) {
-    ncclResult_t ran = op->result == ncclSuccess ? opRun(op, w->nranks) : op->result;
     pthread_mutex_lock(&bootLock);
+    const int run = op->result == ncclSuccess && !w->aborted;
+    if (run) w->running++;
+    pthread_mutex_unlock(&bootLock);
+    ncclResult_t ran = run ? opRun(op, w->nranks) : op->result != ncclSuccess ? op->result : ncclRemoteError;
+    pthread_mutex_lock(&bootLock);
+    if (run) w->running--;
     op->result = ran;
     op->state = 2;
     pthread_cond_broadcast(&bootCond);

@@ -30,6 +30,7 @@
 #include "forward.h"
 #include "gpu_kernels.h"
 #include "harness.h"
+#include "watchdog.h"
 #include "internal.h"
 #include "multicast.h"
 #include "param.h"
