@@ -227,6 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   uint64_t epoch;
   uint32_t ticket = 0;
   if (!beginCall(a, &epoch, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch, 0);
   const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
   const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
   const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
@@ -347,7 +348,8 @@ __device__ __forceinline__ const char* peerInput(const KernelArgs& a, int t, vol
           : 0ull;
   if (base == 0) {
     /* Only if the writer deregistered memory still in use: give up rather than guess. */
-    *a.errorFlag = SYMM_ERR_BAD_DESC;
+    atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_BAD_DESC);
+    failEverywhere(a, SYMM_ERR_BAD_DESC);
     *failed = 1;
     return nullptr;
   }
@@ -365,6 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   uint64_t epoch0;
   uint32_t ticket = 0;
   if (!beginCall(a, &epoch0, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch0, 0);
   const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
   const int me = a.rank, n = a.nranks;
   const size_t peers = (size_t)n - 1;
@@ -507,6 +510,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   uint64_t epoch;
   uint32_t ticket = 0;
   if (!beginCall(a, &epoch, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch, lines);
   const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
   const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
   /* Lines carry the epoch's low 32 bits (8-byte halves arrive whole; see README for why a stale
@@ -728,6 +732,7 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   uint64_t epoch;
   uint32_t ticket = 0;
   if (!beginCall(a, &epoch, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch, 0);
   const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
   const SliceLayout L(a.count, a.nranks, N);
   char* mine = a.staging[a.rank] + half;
@@ -784,7 +789,7 @@ static cudaError_t launchTyped(enum symmAlgo algo, bool emulate, int blocks, cud
       break;
     case SYMM_ALGO_TWOSHOT:
       /* 2 ranks: the instance for 2 (about 110 registers instead of 240; 1-2% faster at
-       * 8 MiB-1 GiB, session 4 round 22). */
+       * 8 MiB-1 GiB on 2x H200). */
       if (args.nranks == 2)
         twoShotKernel<E, Kind, 2><<<blocks, kThreads, 0, stream>>>(args);
       else
@@ -1014,6 +1019,7 @@ static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct 
     args.twoShotSliceMax = sliceMax;
   }
   args.lamportOffset = 2 * chunkBytes;
+  args.lamportRegion = hasLamportRegion(peers->bufferBytes);
   args.deadlineNs = (uint64_t)symmParamSpinDeadlineMs() * 1000000ull;
   args.rank = peers->rank;
   args.nranks = peers->nranks;

@@ -28,6 +28,7 @@ struct KernelArgs {
   size_t halfBytes;                   /* bytes of one staging half (multiple of 16) */
   size_t twoShotSliceMax;             /* two-shot: most elements of one rank's slice per round */
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
+  int lamportRegion;                  /* the staging buffers have a Lamport region */
   uint64_t deadlineNs;                /* 0 = wait like NCCL: forever (abort still honoured) */
   int rank, nranks;
   int avg;                            /* ncclAvg: sum, then Arith::avgFinish */
@@ -202,6 +203,34 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
     *ticket = (uint32_t)atomicAdd((unsigned long long*)&a.localState[1], 1ull);
   *epochOut = epoch;
   return *failed == 0;
+}
+
+/* Lamport lines carry only the low 32 bits of their epoch, so a line left untouched for 2^32
+ * epochs could look current. Every kernel keeps each line of its own writer slots young: block
+ * 0's thread 0 rewrites one line of the slot of this call's parity, in every rank's region, with
+ * this call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3,
+ * one per parity). A slot has 32768 lines, so every line is rewritten at least once per 32768
+ * calls of that parity, far fewer epochs than 2^31 (a call uses one epoch per two-shot round).
+ * Safe for readers: the slot of this parity was last read in call k-2, which every rank finished
+ * before this call could start; and a Lamport call skips the lines it writes itself. */
+__device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,
+                                                   size_t linesWritten) {
+  if (!a.lamportRegion || blockIdx.x != 0 || threadIdx.x != 0) return;
+  constexpr size_t kSlotBytes = 2 * SYMM_LAMPORT_MAX_BYTES;
+  constexpr size_t kSlotLines = kSlotBytes / 16;
+  const int parity = (int)(epoch & 1u);
+  uint64_t* cursor = a.localState + 2 + parity;
+  const uint64_t c = *cursor;
+  *cursor = c + 1;
+  const size_t line = (size_t)(c % kSlotLines);
+  if (line < linesWritten) return;
+  const uint32_t flag = (uint32_t)epoch;
+  const size_t off = a.lamportOffset + (size_t)parity * SYMM_MAX_RANKS * kSlotBytes +
+                     (size_t)a.rank * kSlotBytes + line * 16;
+  for (int r = 0; r < a.nranks; r++)
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(a.staging[r] + off),
+                 "r"(0u), "r"(flag), "r"(0u), "r"(flag)
+                 : "memory");
 }
 
 /* End of every kernel that completed: the holder of the last ticket publishes the last epoch
