@@ -84,6 +84,14 @@ static inline void harnessRecord(int ok, const char* file, int line, const char*
     }                                                                                \
   } while (0)
 
+/* Before any CUDA call in tests that put several ranks on one GPU: CUDA maps streams onto
+ * CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and two streams sharing a queue
+ * run in one order. Ranks that queue several spinning kernels each then deadlock: rank A's call
+ * k can sit behind rank B's call k+1, which waits for A's call k+1. One rank per GPU (every real
+ * job) cannot meet this; 32 queues cover the tests' 8 ranks x 2 streams plus internal ones. An
+ * explicit setting wins. */
+static inline void harnessManyStreamsPerGpu(void) { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+
 /* Ends main(): prints "N passed, N failed" and returns the exit code. */
 static inline int harnessReport(const char* name) {
   printf("%s: %d checks, %d failed\n", name, harnessChecks, harnessFailures);

@@ -334,6 +334,7 @@ static void* rankMain(void* p) {
 }
 
 int main(void) {
+  harnessManyStreamsPerGpu();
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     printf("bootstrap_gpu: no GPU, skipped\n");
     return TEST_SKIP_CODE;

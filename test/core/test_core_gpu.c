@@ -462,6 +462,7 @@ static void runAbortCycles(void) {
 
 int main(int argc, char** argv) {
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
+  harnessManyStreamsPerGpu();
   (void)symmLogLevel();
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);

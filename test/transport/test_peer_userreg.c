@@ -278,6 +278,7 @@ static int usage(void) {
 
 int main(int argc, char** argv) {
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
+  harnessManyStreamsPerGpu();
   const char* mode = argc > 1 ? argv[1] : "";
   if (argc < 2) return usage();
   char name[96];
