@@ -53,34 +53,16 @@ perf_find_python() {
   export PERF_PYTHON SYMMCOLL_PERF_PYTHON=$PERF_PYTHON
 }
 
-# NCCL: $NCCL_HOME if given; else the wheel (python -c "import nvidia.nccl") when it exists;
-# else the CUDA toolkit's.
+# NCCL: test/find_nccl.py decides, as meson does (NCCL_HOME, the CUDA toolkit, the compiler's
+# system paths, pkg-config, the nvidia-nccl wheel of python3 or of the torch venv).
 perf_find_nccl() {
-  NCCL_INCLUDE_DIR="" NCCL_LIB_FILE=""
-  local root=""
-  if [ -n "${NCCL_HOME:-}" ]; then
-    root=$NCCL_HOME
-  else
-    local py
-    for py in python3 /opt/torch/.venv/bin/python3; do
-      command -v "$py" >/dev/null 2>&1 || continue
-      root=$("$py" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
-      [ -n "$root" ] && break
-    done
-  fi
-  if [ -n "$root" ] && [ -f "$root/include/nccl.h" ]; then
-    NCCL_INCLUDE_DIR=$root/include
-    for f in "$root/lib/libnccl.so.2" "$root/lib64/libnccl.so.2" "$root/lib/libnccl.so"; do
-      [ -f "$f" ] && { NCCL_LIB_FILE=$f; break; }
-    done
-  fi
-  if [ -z "$NCCL_INCLUDE_DIR" ]; then
-    local cuda_inc
-    cuda_inc="$(dirname "$(dirname "$(command -v nvcc)")")/include"
-    [ -f "$cuda_inc/nccl.h" ] || perf_die "no nccl.h: set NCCL_HOME, or install the nvidia-nccl wheel or NCCL headers"
-    NCCL_INCLUDE_DIR=$cuda_inc
-  fi
-  export NCCL_INCLUDE_DIR NCCL_LIB_FILE
+  local out py=python3
+  [ -x /opt/torch/.venv/bin/python3 ] && ! python3 -c "import nvidia.nccl" >/dev/null 2>&1 &&
+    py=/opt/torch/.venv/bin/python3
+  out=$("$py" "$(dirname "${BASH_SOURCE[0]}")/../test/find_nccl.py" --format shell \
+        --cuda-include "$(dirname "$(dirname "$(command -v nvcc)")")/include") || perf_die "$out"
+  eval "$out"
+  export NCCL_SOURCE NCCL_INCLUDE_DIR NCCL_LIB_FILE
 }
 
 perf_count_gpus() {
@@ -114,14 +96,19 @@ perf_build() {
   perf_find_nccl
   perf_count_gpus
   BUILD_DIR=${BUILD_DIR:-build}
-  local opts=(-Dnccl_include="$NCCL_INCLUDE_DIR" -Dgpu_archs="${GPU_ARCHS:-$(perf_gpu_arch)}" -Dperf=true)
+  local opts=(-Dgpu_archs="${GPU_ARCHS:-$(perf_gpu_arch)}" -Dperf=true)
+  [ -n "$NCCL_INCLUDE_DIR" ] && opts+=(-Dnccl_include="$NCCL_INCLUDE_DIR")
   [ -n "$NCCL_LIB_FILE" ] && opts+=(-Dnccl_lib="$NCCL_LIB_FILE")
-  echo "perf: NCCL headers $NCCL_INCLUDE_DIR, library ${NCCL_LIB_FILE:-(found by meson)}, $NGPUS GPU(s), build dir $BUILD_DIR"
-  if [ -f "$BUILD_DIR/build.ninja" ]; then
-    meson setup --reconfigure "$BUILD_DIR" "${opts[@]}" >/dev/null || perf_die "meson setup failed"
-  else
-    meson setup "$BUILD_DIR" "${opts[@]}" >/dev/null || perf_die "meson setup failed"
+  echo "perf: NCCL from $NCCL_SOURCE (library ${NCCL_LIB_FILE:-none found}), $NGPUS GPU(s), build dir $BUILD_DIR"
+  local log
+  log=$(mktemp)
+  [ -f "$BUILD_DIR/build.ninja" ] && opts=(--reconfigure "${opts[@]}")
+  if ! meson setup "$BUILD_DIR" "${opts[@]}" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    perf_die "meson setup failed (above)"
   fi
+  rm -f "$log"
   ninja -C "$BUILD_DIR" >/dev/null || { ninja -C "$BUILD_DIR"; perf_die "build failed"; }
   PERF_BIN=$repo/$BUILD_DIR/perf
   [ -x "$PERF_BIN/all_reduce_perf" ] || perf_die "perf binaries missing in $PERF_BIN"

@@ -15,10 +15,18 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 requested_gpus=${NGPUS:-}
-echo "perf: building (first time: a minute or two)..."
+echo "perf/compare.sh: compares libsymmcoll with NCCL on every local GPU, one process each (all-reduce," \
+     "all-gather, reduce-scatter, 8 B-1 GiB); the first build takes 2-3 minutes on 16 cores, the runs a few minutes"
+# GPUs first: nothing to build for where nothing can run.
+perf_count_gpus
+[ -n "$requested_gpus" ] && NGPUS=$requested_gpus
+[ "$NGPUS" -ge 1 ] || perf_die "no GPU visible (nvidia-smi -L lists none): nothing to compare"
+if [ "$NGPUS" -lt 2 ]; then
+  echo "perf: $NGPUS GPU: libsymmcoll's kernels need 2 or more GPUs with peer access, so every call would go to NCCL; no comparison to make"
+  exit 0
+fi
 perf_build "$repo"
 [ -n "$requested_gpus" ] && NGPUS=$requested_gpus
-[ "$NGPUS" -ge 1 ] || perf_die "no GPU visible (nvidia-smi -L lists none)"
 
 results=${1:-$repo/perf-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$results"

@@ -73,3 +73,9 @@ void ncclResetDebugInitInternal(void) {
 
 /* Not part of NCCL's ABI: lists every SYMMCOLL_* knob with its value, default and help. */
 SYMM_EXPORT void symmcollPrintParams(FILE* out) { symmParamPrintAll(out ? out : stdout); }
+
+SYMM_EXPORT int symmcollGetVersion(int* version) {
+  if (version == NULL) return 1;
+  *version = SYMMCOLL_VERSION_CODE;
+  return 0;
+}

@@ -19,6 +19,8 @@ SYMMCOLL_PARAM_STR(DebugSubsys, "DEBUG_SUBSYS", "ALL",
                    "comma list of INIT,COLL,TRANSPORT,TUNER,ALLOC,ENV,ALL; a leading ^ excludes")
 SYMMCOLL_PARAM_STR(DebugFile, "DEBUG_FILE", NULL,
                    "write log lines to this file (%h = host name, %p = pid) instead of stdout")
+/* When SYMMCOLL_DEBUG, _SUBSYS or _FILE is unset, NCCL_DEBUG, NCCL_DEBUG_SUBSYS and
+ * NCCL_DEBUG_FILE stand in, so existing NCCL recipes show our lines too. */
 
 static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
 static int logReady; /* guarded by logLock, read atomically */
@@ -35,15 +37,34 @@ static const struct {
     {"ALLOC", SYMM_ALLOC}, {"ENV", SYMM_ENV}, {"ALL", SYMM_ALL},
 };
 
-static enum symmLogLevel parseLevel(const char* s) {
-  if (s == NULL) return SYMM_LOG_WARN;
+/* Problems found while reading the log knobs, reported once the logger is up. */
+static char setupNote[256];
+
+static enum symmLogLevel parseLevel(const char* s, const char* knob) {
+  if (s == NULL || s[0] == '\0') return SYMM_LOG_WARN;
   if (strcasecmp(s, "NONE") == 0) return SYMM_LOG_NONE;
+  if (strcasecmp(s, "WARN") == 0 || strcasecmp(s, "VERSION") == 0) return SYMM_LOG_WARN;
   if (strcasecmp(s, "INFO") == 0) return SYMM_LOG_INFO;
   if (strcasecmp(s, "TRACE") == 0) return SYMM_LOG_TRACE;
-  return SYMM_LOG_WARN; /* "WARN" and anything unknown */
+  if (knob != NULL)
+    snprintf(setupNote, sizeof(setupNote), "%s=%s is not one of NONE, WARN, INFO, TRACE; using WARN",
+             knob, s);
+  return SYMM_LOG_WARN;
 }
 
-static unsigned parseSubsys(const char* s) {
+/* NCCL_DEBUG_SUBSYS names that mean one of ours (the rest are NCCL's own and select nothing). */
+static unsigned ncclSubsys(const char* tok) {
+  static const struct {
+    const char* name;
+    unsigned bit;
+  } map[] = {{"TUNING", SYMM_TUNER}, {"P2P", SYMM_TRANSPORT}, {"NVLS", SYMM_TRANSPORT},
+             {"REG", SYMM_TRANSPORT}, {"CALL", SYMM_COLL}};
+  for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+    if (strcasecmp(tok, map[i].name) == 0) return map[i].bit;
+  return 0;
+}
+
+static unsigned parseSubsys(const char* s, int fromNccl) {
   if (s == NULL || s[0] == '\0') return SYMM_ALL;
   int invert = (s[0] == '^');
   if (invert) s++;
@@ -52,8 +73,15 @@ static unsigned parseSubsys(const char* s) {
   snprintf(buf, sizeof(buf), "%s", s);
   char* save = NULL;
   for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    unsigned bit = 0;
     for (size_t i = 0; i < sizeof(subsysNames) / sizeof(subsysNames[0]); i++)
-      if (strcasecmp(tok, subsysNames[i].name) == 0) mask |= subsysNames[i].bit;
+      if (strcasecmp(tok, subsysNames[i].name) == 0) bit = subsysNames[i].bit;
+    if (bit == 0 && fromNccl) bit = ncclSubsys(tok);
+    if (bit == 0 && !fromNccl && setupNote[0] == '\0')
+      snprintf(setupNote, sizeof(setupNote),
+               "SYMMCOLL_DEBUG_SUBSYS: unknown subsystem '%s' (known: INIT, COLL, TRANSPORT, "
+               "TUNER, ALLOC, ENV, ALL); ignored", tok);
+    mask |= bit;
   }
   return invert ? ~mask : mask;
 }
@@ -80,14 +108,28 @@ static FILE* openLogFile(const char* pattern) {
   return f;
 }
 
+/* Our knob when set, else NCCL's (so NCCL_DEBUG=INFO recipes show our lines too). */
+static const char* knobOrNccl(const char* ours, const char* ncclName, int* fromNccl) {
+  *fromNccl = 0;
+  if (ours != NULL) return ours;
+  const char* v = getenv(ncclName);
+  if (v != NULL && v[0] != '\0') *fromNccl = 1;
+  return v;
+}
+
 static void initLocked(void) {
   if (logReady) return;
   gethostname(hostName, sizeof(hostName) - 1);
   char* dot = strchr(hostName, '.');
   if (dot) *dot = '\0';
-  level = parseLevel(symmParamDebug());
-  subsysMask = parseSubsys(symmParamDebugSubsys());
-  const char* file = symmParamDebugFile();
+  int fromNccl = 0;
+  const char* lvl = knobOrNccl(getenv("SYMMCOLL_DEBUG") ? symmParamDebug() : NULL, "NCCL_DEBUG",
+                               &fromNccl);
+  level = parseLevel(lvl, fromNccl ? NULL : "SYMMCOLL_DEBUG");
+  const char* sub = knobOrNccl(getenv("SYMMCOLL_DEBUG_SUBSYS") ? symmParamDebugSubsys() : NULL,
+                               "NCCL_DEBUG_SUBSYS", &fromNccl);
+  subsysMask = parseSubsys(sub, fromNccl);
+  const char* file = knobOrNccl(symmParamDebugFile(), "NCCL_DEBUG_FILE", &fromNccl);
   logFile = (file != NULL && file[0] != '\0') ? openLogFile(file) : NULL;
   if (logFile == NULL) logFile = stdout;
   __atomic_store_n(&logReady, 1, __ATOMIC_RELEASE);
@@ -96,8 +138,10 @@ static void initLocked(void) {
 static void ensureInit(void) {
   if (__atomic_load_n(&logReady, __ATOMIC_ACQUIRE)) return;
   pthread_mutex_lock(&logLock);
+  const int fresh = !logReady;
   initLocked();
   pthread_mutex_unlock(&logLock);
+  if (fresh && setupNote[0] != '\0') symmLog(SYMM_LOG_WARN, SYMM_ALL, __FILE__, __LINE__, "%s", setupNote);
 }
 
 enum symmLogLevel symmLogLevel(void) {
@@ -114,6 +158,7 @@ void symmLogReset(void) {
   pthread_mutex_lock(&logLock);
   if (logFile != NULL && logFile != stdout) fclose(logFile);
   logFile = NULL;
+  setupNote[0] = '\0';
   __atomic_store_n(&logReady, 0, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&logLock);
 }
@@ -121,7 +166,8 @@ void symmLogReset(void) {
 void symmLog(enum symmLogLevel lvl, unsigned subsys, const char* file, int line, const char* fmt,
              ...) {
   ensureInit();
-  if (lvl > level || !(subsys & subsysMask)) return;
+  /* Warnings are never filtered by subsystem. */
+  if (lvl > level || (lvl > SYMM_LOG_WARN && !(subsys & subsysMask))) return;
   static const char* const names[] = {"NONE", "WARN", "INFO", "TRACE"};
   char msg[1024];
   int n;

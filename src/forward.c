@@ -2,6 +2,7 @@
 /* Finds and loads the real NCCL once, and fills the table of its entry points. */
 #define _GNU_SOURCE
 #include "forward.h"
+#include "symmcoll.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -60,7 +61,8 @@ static int adoptHandle(void* handle, const char* how) {
   }
   symmReal.handle = handle;
   snprintf(symmReal.path, sizeof(symmReal.path), "%s", fname ? fname : "?");
-  INFO(SYMM_INIT, "real NCCL %s (%s)", symmReal.path, how);
+  INFO(SYMM_INIT, "libsymmcoll %d.%d.%d: real NCCL %s (%s)", SYMMCOLL_VERSION_MAJOR,
+       SYMMCOLL_VERSION_MINOR, SYMMCOLL_VERSION_PATCH, symmReal.path, how);
   return 1;
 }
 

@@ -4,6 +4,11 @@
 
 #include "checks.h"
 
+/* CUDA 13 gave the edge-data form the plain name; 12.3-12.9 call it _v3. */
+#if CUDART_VERSION < 13000
+#define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v3
+#endif
+
 ncclResult_t symmCaptureOf(cudaStream_t stream, struct symmCapture* out) {
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   out->active = 0;

@@ -19,4 +19,19 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
 fi
-command -v nvcc >/dev/null 2>&1 || { echo "nvcc not found: install the CUDA toolkit (>= 12.4)" >&2; exit 1; }
+# meson.build asks for meson >= 1.0 (Debian 12 ships 1.0.1; Ubuntu 22.04's 0.61 is too old).
+meson_ok() { python3 - "$(meson --version 2>/dev/null || echo 0)" <<'PY'
+import sys
+v = [int(x) for x in (sys.argv[1].split(".") + ["0", "0"])[:2] if x.isdigit()]
+sys.exit(0 if len(v) == 2 and tuple(v) >= (1, 0) else 1)
+PY
+}
+if ! meson_ok; then
+  echo "meson $(meson --version 2>/dev/null || echo '(none)') is older than 1.0: installing a newer one with pip"
+  python3 -m pip install --quiet --user 'meson>=1.0' 'ninja' >/dev/null 2>&1 ||
+    python3 -m pip install --quiet --break-system-packages --user 'meson>=1.0' 'ninja' >/dev/null 2>&1 || true
+  PATH="$HOME/.local/bin:$PATH"
+  export PATH
+  meson_ok || { echo "meson >= 1.0 is needed (pip install 'meson>=1.0'), found $(meson --version 2>/dev/null || echo none)" >&2; exit 1; }
+fi
+command -v nvcc >/dev/null 2>&1 || { echo "nvcc not found: install the CUDA toolkit (>= 12.5)" >&2; exit 1; }

@@ -4,14 +4,26 @@
 # the GPU suite when GPUs are present. Usage: test/run.sh [extra meson setup options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "test/run.sh: builds libsymmcoll twice (plain, and ASan+UBSan) and runs the CPU suite, then the" \
+     "GPU suite when GPUs are present; usually 5-10 minutes on 16 cores, 15-20 on 2"
 . test/prereqs.sh
 # Multicast stays off wherever our tests run (see README: the lent GPU machines forbid it).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-setup() { # dir, options...
-  local dir=$1; shift
-  if [ -f "$dir/build.ninja" ]; then meson setup --reconfigure "$dir" "$@" >/dev/null
-  else meson setup "$dir" "$@" >/dev/null; fi
+setup() { # dir, options...: meson's own output shows when it fails
+  local dir=$1 log
+  shift
+  log=$(mktemp)
+  local args=("$dir" "$@")
+  [ -f "$dir/build.ninja" ] && args=(--reconfigure "${args[@]}")
+  if ! meson setup "${args[@]}" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "test/run.sh: configuring $dir failed (above); NCCL and CUDA options: see README" >&2
+    exit 1
+  fi
+  grep -E "^Message: (NCCL|CUDA arch|real NCCL)" "$log" || true
+  rm -f "$log"
 }
 
 passed=0 failed=0 skipped=0
@@ -33,12 +45,12 @@ PY
 }
 
 setup build "$@"
-ninja -C build
+ninja -C build || { echo "test/run.sh: the build failed (above)" >&2; exit 1; }
 meson test -C build --suite cpu --print-errorlogs
 tally build
 
 setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dgpu_archs=90a "$@"
-ninja -C build-asan
+ninja -C build-asan || { echo "test/run.sh: the ASan build failed (above)" >&2; exit 1; }
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-asan --suite cpu --print-errorlogs
 tally build-asan

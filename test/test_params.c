@@ -6,7 +6,7 @@
 #include "harness.h"
 #include "symmcoll.h"
 
-int main(void) {
+int main(int argc, char** argv) {
   /* The listing names every knob with its default. */
   char* text = NULL;
   size_t len = 0;
@@ -23,5 +23,16 @@ int main(void) {
   char* line = strstr(text, "SYMMCOLL_DISABLE");
   CHECK(line != NULL && strstr(line, "= 1 ") != NULL);
   free(text);
+  /* The version: the header's, the library's, and meson's project version agree. */
+  int version = -1;
+  CHECK_EQ_INT(symmcollGetVersion(&version), 0);
+  CHECK_EQ_INT(version, SYMMCOLL_VERSION_CODE);
+  CHECK_EQ_INT(symmcollGetVersion(NULL), 1);
+  if (argc > 1) {
+    char expect[32];
+    snprintf(expect, sizeof(expect), "%d.%d.%d", SYMMCOLL_VERSION_MAJOR, SYMMCOLL_VERSION_MINOR,
+             SYMMCOLL_VERSION_PATCH);
+    CHECK_EQ_STR(argv[1], expect);
+  }
   return harnessReport("test_params");
 }
