@@ -137,6 +137,11 @@ static void initLocked(void) {
 
 static void ensureInit(void) {
   if (__atomic_load_n(&logReady, __ATOMIC_ACQUIRE)) return;
+  /* Read our knobs before taking the lock: the first read of any knob checks the environment
+   * and may log warnings, which come back here. */
+  (void)symmParamDebug();
+  (void)symmParamDebugSubsys();
+  (void)symmParamDebugFile();
   pthread_mutex_lock(&logLock);
   const int fresh = !logReady;
   initLocked();

@@ -26,6 +26,8 @@ struct symmParam {
 
 int64_t symmParamInt(struct symmParam* p);
 const char* symmParamStr(struct symmParam* p); /* NULL when unset and no default */
+/* 1 when SYMMCOLL_<name> is in the environment (its value is then read and checked). */
+int symmParamIsSet(struct symmParam* p);
 /* Knobs flagged SYMM_PARAM_AGREED, sorted by name: names[i] and a hash of each one's value as
  * read (identical values give identical hashes on every rank). Returns how many there are
  * (fills at most `max`). */

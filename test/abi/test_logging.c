@@ -165,14 +165,17 @@ static void checkFileAndStdout(void) {
   unlink(outPath);
 }
 
-/* Integers: decimal or 0x hex; anything else warns once and keeps the default. */
+/* Integers: decimal or 0x hex, with an optional binary K/M/G/T suffix; anything else warns
+ * once and keeps the default. */
 static void checkIntegers(void) {
   static const struct {
     const char* value;
     long long want;
     int warns;
   } cases[] = {{NULL, 42, 0}, {"", 42, 0},     {"7", 7, 0},     {"-3", -3, 0},      {"0x10", 16, 0},
-               {"abc", 42, 1}, {"12abc", 42, 1}, {" 5x", 42, 1}, {"99999999999999999999", 42, 1}};
+               {"abc", 42, 1}, {"12abc", 42, 1}, {" 5x", 42, 1}, {"99999999999999999999", 42, 1},
+               {"2K", 2048, 0}, {"1g", 1ll << 30, 0}, {"3KiB", 3072, 0}, {"8Mx", 42, 1},
+               {"9999999999T", 42, 1}};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     configure("WARN", NULL);
     if (cases[i].value) setenv("SYMMCOLL_TEST_KNOB", cases[i].value, 1);
@@ -205,6 +208,57 @@ static void checkIntegers(void) {
   symmParamResetAll();
 }
 
+/* Every SYMMCOLL_* variable is checked at the first read of any knob: unknown names (with a
+ * suggestion), sizes with suffixes, values outside a knob's range; NCCL_DEBUG stands in for an
+ * unset SYMMCOLL_DEBUG, and an unknown level or subsystem name warns without muting warnings. */
+static void checkValidation(void) {
+  unlink(logPath);
+  setenv("SYMMCOLL_DEBUG_FILE", logPath, 1);
+  setenv("SYMMCOLL_DEBUG", "INFO", 1);
+  setenv("SYMMCOLL_DEBUG_SUBSYS", "ENV", 1);
+  setenv("SYMMCOLL_DISABLEE", "1", 1);
+  setenv("SYMMCOLL_NOT_A_KNOB_AT_ALL", "1", 1);
+  setenv("SYMMCOLL_TEST_ANYTHING", "1", 1);
+  setenv("SYMMCOLL_TEST_KNOB", "3M", 1);
+  symmParamResetAll();
+  symmLogReset();
+  CHECK_EQ_INT(symmParamTestKnob(), 3 << 20);
+  char* text = readLog();
+  CHECK(strstr(text, "SYMMCOLL_DISABLEE is not a libsymmcoll knob (did you mean SYMMCOLL_DISABLE?)") != NULL);
+  CHECK(strstr(text, "SYMMCOLL_NOT_A_KNOB_AT_ALL is not a libsymmcoll knob; ignored") != NULL);
+  CHECK(strstr(text, "SYMMCOLL_TEST_ANYTHING") == NULL); /* the tests' own namespace */
+  free(text);
+  unsetenv("SYMMCOLL_DISABLEE");
+  unsetenv("SYMMCOLL_NOT_A_KNOB_AT_ALL");
+  unsetenv("SYMMCOLL_TEST_ANYTHING");
+  unsetenv("SYMMCOLL_TEST_KNOB");
+
+  /* NCCL_DEBUG drives our level when SYMMCOLL_DEBUG is unset. */
+  unlink(logPath);
+  unsetenv("SYMMCOLL_DEBUG");
+  unsetenv("SYMMCOLL_DEBUG_SUBSYS");
+  setenv("NCCL_DEBUG", "INFO", 1);
+  symmParamResetAll();
+  symmLogReset();
+  CHECK_EQ_INT(symmLogLevel(), SYMM_LOG_INFO);
+  unsetenv("NCCL_DEBUG");
+  /* An unknown level warns (and means WARN); an unknown subsystem warns and mutes nothing. */
+  setenv("SYMMCOLL_DEBUG", "LOUD", 1);
+  setenv("SYMMCOLL_DEBUG_SUBSYS", "NOPE", 1);
+  symmParamResetAll();
+  symmLogReset();
+  CHECK_EQ_INT(symmLogLevel(), SYMM_LOG_WARN);
+  WARN("a warning still shows");
+  text = readLog();
+  CHECK(strstr(text, "SYMMCOLL_DEBUG=LOUD is not one of") != NULL);
+  CHECK(strstr(text, "a warning still shows") != NULL);
+  free(text);
+  unsetenv("SYMMCOLL_DEBUG");
+  unsetenv("SYMMCOLL_DEBUG_SUBSYS");
+  symmParamResetAll();
+  symmLogReset();
+}
+
 /* The listing names every knob of the section once, with its help text. */
 static void checkListing(void) {
   setenv("SYMMCOLL_TEST_KNOB", "9", 1);
@@ -214,14 +268,19 @@ static void checkListing(void) {
   FILE* mem = open_memstream(&text, &len);
   symmcollPrintParams(mem);
   fclose(mem);
-  int knobs = (int)(__stop_symmcoll_params - __start_symmcoll_params);
+  int knobs = 0, testKnobs = 0;
+  for (struct symmParam** p = __start_symmcoll_params; p < __stop_symmcoll_params; p++)
+    ((*p)->flags & SYMM_PARAM_TEST) ? testKnobs++ : knobs++;
   CHECK(knobs >= 6);
+  CHECK(testKnobs >= 1);
   CHECK_EQ_INT(countLines(text, "\n"), knobs);
   for (struct symmParam** p = __start_symmcoll_params; p < __stop_symmcoll_params; p++) {
     char name[128];
     snprintf(name, sizeof(name), "SYMMCOLL_%s ", (*p)->name);
-    CHECK_EQ_INT(countLines(text, name), 1);
-    CHECK((*p)->help != NULL && (*p)->help[0] != '\0' && strstr(text, (*p)->help) != NULL);
+    /* Test-only knobs are not shown to users. */
+    CHECK_EQ_INT(countLines(text, name), ((*p)->flags & SYMM_PARAM_TEST) ? 0 : 1);
+    if (!((*p)->flags & SYMM_PARAM_TEST))
+      CHECK((*p)->help != NULL && (*p)->help[0] != '\0' && strstr(text, (*p)->help) != NULL);
   }
   const char* line = strstr(text, "SYMMCOLL_TEST_KNOB ");
   CHECK(line != NULL && strstr(line, "= 9 ") != NULL && strstr(line, "(default 42)") != NULL);
@@ -236,6 +295,7 @@ int main(void) {
   checkLineFormat();
   checkIntegers();
   checkFileAndStdout();
+  checkValidation();
   checkListing();
   unlink(logPath);
   unsetenv("SYMMCOLL_DEBUG_FILE");
