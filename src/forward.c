@@ -8,6 +8,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "debug.h"
@@ -113,6 +114,28 @@ static int tryAlreadyLoaded(void) {
   return adoptHandle(dlopen(search.path, RTLD_NOW | RTLD_NOLOAD), "already loaded in the process");
 }
 
+/* libnccl.so.2 in each directory of LD_LIBRARY_PATH, then in the usual system directories,
+ * skipping files that are this library (a directory holding a libnccl.so.2 link to libsymmcoll
+ * puts us first in the plain library search; the real NCCL comes after). */
+static int tryPathsSkippingSelf(void) {
+  Dl_info self;
+  char selfPath[4096] = "";
+  if (dladdr((const void*)&loadResult, &self) != 0 && self.dli_fname != NULL)
+    (void)realpath(self.dli_fname, selfPath);
+  const char* env = getenv("LD_LIBRARY_PATH");
+  char dirs[8192];
+  snprintf(dirs, sizeof(dirs), "%s:/usr/lib/x86_64-linux-gnu:/usr/lib/aarch64-linux-gnu:"
+           "/usr/lib64:/usr/lib:/usr/local/lib", env ? env : "");
+  char* save = NULL;
+  for (char* dir = strtok_r(dirs, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+    char path[4096], real[4096];
+    snprintf(path, sizeof(path), "%s/libnccl.so.2", dir);
+    if (realpath(path, real) == NULL || strcmp(real, selfPath) == 0) continue;
+    if (tryOpen(path, "library path, past libsymmcoll's own libnccl.so.2")) return 1;
+  }
+  return 0;
+}
+
 static void loadOnceFn(void) {
   const char* forced = symmParamNcclLib();
   int found;
@@ -126,7 +149,7 @@ static void loadOnceFn(void) {
     }
   } else {
     found = tryNextDefinition() || tryAlreadyLoaded() || tryOpen("libnccl.so.2", "library search") ||
-            tryOpen("libnccl.so", "library search") ||
+            tryPathsSkippingSelf() || tryOpen("libnccl.so", "library search") ||
             tryOpen(SYMMCOLL_DEFAULT_NCCL_LIB, "build-time default");
     if (!found) {
       WARN("no real NCCL found (set SYMMCOLL_NCCL_LIB=/path/libnccl.so.2); every NCCL call will "

@@ -109,7 +109,8 @@ def find(args):
         found = root_candidate(home)
         if found:
             return "nccl_home " + home, found[0], found[1], tried
-        tried.append("NCCL home " + home)
+        # Named outright: no other NCCL may stand in for it.
+        return None, None, None, ["the NCCL home " + home + " (it has no include/nccl.h)"]
     else:
         tried.append("-Dnccl_home/NCCL_HOME (unset)")
     if args.cuda_include:
