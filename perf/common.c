@@ -405,6 +405,41 @@ static void destroyOps(struct perfThread* t) {
     if (t->gpus[i].opCreated && t->gpus[i].comm) NCCL_WARN(ncclRedOpDestroy(t->gpus[i].op, t->gpus[i].comm));
 }
 
+/* 1 when the NCCL in use refuses this type/op with ncclInvalidArgument (one call of one element
+ * on every local GPU; the same answer on every rank, so no rank is left waiting). Otherwise the
+ * call ran; it is completed here. -d all -o all then covers exactly what that NCCL accepts. */
+static int refusedByNccl(struct perfThread* t, int* refused) {
+  ncclDataType_t dt = (ncclDataType_t)t->type;
+  ncclResult_t first = ncclSuccess;
+  *refused = 0;
+  if (t->nGpus > 1) NCCL_TRY(ncclGroupStart());
+  for (int i = 0; i < t->nGpus; i++) {
+    struct perfGpu* g = &t->gpus[i];
+    CUDA_TRY(cudaSetDevice(g->dev));
+    ncclResult_t r = ncclSuccess;
+    switch (t->run->coll->kind) {
+      case PERF_ALLREDUCE: r = ncclAllReduce(g->send, g->recv, 1, dt, g->op, g->comm, g->stream); break;
+      case PERF_ALLGATHER: r = ncclAllGather(g->send, g->recv, 1, dt, g->comm, g->stream); break;
+      case PERF_REDUCESCATTER: r = ncclReduceScatter(g->send, g->recv, 1, dt, g->op, g->comm, g->stream); break;
+      default: return PERF_EXIT_FAILURE;
+    }
+    if (first == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first = r;
+  }
+  if (t->nGpus > 1) {
+    ncclResult_t r = ncclGroupEnd();
+    if (first == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first = r;
+  }
+  if (first == ncclInvalidArgument) {
+    *refused = 1;
+    return 0;
+  }
+  if (first != ncclSuccess) {
+    PERF_LOG_NCCL(first, "probe call");
+    return PERF_EXIT_FAILURE;
+  }
+  return completeColl(t);
+}
+
 static int timeTest(struct perfThread* t, int type, int op) {
   struct perfRun* run = t->run;
   const struct perfOptions* opt = &run->opt;
@@ -417,7 +452,17 @@ static int timeTest(struct perfThread* t, int type, int op) {
     t->gpus[i].recv = (char*)t->gpus[i].recvAlloc + shiftBytes;
   }
   PERF_TRY(createOps(t));
-  int rc = 0;
+  int rc = 0, refused = 0;
+  if (opt->type == PERF_ALL || opt->op == PERF_ALL) {
+    rc = refusedByNccl(t, &refused);
+    if (rc == 0 && refused) {
+      if (isMainPrinter(t))
+        printf("# %s %s %s: skipped, the NCCL in use refuses it (ncclInvalidArgument)\n", run->coll->name,
+               perfTypeName(type), run->coll->hasOp ? perfOpName(op) : "none");
+      goto destroy_ops;
+    }
+    if (rc) goto destroy_ops;
+  }
   size_t nWarm = perfWarmupSizes(opt, NULL, 0);
   size_t* sizes = malloc(sizeof(size_t) * (nWarm > 0 ? nWarm : 1));
   if (sizes == NULL) {
