@@ -3,8 +3,7 @@
 # The whole GPU suite by hand on a lent GPU machine (every transport and all-reduce mode, the host
 # path's tests, 3-8 ranks through the test bootstrap, the 10^6-call soak, disassembly):
 #   test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]     (or source it and call run_gpu_suite)
-# One log per command in OUT_DIR, a summary table at the end. Needs $B/allreduce.ptx.gz for the
-# disassembly check (skipped without it).
+# One log per command in OUT_DIR, a summary table at the end.
 run_gpu_suite() {
   local TB=$B/test/transport T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
   local STAGE="SYMMCOLL_STAGE_AT_CREATION=1"
@@ -40,11 +39,7 @@ run_gpu_suite() {
   run ar_threads_2    90  $T --mode nccl --threads --ranks 2 --quick --soak 5000 --replays 200 --max-mb 16
   for n in 3 4 5 6 7 8; do run ar_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" $T --mode nccl --threads --ranks $n --quick --no-nccl-compare --soak 1000 --replays 50 --max-mb 4; done
   run ar_soak_1e6     120 $T --mode nccl --procs 2 --quick --soak 1000000 --replays 0 --max-mb 1
-  if [ -f "$B/allreduce.ptx.gz" ]; then
-    gunzip -c "$B/allreduce.ptx.gz" > "$out/allreduce.ptx"
-    run disasm        60  python3 test/algos/test_disasm.py "$out/allreduce.ptx" $B/src/libsymmcoll.so.0
-    rm -f "$out/allreduce.ptx"
-  fi
+  run disasm 60 python3 test/algos/test_disasm.py $B/src/libsymmcoll.so.0 $B/src/device-keep
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
