@@ -720,7 +720,7 @@ static int initComms(struct perfRun* run, const ncclUniqueId* id) {
   return rc;
 }
 
-/* Runs this process's share of the ranks (all of them unless -N or MPI split them). */
+/* Runs this process's share of the ranks (all of them unless -P or MPI split them). */
 static int runProcess(struct perfRun* run) {
   struct perfOptions* opt = &run->opt;
   struct perfWorld* w = &run->world;

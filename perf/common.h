@@ -28,7 +28,7 @@ enum perfAverage { PERF_AVG_RANK0 = 0, PERF_AVG_MEAN = 1, PERF_AVG_MIN = 2, PERF
 struct perfOptions {
   int nThreads;       /* -t */
   int nGpus;          /* -g: GPUs per thread */
-  int nProcs;         /* -N: processes forked by the built-in launcher (0: none) */
+  int nProcs;         /* -P: processes forked by the built-in launcher (0: none) */
   int mpi;            /* --mpi: ranks come from MPI (only in builds with MPI) */
   size_t minBytes;    /* -b */
   size_t maxBytes;    /* -e */
@@ -48,7 +48,7 @@ struct perfOptions {
   int registration;   /* -R: enum perfRegister */
   int unalign;        /* -u: element offset of every buffer */
   int alloc;          /* --alloc: enum perfAlloc */
-  int runCycles;      /* --run_cycles: repeat the sweep (nccl-tests' -N, renamed: -N launches) */
+  int runCycles;      /* -N, --run_cycles: repeat the sweep (as nccl-tests' -N) */
   const char* csvPath;     /* --csv: also write machine-readable rows here */
   const char* compareOut;  /* --compare / -X: compare mode, output prefix (CSV, PNG) */
   int compareReps;         /* --compare_reps: runs of each library in compare mode (medians) */

@@ -32,7 +32,7 @@ results=${1:-$repo/perf-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$results"
 results=$(cd "$results" && pwd)
 dtype=${DTYPE:-bfloat16}
-common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-1G}" -f 2 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1 -d "$dtype" -N "$NGPUS")
+common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-1G}" -f 2 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1 -d "$dtype" -P "$NGPUS")
 [ "${GRAPH:-0}" != 0 ] && common+=(-G "$GRAPH")
 # shellcheck disable=SC2206
 [ -n "${EXTRA_ARGS:-}" ] && common+=($EXTRA_ARGS)

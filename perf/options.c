@@ -114,7 +114,8 @@ void perfPrintUsage(FILE* out, const char* prog) {
           "USAGE: %s\n"
           "\t[-t,--nthreads <num threads>]\n"
           "\t[-g,--ngpus <gpus per thread>]\n"
-          "\t[-N,--nprocs <processes>] fork one process per GPU group on this node (built-in launcher)\n"
+          "\t[-P,--nprocs <processes>] fork one process per GPU group on this node (built-in launcher;\n"
+          "\t                          not in nccl-tests, which has no -P)\n"
 #ifdef PERF_HAVE_MPI
           "\t[--mpi] take ranks from MPI (run under mpirun)\n"
 #endif
@@ -124,7 +125,7 @@ void perfPrintUsage(FILE* out, const char* prog) {
           "\t[-f,--stepfactor <increment factor>]\n"
           "\t[-n,--iters <iteration count>]\n"
           "\t[-w,--warmup_iters <warmup iteration count>]\n"
-          "\t[--run_cycles <cycle count>] run and print each cycle (nccl-tests' -N)\n"
+          "\t[-N,--run_cycles <cycle count>] run and print each cycle\n"
           "\t[-c,--check <check iteration count>]\n"
           "\t[-o,--op <sum/prod/min/max/avg/mulsum/all>]\n"
           "\t[-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/f8e4m3/f8e5m2/all>]\n"
@@ -143,19 +144,32 @@ void perfPrintUsage(FILE* out, const char* prog) {
           "\t                     (NCCL first in odd pairs, last in even ones); medians (default 2)\n"
           "\t[--csv <file>] also write the results as CSV rows\n"
           "\t[--label <name>] library name in the CSV rows\n"
+          "\t[-m -p -y -S -J -x -D -V -M -I -K <value>] nccl-tests' other options: accepted, so scripts\n"
+          "\t                          written for it run unchanged; they have no effect here (a note says so)\n"
           "\t[-h,--help]\n",
           prog);
 }
 
-enum { OPT_RUN_CYCLES = 1000, OPT_CSV, OPT_LABEL, OPT_ALLOC, OPT_MPI, OPT_COMPARE_REPS };
+enum { OPT_CSV = 1000, OPT_LABEL, OPT_ALLOC, OPT_MPI, OPT_COMPARE_REPS };
+
+/* nccl-tests options we take but cannot honour, by letter: the run goes on and says so. */
+static const struct {
+  char letter;
+  const char* name;
+  const char* quiet; /* the value that changes nothing (no note), or NULL */
+} ignoredOptions[] = {
+    {'m', "agg_iters", "1"},     {'p', "parallel_init", "0"}, {'y', "stream_null", "0"},
+    {'S', NULL, NULL},           {'J', NULL, NULL},           {'x', NULL, NULL},
+    {'D', NULL, NULL},           {'V', NULL, NULL},           {'M', NULL, NULL},
+    {'I', NULL, NULL},           {'K', NULL, NULL}};
 
 int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp, char* err, size_t errLen) {
   static const struct option longopts[] = {
       {"nthreads", required_argument, 0, 't'},     {"ngpus", required_argument, 0, 'g'},
-      {"nprocs", required_argument, 0, 'N'},       {"minbytes", required_argument, 0, 'b'},
+      {"nprocs", required_argument, 0, 'P'},       {"minbytes", required_argument, 0, 'b'},
       {"maxbytes", required_argument, 0, 'e'},     {"stepbytes", required_argument, 0, 'i'},
       {"stepfactor", required_argument, 0, 'f'},   {"iters", required_argument, 0, 'n'},
-      {"warmup_iters", required_argument, 0, 'w'}, {"run_cycles", required_argument, 0, OPT_RUN_CYCLES},
+      {"warmup_iters", required_argument, 0, 'w'}, {"run_cycles", required_argument, 0, 'N'},
       {"check", required_argument, 0, 'c'},        {"op", required_argument, 0, 'o'},
       {"datatype", required_argument, 0, 'd'},     {"root", required_argument, 0, 'r'},
       {"blocking", required_argument, 0, 'z'},     {"timeout", required_argument, 0, 'T'},
@@ -165,13 +179,16 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
       {"compare", required_argument, 0, 'X'},      {"csv", required_argument, 0, OPT_CSV},
       {"label", required_argument, 0, OPT_LABEL},  {"mpi", no_argument, 0, OPT_MPI},
       {"compare_reps", required_argument, 0, OPT_COMPARE_REPS},
+      {"agg_iters", required_argument, 0, 'm'},    {"parallel_init", required_argument, 0, 'p'},
+      {"stream_null", required_argument, 0, 'y'},
       {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
   const char* prog = argc > 0 ? argv[0] : "perf";
   optind = 0; /* full re-initialisation of getopt (glibc) */
   opterr = 0; /* we word the messages ourselves */
   for (;;) {
     int longIndex = -1;
-    int c = getopt_long(argc, argv, ":t:g:N:b:e:i:f:n:w:c:o:d:r:z:T:G:C:a:R:u:X:h", longopts, &longIndex);
+    int c = getopt_long(argc, argv, ":t:g:P:N:b:e:i:f:n:w:c:o:d:r:z:T:G:C:a:R:u:X:m:p:y:S:J:x:D:V:M:I:K:h",
+                        longopts, &longIndex);
     if (c == -1) break;
     const char* arg = optarg;
     int bad = 0;
@@ -179,7 +196,7 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
     switch (c) {
       case 't': bad = parseInt(arg, 1, 1024, &opt->nThreads); break;
       case 'g': bad = parseInt(arg, 1, 1024, &opt->nGpus); break;
-      case 'N': bad = parseInt(arg, 1, 1024, &opt->nProcs); break;
+      case 'P': bad = parseInt(arg, 1, 1024, &opt->nProcs); break;
       case 'b': bad = perfParseSize(arg, &size); opt->minBytes = size; break;
       case 'e': bad = perfParseSize(arg, &size); opt->maxBytes = size; break;
       case 'i': bad = perfParseSize(arg, &size); opt->stepBytes = size; break;
@@ -191,7 +208,17 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
       }
       case 'n': bad = parseInt(arg, 1, INT_MAX, &opt->iters); break;
       case 'w': bad = parseInt(arg, 0, INT_MAX, &opt->warmupIters); break;
-      case OPT_RUN_CYCLES: bad = parseInt(arg, 1, INT_MAX, &opt->runCycles); break;
+      case 'N': bad = parseInt(arg, 1, INT_MAX, &opt->runCycles); break;
+      case 'm': case 'p': case 'y': case 'S': case 'J': case 'x': case 'D': case 'V': case 'M':
+      case 'I': case 'K':
+        for (size_t k = 0; k < sizeof(ignoredOptions) / sizeof(ignoredOptions[0]); k++) {
+          if (ignoredOptions[k].letter != c) continue;
+          if (ignoredOptions[k].quiet == NULL || strcmp(arg, ignoredOptions[k].quiet) != 0)
+            fprintf(stderr, "# note: -%c%s%s %s (nccl-tests) has no effect here\n", c,
+                    ignoredOptions[k].name ? ",--" : "", ignoredOptions[k].name ? ignoredOptions[k].name : "",
+                    arg);
+        }
+        break;
       case 'c': bad = parseInt(arg, 0, INT_MAX, &opt->check); break;
       case 'o':
         opt->op = perfOpFromName(arg);
@@ -271,7 +298,7 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
     fprintf(stderr, "# note: -o has no effect on this collective\n");
   }
   if (opt->nProcs > 0 && opt->mpi) {
-    setErr(err, errLen, "-N (built-in launcher) and --mpi exclude each other");
+    setErr(err, errLen, "-P (built-in launcher) and --mpi exclude each other");
     return -1;
   }
   if (opt->blocking != 0 && opt->graphLaunches > 0) {
@@ -280,7 +307,7 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
     return -1;
   }
   if (opt->compareOut && opt->mpi) {
-    setErr(err, errLen, "compare mode (-X) runs its own children: use -N instead of --mpi");
+    setErr(err, errLen, "compare mode (-X) runs its own children: use -P instead of --mpi");
     return -1;
   }
   return 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The acceptance sweeps on a 2-GPU node: the three binaries from 8 B to 1 GiB with -c 1, in
-# single-process -g 2 mode (float, like BASELINE.md's first tables) and two-process -N 2 mode
+# single-process -g 2 mode (float, like BASELINE.md's first tables) and two-process -P 2 mode
 # (bfloat16, like its last table), eager and -G 20, each with SYMMCOLL_DISABLE=1 (NCCL alone)
 # and without (libsymmcoll). Logs and CSVs go to <out>; a summary table (time per size, wrong
 # totals, NCCL alone against BASELINE.md) is printed last.
@@ -41,7 +41,7 @@ start=$(date +%s)
 for mode in g2 N2; do
   case $mode in
     g2) launch=(-g 2) dtype=float ;;
-    N2) launch=(-N 2) dtype=bfloat16 ;;
+    N2) launch=(-P 2) dtype=bfloat16 ;;
   esac
   for graph in eager G20; do
     gflags=()

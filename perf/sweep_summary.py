@@ -67,7 +67,7 @@ def main():
     within = total = 0
     for mode, dtype in (("g2", "float"), ("N2", "bfloat16")):
         for graph in ("eager", "G20"):
-            print(f"\n== {mode} ({'1 process, -g 2' if mode == 'g2' else '2 processes, -N 2'}), {graph}, {dtype}: "
+            print(f"\n== {mode} ({'1 process, -g 2' if mode == 'g2' else '2 processes, -P 2'}), {graph}, {dtype}: "
                   "out-of-place time (us); base = BASELINE.md NCCL, d% = NCCL alone vs base")
             hdr = f"{'bytes':>6}"
             for c in COLLS:

@@ -34,11 +34,11 @@ static const char* const algoEnv[SYMM_NCOLLS] = {
 
 static void usage(FILE* f) {
   fprintf(f,
-          "usage: symmcoll-tune -o FILE [-N ranks] [--colls allreduce,allgather,reducescatter]\n"
+          "usage: symmcoll-tune -o FILE [-P ranks] [--colls allreduce,allgather,reducescatter]\n"
           "         [-d bfloat16,float] [-b 8] [-e 1G] [-f 2] [-n 20] [-w 5] [-G 20] [--reps 3]\n"
           "         [--margin 0.03] [-R 0|2] [--multimem] [--perf-dir DIR] [--dry-run]\n"
           "         [--machine 'gpu=... arch=... link=... gpus=... driver=... nccl=...']\n"
-          "Runs <perf-dir>/{all_reduce,all_gather,reduce_scatter}_perf -N ranks for NCCL alone\n"
+          "Runs <perf-dir>/{all_reduce,all_gather,reduce_scatter}_perf -P ranks for NCCL alone\n"
           "(SYMMCOLL_DISABLE=1) and for each algorithm of ours (forced), --reps times each in\n"
           "alternating order, and writes FILE for SYMMCOLL_TUNING_FILE. Child output: FILE.log.\n"
           "--machine writes that fingerprint instead of this machine's (tests).\n");
@@ -86,11 +86,11 @@ static int parseOptions(int argc, char** argv, struct tuneOptions* o) {
   o->types[1] = PERF_FLOAT;
   optind = 1;
   int ch;
-  while ((ch = getopt_long(argc, argv, "o:N:d:b:e:f:n:w:G:R:h", longs, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "o:P:d:b:e:f:n:w:G:R:h", longs, NULL)) != -1) {
     char* end = NULL;
     switch (ch) {
       case 'o': o->out = optarg; break;
-      case 'N': o->nranks = (int)strtol(optarg, &end, 10); break;
+      case 'P': o->nranks = (int)strtol(optarg, &end, 10); break;
       case 'c': o->ncolls = parseList(optarg, o->colls, SYMM_NCOLLS, collFromName); break;
       case 'd': o->ntypes = parseList(optarg, o->types, PERF_NUM_TYPES, typeFromName); break;
       case 'b': o->minBytes = optarg; break;
@@ -271,7 +271,7 @@ static int tuneOne(const struct tuneOptions* o, const struct symmTuneMachine* m,
                       .algo = configs[c],
                       .forwardFile = forwardFile};
       char* args[] = {perfPath,
-                      "-N",
+                      "-P",
                       ranksArg,
                       "-d",
                       typeArg,
@@ -364,7 +364,7 @@ static int tuneOne(const struct tuneOptions* o, const struct symmTuneMachine* m,
   return 0;
 }
 
-/* The weakest link among the GPUs the ranks use (rank p on device p, as perf -N does). */
+/* The weakest link among the GPUs the ranks use (rank p on device p, as perf -P does). */
 static int probeMachine(int nranks, struct symmTuneMachine* m) {
   memset(m, 0, sizeof(*m));
   if (symmTunerProbeMachine(0, m) != ncclSuccess) return -1;
@@ -438,7 +438,7 @@ int main(int argc, char** argv) {
   struct symmTuneMachine m;
   if (o.nranks == 0 && cudaGetDeviceCount(&o.nranks) != cudaSuccess) o.nranks = 0;
   if (o.nranks < 2 || o.nranks > SYMM_MAX_RANKS) {
-    fprintf(stderr, "symmcoll-tune: -N must be 2..%d (GPUs visible: %d)\n", SYMM_MAX_RANKS,
+    fprintf(stderr, "symmcoll-tune: -P must be 2..%d (GPUs visible: %d)\n", SYMM_MAX_RANKS,
             o.nranks);
     if (!o.dryRun) return PERF_EXIT_USAGE;
     o.nranks = 2;

@@ -63,7 +63,7 @@ int perfWorldInitSingle(struct perfWorld* w, int nThreads) {
   return 0;
 }
 
-/* ---- processes forked by -N: shared anonymous memory ------------------------------------ */
+/* ---- processes forked by -P: shared anonymous memory ------------------------------------ */
 #define PERF_SHM_MAX_PROCS 64
 #define PERF_SHM_SLOT 16384
 
@@ -156,7 +156,7 @@ int perfWorldInitForked(struct perfWorld* w, int nThreads, int nProcs, int* isPa
   *isParent = 0;
   *exitCode = 0;
   if (nProcs < 1 || nProcs > PERF_SHM_MAX_PROCS) {
-    fprintf(stderr, "perf launcher: -N must be between 1 and %d\n", PERF_SHM_MAX_PROCS);
+    fprintf(stderr, "perf launcher: -P must be between 1 and %d\n", PERF_SHM_MAX_PROCS);
     return -1;
   }
   struct perfShm* shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

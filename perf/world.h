@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The ranks of a perf run: threads of this process, and processes (forked by -N, or MPI). One
+/* The ranks of a perf run: threads of this process, and processes (forked by -P, or MPI). One
  * barrier and one all-reduce over all of them, plus the few exchanges the driver needs. */
 #ifndef PERF_WORLD_H
 #define PERF_WORLD_H

@@ -20,7 +20,7 @@ check() { # name, command...
 for b in all_reduce_perf all_gather_perf reduce_scatter_perf; do ln -s "$fake" "$tmp/$b"; done
 machine='gpu="NVIDIA H200" arch=90 link=nvlink gpus=2 driver=13000 nccl=22809'
 
-"$tune" -o "$tmp/t.txt" -N 2 --reps 3 --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
+"$tune" -o "$tmp/t.txt" -P 2 --reps 3 --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
 rc=$?
 check "exit 0 (got $rc)" [ "$rc" = 0 ]
 check "file written" [ -s "$tmp/t.txt" ]
@@ -40,20 +40,20 @@ check "Lamport swept to 256 KiB" grep -q 'run lamport allreduce .* -e 256K ' "$t
 check "graphs and data check" bash -c "! grep 'run ' '$tmp/t.txt.log' | grep -v -- '-c 1 -G 20 ' >/dev/null"
 
 # A registered-windows run writes reg=1 rows; a wider margin forwards what wins by less.
-"$tune" -o "$tmp/r.txt" -N 2 --reps 1 -R 2 -d float --colls allreduce --margin 0.25 \
+"$tune" -o "$tmp/r.txt" -P 2 --reps 1 -R 2 -d float --colls allreduce --margin 0.25 \
   --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
 check "registered, margin 25%" grep -qxF \
   "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=1 lamport<=256K oneshot<=4M" "$tmp/r.txt"
 # A sweep that fails at some sizes for one algorithm (wrong results there): no claim there.
-FAKE_WRONG=twoshot:16777216 "$tune" -o "$tmp/w.txt" -N 2 --reps 1 -d bf16 --colls allreduce \
+FAKE_WRONG=twoshot:16777216 "$tune" -o "$tmp/w.txt" -P 2 --reps 1 -d bf16 --colls allreduce \
   --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
 check "wrong results excluded" grep -qxF \
   "allreduce ranks=2 dtype=2 arch=90 link=nvlink reg=0 lamport<=256K oneshot<=4M twoshot<=8M nccl<=33554431 twoshot<=1G" "$tmp/w.txt"
 
 # Bad command lines.
-"$tune" -N 2 >/dev/null 2>&1; check "no -o: usage" [ $? = 2 ]
+"$tune" -P 2 >/dev/null 2>&1; check "no -o: usage" [ $? = 2 ]
 "$tune" -o "$tmp/x" --margin 2 >/dev/null 2>&1; check "bad margin" [ $? = 2 ]
 "$tune" -o "$tmp/x" --colls broadcast >/dev/null 2>&1; check "bad collective" [ $? = 2 ]
-"$tune" -o "$tmp/x" -N 2 --machine 'gpu=x' >/dev/null 2>&1; check "bad --machine" [ $? = 2 ]
+"$tune" -o "$tmp/x" -P 2 --machine 'gpu=x' >/dev/null 2>&1; check "bad --machine" [ $? = 2 ]
 echo "test_tune_cli: $checks checks, $failed failed"
 [ "$failed" = 0 ] && [ "$checks" -gt 0 ]

@@ -29,7 +29,7 @@ for bin in "$@"; do
   expect "$name bad dtype" 2 "invalid datatype 'float17'" "$bin" -d float17
   expect "$name min > max" 2 "minbytes" "$bin" -b 1M -e 1K
   expect "$name no GPU" 1 "no usable CUDA device" "$bin" -b 8 -e 8
-  expect "$name no GPU, -N 2" 1 "no usable CUDA device" "$bin" -b 8 -e 8 -N 2
+  expect "$name no GPU, -P 2" 1 "no usable CUDA device" "$bin" -b 8 -e 8 -P 2
   expect "$name no GPU, -t 2 -g 2" 1 "no usable CUDA device" "$bin" -t 2 -g 2
   expect "$name no GPU, compare" 1 "no results from the libsymmcoll run" "$bin" -b 8 -e 8 -X "$tmp/cmp"
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The perf binaries on real GPUs, small sizes, data check on: every launch mode (-g, -t, -N),
+# The perf binaries on real GPUs, small sizes, data check on: every launch mode (-g, -t, -P),
 # eager and graph, in-place and out-of-place, all types and ops, odd offsets, registration.
 # Each run must exit 0 and report 0 wrong elements. Skips (77) without a GPU.
 set -u
@@ -42,8 +42,8 @@ for bin in "$ar" "$ag" "$rs"; do
   name=$(basename "$bin")
   run "$name -g $n odd sizes, -u 1" "$bin" -b 1000 -e 5000 -i 1000 -w 1 -n 2 -c 2 -g $n -u 1 -d bfloat16
   run "$name -g $n graph -G 3" "$bin" -b 8 -e 4M -f 16 -w 1 -n 5 -G 3 -c 2 -g $n -d bfloat16
-  run "$name -N $n eager" "$bin" -b 8 -e 4M -f 16 -w 1 -n 5 -c 1 -N $n
-  run "$name -N $n graph" "$bin" -b 8 -e 4M -f 16 -w 1 -n 5 -G 2 -c 1 -N $n -d half
+  run "$name -P $n eager" "$bin" -b 8 -e 4M -f 16 -w 1 -n 5 -c 1 -P $n
+  run "$name -P $n graph" "$bin" -b 8 -e 4M -f 16 -w 1 -n 5 -G 2 -c 1 -P $n -d half
   run "$name -g $n -R 1" "$bin" -b 1K -e 1M -f 32 -w 1 -n 3 -c 1 -g $n -R 1
   run "$name -g $n -R 2" "$bin" -b 1K -e 1M -f 32 -w 1 -n 3 -c 1 -g $n -R 2
 done
@@ -53,7 +53,7 @@ if [ $n = 2 ]; then
   run "AR cudaMalloc buffers" "$ar" -b 8 -e 1M -f 32 -w 1 -n 3 -c 1 -g 2 --alloc cuda -d bfloat16
   # compare mode: both runs, a table with speedups, a CSV
   checks=$((checks + 1))
-  if timeout 120 "$ar" -b 1K -e 1M -f 32 -w 1 -n 3 -c 1 -N 2 -X "$tmp/cmp" >"$tmp/out" 2>&1 &&
+  if timeout 120 "$ar" -b 1K -e 1M -f 32 -w 1 -n 3 -c 1 -P 2 -X "$tmp/cmp" >"$tmp/out" 2>&1 &&
      grep -q "libsymmcoll vs nccl" "$tmp/out" && [ "$(grep -c '^AllReduce,' "$tmp/cmp.csv")" = 6 ]; then
     echo "ok: compare mode"
   else

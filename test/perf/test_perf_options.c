@@ -50,7 +50,7 @@ static void testGoodArgs(void) {
   char err[256] = "";
   CHECK_EQ_INT(PARSE(&o, err, "-b", "8", "-e", "1G", "-f", "2", "-g", "2", "-t", "3", "-n", "7", "-w", "0", "-c", "0",
                      "-o", "max", "-d", "bfloat16", "-z", "0", "-T", "30", "-G", "20", "-C", "1", "-a", "3", "-R", "2",
-                     "-u", "1", "-N", "2"),
+                     "-u", "1", "-P", "2"),
                0);
   CHECK_EQ_INT(o.minBytes, 8);
   CHECK_EQ_INT(o.maxBytes, 1LL << 30);
@@ -259,12 +259,27 @@ static void testNames(void) {
   CHECK_EQ_STR(perfOpName(-1), "none");
 }
 
+/* Scripts written for nccl-tests run unchanged: its letters mean what they mean there. */
+static void testNcclTestsLetters(void) {
+  struct perfOptions o;
+  char err[256] = "";
+  CHECK_EQ_INT(PARSE(&o, err, "-N", "3", "-m", "1", "-p", "0", "-y", "0", "-S", "0", "-J", "out.json", "-x",
+                     "1", "-D", "0", "-V", "0", "-M", "1", "-I", "0", "-K", "0"),
+               0);
+  CHECK_EQ_INT(o.runCycles, 3);
+  CHECK_EQ_INT(o.nProcs, 0);
+  CHECK_EQ_INT(PARSE(&o, err, "--run_cycles", "2", "--nprocs", "4"), 0);
+  CHECK_EQ_INT(o.runCycles, 2);
+  CHECK_EQ_INT(o.nProcs, 4);
+  CHECK_EQ_INT(PARSE(&o, err, "-m"), -1); /* still needs its value */
+}
+
 static void testChildArgs(void) {
   char* argv[] = {"./all_reduce_perf", "-b", "8", "-X", "out/ar", "-e", "1G", "--csv", "old.csv",
-                  "--compare=x", "-Xy", "--label", "l", "-N", "2", NULL};
+                  "--compare=x", "-Xy", "--label", "l", "-P", "2", NULL};
   int argc = (int)(sizeof(argv) / sizeof(argv[0])) - 1;
   char** child = perfCompareChildArgs(argc, argv, "new.csv", "nccl");
-  const char* want[] = {"./all_reduce_perf", "-b", "8", "-e", "1G", "-N", "2", "--csv", "new.csv", "--label", "nccl"};
+  const char* want[] = {"./all_reduce_perf", "-b", "8", "-e", "1G", "-P", "2", "--csv", "new.csv", "--label", "nccl"};
   int n = 0;
   while (child[n]) n++;
   CHECK_EQ_INT(n, (int)(sizeof(want) / sizeof(want[0])));
@@ -291,6 +306,7 @@ int main(void) {
   testSizes();
   testSweep();
   testNames();
+  testNcclTestsLetters();
   testChildArgs();
   return harnessReport("test_perf_options");
 }

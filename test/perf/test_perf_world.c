@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The built-in launcher (-N) and the rank world: forked processes x threads meet in barriers,
+/* The built-in launcher (-P) and the rank world: forked processes x threads meet in barriers,
  * reduce (sum, min, max, first), broadcast and gather correctly; a failing child is reported
  * and its siblings are stopped instead of waiting forever. */
 #define _GNU_SOURCE
