@@ -29,6 +29,11 @@ struct KernelArgs {
   size_t twoShotSliceMax;             /* two-shot: most elements of one rank's slice per round */
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
   int lamportRegion;                  /* the staging buffers have a Lamport region */
+  /* All-gather: elements between the ranks' parts of the output; reduce-scatter: between the
+   * slices of the input. */
+  size_t sliceStride;
+  size_t slotStride;                  /* all-gather push, reduce-scatter pull: elements between
+                                       * the ranks' slots in a staging half */
   uint64_t deadlineNs;                /* 0 = wait like NCCL: forever (abort still honoured) */
   int rank, nranks;
   int avg;                            /* ncclAvg: sum, then Arith::avgFinish */
@@ -134,7 +139,7 @@ __device__ __forceinline__ uint32_t spinUntil(const KernelArgs& a, const uint64_
 
 /* Prints why a block gave up waiting at the debugging deadline (only on the way out). Scalars
  * only: a reference to the kernel arguments would force them into local memory. */
-__device__ __noinline__ void reportDeadline(int rank, unsigned long long ms, int peer, int purpose,
+static __device__ __noinline__ void reportDeadline(int rank, unsigned long long ms, int peer, int purpose,
                                             unsigned long long want, unsigned long long seen) {
   printf("libsymmcoll: rank %d block %d/%d gave up after %llu ms waiting for rank %d "
          "(signal %d, epoch %llu, seen %llu)\n",

@@ -26,13 +26,20 @@ check "exit 0 (got $rc)" [ "$rc" = 0 ]
 check "file written" [ -s "$tmp/t.txt" ]
 check "machine line" grep -qxF "machine $machine" "$tmp/t.txt"
 check "version line" grep -qx 'symmcoll-tuning 1' "$tmp/t.txt"
-# Fake times (tune_fake_perf.sh): NCCL 10 us; Lamport 5 (it runs only to 256 KiB); one-shot 7 to
+# Fake times (tune_fake_perf.sh): NCCL 10 us; push and pull 9; Lamport 5 (it runs only to 256 KiB); one-shot 7 to
 # 4 MiB, 20 above; two-shot 8: Lamport to 256 KiB, one-shot to 4 MiB, two-shot to the last size.
 for d in 2 4; do
   check "allreduce dtype=$d row" grep -qxF \
     "allreduce ranks=2 dtype=$d arch=90 link=nvlink reg=0 lamport<=256K oneshot<=4M twoshot<=1G" "$tmp/t.txt"
 done
-check "no row without kernels" bash -c "! grep -q '^allgather\|^reducescatter' '$tmp/t.txt'"
+# All-gather (push 9 us) and reduce-scatter (pull 9 us): Lamport while one rank's share fits
+# (256 KiB x 2 ranks), then push/pull.
+check "allgather row" grep -qxF \
+  "allgather ranks=2 dtype=any arch=90 link=nvlink reg=0 lamport<=512K push<=1G" "$tmp/t.txt"
+for d in 2 4; do
+  check "reducescatter dtype=$d row" grep -qxF \
+    "reducescatter ranks=2 dtype=$d arch=90 link=nvlink reg=0 lamport<=512K pull<=1G" "$tmp/t.txt"
+done
 # Every child saw what it should (the fake exits 9 otherwise, and logs its environment).
 check "children consistent" bash -c "! grep -q 'exit 9' '$tmp/out'"
 check "3 NCCL runs per type" [ "$(grep -c 'run nccl allreduce' "$tmp/t.txt.log")" = 6 ]

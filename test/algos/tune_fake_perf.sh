@@ -33,7 +33,7 @@ bytes() { # 8, 256K, 1G -> bytes
 lo=$(bytes "$b") hi=$(bytes "$e")
 for ((s = lo; s <= hi; s *= f)); do
   case $label in
-    nccl) t=10 ;; lamport) t=5 ;; twoshot) t=8 ;;
+    nccl) t=10 ;; lamport) t=5 ;; twoshot) t=8 ;; push | pull) t=9 ;;
     oneshot) if [ "$s" -le $((4 << 20)) ]; then t=7; else t=20; fi ;;
   esac
   wrong=0

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Lamport (LL) kernels of all three collectives: barrier-free, the data carries its epoch.
+ * Every 8 bytes of payload travel to the reader's Lamport region as one 16-byte store
+ * {data0, flag, data1, flag} into the writer's slot (flag = low 32 bits of the epoch, region half
+ * epoch & 1); a reader polls its region until both flags of each line equal the call's flag, then
+ * reduces in rank order (all-reduce, reduce-scatter) or copies each writer's lines to its part
+ * of the output (all-gather). A writer reuses a half in call k+2 only after its call k+1 received
+ * every rank's k+1 data, i.e. after every reader finished call k; flags are epochs, so nothing
+ * is cleared and stale lines never match (refreshLamportLine keeps every line younger than 2^31
+ * epochs). Two passes: wait for all lines first, so a block that gives up wrote no user memory.
+ * In place is safe: each block reads its own lines of the input before it writes any output. */
+#include "launch.h"
+#include "primitives.cuh"
+
+namespace symm {
+
+template <typename E, int Kind, int Coll>
+__global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int kPer = 8 / sizeof(T);
+  __shared__ volatile int failed;
+  /* Payload per (writer, reader): all-reduce the whole input, all-gather the writer's input,
+   * reduce-scatter the reader's slice of the writer's input (slices a.sliceStride apart). */
+  const size_t bytes = a.count * sizeof(T);
+  const size_t lines = divUp(bytes, 8);
+  const size_t per = divUp(lines, (size_t)gridDim.x);
+  const size_t lo = minSize((size_t)blockIdx.x * per, lines);
+  const size_t hi = minSize(lo + per, lines);
+  const size_t firstLine = lo + threadIdx.x;
+  /* Our first input line is loaded while beginCall fetches the epoch: two memory latencies
+   * overlap instead of adding up (the input is ready: earlier work on the stream is done).
+   * Reduce-scatter sends each reader its own slice, so it loads per reader below. */
+  const uint2 firstData = Coll != SYMM_COLL_REDUCESCATTER && firstLine < hi
+                              ? loadLine((const char*)a.send, firstLine, bytes)
+                              : make_uint2(0, 0);
+  uint64_t epoch;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch, lines);
+  const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
+  const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
+  /* Lines carry the epoch's low 32 bits (8-byte halves arrive whole; see README for why a stale
+   * line never matches). */
+  const uint32_t flag = (uint32_t)epoch;
+  for (size_t i = firstLine; i < hi; i += blockDim.x) {
+    if constexpr (Coll == SYMM_COLL_REDUCESCATTER) {
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+        if (r >= a.nranks) continue;
+        const uint2 d = loadLine((const char*)a.send + (size_t)r * a.sliceStride * sizeof(T), i, bytes);
+        storeVolatile16(a.staging[r] + mySlot + i * 16, make_uint4(d.x, flag, d.y, flag));
+      }
+    } else {
+      const uint2 d = i == firstLine ? firstData : loadLine((const char*)a.send, i, bytes);
+      const uint4 line = make_uint4(d.x, flag, d.y, flag);
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < a.nranks) storeVolatile16(a.staging[r] + mySlot + i * 16, line);
+    }
+  }
+  /* Pass 1: wait until every line of every writer arrived, polling all writers of a line at
+   * once; the data of each thread's first line stays in registers for pass 2 (at the sizes
+   * where time matters every thread has one line). */
+  const char* region = a.staging[a.rank] + half;
+  uint2 kept[SYMM_MAX_RANKS];
+  uint64_t start = 0;
+  uint32_t why = 0, polls = 0;
+  for (size_t i = firstLine; i < hi && why == 0; i += blockDim.x) {
+    uint32_t pending = (1u << a.nranks) - 1u;
+    while (pending != 0) {
+      uint4 v[SYMM_MAX_RANKS];
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if ((pending >> r) & 1u) v[r] = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+        if (((pending >> r) & 1u) && v[r].y == flag && v[r].w == flag) {
+          pending &= ~(1u << r);
+          if (i == firstLine) kept[r] = make_uint2(v[r].x, v[r].z);
+        }
+      }
+      if (pending == 0) break;
+      if ((++polls & 2047u) == 0 && (why = shouldGiveUp(a, &start)) != 0) break;
+      if (failed) {
+        why = 3;
+        break;
+      }
+    }
+  }
+  if (why != 0) failed = 1;
+  __syncthreads();
+  if (failed) {
+    if (why == SYMM_ERR_DEADLINE)
+      reportDeadline(a.rank, (unsigned long long)(a.deadlineNs / 1000000u), -1, 3,
+                     (unsigned long long)epoch, 0);
+    return;
+  }
+  /* Pass 2: everything is here; all-gather writes each writer's line to its part of the
+   * output, the others reduce in rank order and write theirs. */
+  for (size_t i = firstLine; i < hi; i += blockDim.x) {
+    union Line {
+      uint2 v;
+      T e[kPer];
+    } acc, x;
+    uint2 d[SYMM_MAX_RANKS];
+#pragma unroll
+    for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+      if (r >= a.nranks) continue;
+      if (i == firstLine) {
+        d[r] = kept[r];
+      } else {
+        const uint4 v = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
+        d[r] = make_uint2(v.x, v.z);
+      }
+    }
+    if constexpr (Coll == SYMM_COLL_ALLGATHER) {
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < a.nranks) storeLine((char*)a.recv + (size_t)r * a.sliceStride * sizeof(T), i, bytes, d[r]);
+      continue;
+    }
+    acc.v = d[0];
+#pragma unroll
+    for (int r = 1; r < SYMM_MAX_RANKS; r++) {
+      if (r < a.nranks) {
+        x.v = d[r];
+#pragma unroll
+        for (int k = 0; k < kPer; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+      }
+    }
+    if (a.avg) {
+#pragma unroll
+      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgFinish(acc.e[k], a.nranks);
+    }
+    storeLine((char*)a.recv, i, bytes, acc.v);
+  }
+  endCall(a, epoch, ticket);
+}
+
+template <typename E, int Kind>
+static cudaError_t launchTyped(enum symmColl coll, int blocks, cudaStream_t stream, const KernelArgs& a) {
+  switch (coll) {
+    case SYMM_COLL_ALLREDUCE:
+      lamportKernel<E, Kind, SYMM_COLL_ALLREDUCE><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case SYMM_COLL_REDUCESCATTER:
+      lamportKernel<E, Kind, SYMM_COLL_REDUCESCATTER><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case SYMM_COLL_ALLGATHER: /* moves bits: one instance per element size would do; kSum only */
+      lamportKernel<E, kSum, SYMM_COLL_ALLGATHER><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launchLamport(enum symmColl coll, ncclDataType_t dt, ncclRedOp_t op, int blocks,
+                          cudaStream_t stream, const KernelArgs& args) {
+  cudaError_t err = cudaErrorInvalidValue;
+  if (coll == SYMM_COLL_ALLGATHER) op = ncclSum;
+  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchTyped<E, Kind>(coll, blocks, stream, args))));
+  return err;
+}
+
+template <typename E, int Kind> static cudaError_t loadTyped() {
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, Kind, SYMM_COLL_ALLREDUCE>);
+  if (err == cudaSuccess)
+    err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, Kind, SYMM_COLL_REDUCESCATTER>);
+  if (err == cudaSuccess && Kind == kSum)
+    err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, kSum, SYMM_COLL_ALLGATHER>);
+  return err;
+}
+
+cudaError_t loadLamport() {
+  cudaError_t err = cudaSuccess;
+  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
+    for (int op = 0; op < (int)ncclNumOps && err == cudaSuccess; op++)
+      if (op != ncclAvg) SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
+                                             SYMM_DISPATCH_OP((ncclRedOp_t)op, err = (loadTyped<E, Kind>())));
+  return err;
+}
+
+}  // namespace symm

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The C entry points of src/algos (src/include/algos.h): what exists and fits, memory sizes,
+ * kernel loading, symmCollLaunch; and what every collective's launcher shares (launch.h). */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "launch.h"
+
+extern "C" {
+#include "debug.h"
+#include "param.h"
+}
+
+SYMMCOLL_PARAM_FULL(SpinDeadlineMs, "SPIN_DEADLINE_MS", 0, 0, 86400000, SYMM_PARAM_AGREED,
+                    "debugging only: ms a kernel waits for a peer before failing the whole "
+                    "communicator (0 = wait like NCCL, forever)")
+/* Measured on 2x H200 (perf/RESULTS.md): the push two-shot moves 1.07-1.17x the bytes with 128
+ * blocks as with 64 from 16 MiB up, and 2 KiB per block halves the one-shot/Lamport latency at
+ * 16 KiB against 16 KiB per block. */
+SYMMCOLL_PARAM_FULL(ArMaxBlocks, "AR_MAX_BLOCKS", 128, 1, SYMM_MAX_BLOCKS, SYMM_PARAM_AGREED,
+                    "most thread blocks per kernel of ours (1..128)")
+SYMMCOLL_PARAM_FULL(ArRoundBytes, "AR_ROUND_BYTES", 0, 0, INT64_MAX, SYMM_PARAM_AGREED,
+                    "two-shot: most message bytes per round inside a launch (0: what staging holds)")
+SYMMCOLL_PARAM_FULL(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048, 1024, INT64_MAX,
+                    SYMM_PARAM_AGREED, "bytes per thread block before another block is added")
+
+namespace symm {
+
+/* Lamport region: 2 parities x SYMM_MAX_RANKS writer slots x 2x the largest payload (each 8
+ * bytes travel as 4 data + 4 flag + 4 data + 4 flag). */
+static const size_t kLamportRegionBytes = (size_t)2 * SYMM_MAX_RANKS * 2 * SYMM_LAMPORT_MAX_BYTES;
+
+/* Blocks all ranks sharing one GPU may use together (tests only, see gridBlocks). */
+static const int kSharedGpuBlocks = 64;
+
+bool hasLamportRegion(size_t bufferBytes) { return bufferBytes >= 4 * kLamportRegionBytes; }
+
+size_t halfBytesOf(const struct symmPeers* peers) {
+  const size_t usable =
+      peers->bufferBytes - (hasLamportRegion(peers->bufferBytes) ? kLamportRegionBytes : 0);
+  return (usable / 2) & ~(size_t)15;
+}
+
+void fillArgs(const struct symmLaunch* call, const struct symmPeers* peers, KernelArgs* args) {
+  memset(args, 0, sizeof(*args));
+  for (int r = 0; r < peers->nranks; r++) {
+    args->staging[r] = (char*)peers->buffers[r];
+    args->signals[r] = peers->signals[r];
+  }
+  args->localState = peers->localState;
+  args->abortFlag = peers->abortFlag;
+  args->errorFlag = peers->errorFlag;
+  args->multicast = (char*)peers->multicastBuffer;
+  args->halfBytes = halfBytesOf(peers);
+  args->lamportOffset = 2 * args->halfBytes;
+  args->lamportRegion = hasLamportRegion(peers->bufferBytes);
+  args->deadlineNs = (uint64_t)symmParamSpinDeadlineMs() * 1000000ull;
+  args->rank = peers->rank;
+  args->nranks = peers->nranks;
+  args->avg = call->coll != SYMM_COLL_ALLGATHER && call->op == ncclAvg;
+  args->userRegTable = peers->userRegTable;
+}
+
+int gridBlocks(size_t moved, const struct symmLaunch* call, const struct symmPeers* peers) {
+  int64_t maxBlocks = symmParamArMaxBlocks();
+  if (maxBlocks > SYMM_MAX_BLOCKS) maxBlocks = SYMM_MAX_BLOCKS;
+  if (call->maxBlocks > 0 && maxBlocks > call->maxBlocks) maxBlocks = call->maxBlocks;
+  /* Several ranks on one GPU (tests only): their spinning blocks must all be resident together,
+   * beside whatever else runs there; the two-shot's 200+ registers per thread allow only one
+   * block per SM, so the ranks share at most 64 blocks (128 on 4 ranks per GPU hung). */
+  if (peers->ranksPerDevice > 1) {
+    if (maxBlocks > kSharedGpuBlocks) maxBlocks = kSharedGpuBlocks;
+    maxBlocks = maxBlocks / peers->ranksPerDevice > 0 ? maxBlocks / peers->ranksPerDevice : 1;
+  }
+  const size_t perBlock = (size_t)symmParamArBytesPerBlock();
+  int64_t blocks = (int64_t)((moved + perBlock - 1) / perBlock);
+  if (call->minBlocks > 0 && blocks < call->minBlocks) blocks = call->minBlocks;
+  if (blocks > maxBlocks) blocks = maxBlocks;
+  return blocks < 1 ? 1 : (int)blocks;
+}
+
+size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize) {
+  /* 2(n-1) slices of staging per round, and the round-size knob. */
+  const size_t peerCount = peers->nranks > 1 ? (size_t)peers->nranks - 1 : 1;
+  size_t sliceMax = halfBytes / (2 * peerCount * esize);
+  const int64_t roundBytes = symmParamArRoundBytes();
+  if (roundBytes > 0 && (size_t)roundBytes / ((size_t)peers->nranks * esize) < sliceMax)
+    sliceMax = (size_t)roundBytes / ((size_t)peers->nranks * esize);
+  if (sliceMax < 16 / esize) sliceMax = 16 / esize;
+  return sliceMax;
+}
+
+}  // namespace symm
+
+/* ---- C entry points ------------------------------------------------------------------------ */
+
+extern "C" int symmAlgoExists(enum symmColl coll, enum symmAlgo algo, ncclDataType_t datatype,
+                              ncclRedOp_t op) {
+  if (symmTypeSize(datatype) == 0) return 0;
+  const int builtinOp = (int)op >= 0 && (int)op < (int)ncclNumOps;
+  switch (coll) {
+    case SYMM_COLL_ALLREDUCE:
+      if (!builtinOp) return 0;
+      if (algo == SYMM_ALGO_MULTIMEM) return symm::multimemHasKernel(datatype, op) ? 1 : 0;
+      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_ONESHOT || algo == SYMM_ALGO_TWOSHOT;
+    case SYMM_COLL_ALLGATHER:
+      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PUSH;
+    case SYMM_COLL_REDUCESCATTER:
+      return builtinOp && (algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PULL);
+    default:
+      return 0;
+  }
+}
+
+extern "C" int symmAlgoFits(enum symmColl coll, enum symmAlgo algo, size_t bytes, int nranks,
+                            size_t stagingBytes) {
+  if (algo != SYMM_ALGO_LAMPORT) return 1;
+  /* Lamport: each writer's payload (the whole message, or one rank's share) in a writer slot. */
+  const size_t perWriter = coll == SYMM_COLL_ALLREDUCE || nranks < 1 ? bytes : bytes / (size_t)nranks;
+  return perWriter <= SYMM_LAMPORT_MAX_BYTES && symm::hasLamportRegion(stagingBytes);
+}
+
+extern "C" size_t symmAlgosStagingBytes(int nranks, size_t largestMessage) {
+  (void)nranks;
+  /* Two halves holding the largest message plus the Lamport region; at least 4x the region. */
+  const size_t halves = largestMessage > ((size_t)1 << 40) ? ((size_t)1 << 40) : 2 * largestMessage;
+  const size_t want = halves + symm::kLamportRegionBytes;
+  return want < 4 * symm::kLamportRegionBytes ? 4 * symm::kLamportRegionBytes : want;
+}
+
+extern "C" size_t symmAlgosPadBytes(void) { return symm::kPadBytes; }
+
+/* Words 0-3: epoch, ticket, the two Lamport refresh cursors; the userRegTable
+ * (src/transport/userreg.c) sits at 4 KiB. */
+extern "C" size_t symmAlgosLocalStateBytes(void) { return (size_t)64 << 10; }
+
+/* Devices whose context has every kernel loaded (bit = device ordinal), and its lock. */
+static pthread_mutex_t loadLock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t loadedDevices;
+
+extern "C" ncclResult_t symmAlgosLoadKernels(int device) {
+  if (device < 0 || device >= 64) return ncclInvalidArgument;
+  pthread_mutex_lock(&loadLock);
+  ncclResult_t res = ncclSuccess;
+  if (!(loadedDevices & (1ull << device))) {
+    int oldDev = -1;
+    cudaError_t err = cudaGetDevice(&oldDev);
+    if (err == cudaSuccess && oldDev != device) err = cudaSetDevice(device);
+    if (err == cudaSuccess) err = symm::loadLamport();
+    if (err == cudaSuccess) err = symm::loadOneShot();
+    if (err == cudaSuccess) err = symm::loadTwoShot();
+    if (err == cudaSuccess) err = symm::loadMultimem();
+    if (err == cudaSuccess) err = symm::loadAllGatherPush();
+    if (err == cudaSuccess) err = symm::loadReduceScatterPull();
+    if (err == cudaSuccess) {
+      loadedDevices |= 1ull << device;
+    } else {
+      /* One line per process: the communicator then forwards on every rank. */
+      static int warned;
+      if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        WARN("libsymmcoll's kernels cannot run on device %d (%s): its communicators forward to "
+             "NCCL", device, cudaGetErrorString(err));
+      (void)cudaGetLastError();
+      res = ncclUnhandledCudaError;
+    }
+    if (oldDev >= 0 && oldDev != device) (void)cudaSetDevice(oldDev);
+  }
+  pthread_mutex_unlock(&loadLock);
+  return res;
+}
+
+extern "C" ncclResult_t symmCollLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                                       cudaStream_t stream) {
+  const char* name = symmCollName(call->coll);
+  const size_t esize = symmTypeSize(call->datatype);
+  if (esize == 0 || !symmAlgoExists(call->coll, call->algo, call->datatype, call->op)) {
+    WARN("%s: no %s kernel for datatype %d op %d", name, symmAlgoName(call->algo),
+         (int)call->datatype, (int)call->op);
+    return ncclInvalidArgument;
+  }
+  if (call->count == 0) return ncclSuccess;
+  if (peers->nranks < 1 || peers->nranks > SYMM_MAX_RANKS ||
+      peers->signalBytes < symm::kPadBytes || peers->localStateBytes < 4 * sizeof(uint64_t)) {
+    WARN("%s: peer memory too small or bad rank count (%d ranks)", name, peers->nranks);
+    return ncclInternalError;
+  }
+  const size_t bytes = symmCollBytes(call->coll, call->count, esize, peers->nranks);
+  if (!symmAlgoFits(call->coll, call->algo, bytes, peers->nranks, peers->bufferBytes)) {
+    WARN("%s: %zu bytes do not fit the %s kernel (staging %zu bytes)", name, bytes,
+         symmAlgoName(call->algo), peers->bufferBytes);
+    return ncclInvalidArgument;
+  }
+  switch (call->coll) {
+    case SYMM_COLL_ALLREDUCE: return symm::allReduceLaunch(call, peers, stream);
+    case SYMM_COLL_ALLGATHER: return symm::allGatherLaunch(call, peers, stream);
+    case SYMM_COLL_REDUCESCATTER: return symm::reduceScatterLaunch(call, peers, stream);
+    default: return ncclInvalidArgument;
+  }
+}

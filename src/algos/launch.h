@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Inside src/algos: what the launchers of the three collectives share (staging layout, kernel
+ * arguments, grid sizes) and the entry points of each kernel family's translation unit. Each
+ * family dispatches datatype and op itself, so no kernel is instantiated outside its own file. */
+#ifndef SYMMCOLL_ALGOS_LAUNCH_H
+#define SYMMCOLL_ALGOS_LAUNCH_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "algos.h"
+#include "sync.cuh"
+
+namespace symm {
+
+/* Staging layout, one for every collective: [half 0][half 1][Lamport region], the region
+ * present when the buffer holds at least 4x it. Call k uses half (epoch & 1). */
+bool hasLamportRegion(size_t bufferBytes);
+size_t halfBytesOf(const struct symmPeers* peers);
+
+/* The arguments every kernel gets from the peer view and the call (buffers, counts and strides
+ * are the launcher's to fill). */
+void fillArgs(const struct symmLaunch* call, const struct symmPeers* peers, KernelArgs* args);
+
+/* Blocks for a launch moving `moved` bytes per rank: SYMMCOLL_AR_BYTES_PER_BLOCK per block, at
+ * most SYMMCOLL_AR_MAX_BLOCKS, the communicator's maxCTAs, and a share of 64 when several ranks
+ * use one GPU (tests); at least minCTAs where that fits. Identical on every rank. */
+int gridBlocks(size_t moved, const struct symmLaunch* call, const struct symmPeers* peers);
+
+/* Two-shot: most elements of one rank's slice per round (staging and SYMMCOLL_AR_ROUND_BYTES). */
+size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize);
+
+/* Kernel families (one translation unit each): launch one kernel, or load every instance. */
+cudaError_t launchLamport(enum symmColl coll, ncclDataType_t dt, ncclRedOp_t op, int blocks,
+                          cudaStream_t stream, const KernelArgs& args);
+cudaError_t loadLamport();
+cudaError_t launchOneShot(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
+                          const KernelArgs& args);
+cudaError_t loadOneShot();
+cudaError_t launchTwoShot(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
+                          const KernelArgs& args);
+cudaError_t loadTwoShot();
+cudaError_t launchMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate, int blocks,
+                           cudaStream_t stream, const KernelArgs& args);
+cudaError_t loadMultimem();
+bool multimemHasKernel(ncclDataType_t dt, ncclRedOp_t op);
+cudaError_t launchAllGatherPush(ncclDataType_t dt, int blocks, cudaStream_t stream,
+                                const KernelArgs& args);
+cudaError_t loadAllGatherPush();
+cudaError_t launchReduceScatterPull(ncclDataType_t dt, ncclRedOp_t op, int blocks,
+                                    cudaStream_t stream, const KernelArgs& args);
+cudaError_t loadReduceScatterPull();
+
+/* The launchers of each collective (symmCollLaunch dispatches; arguments checked there). */
+ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                             cudaStream_t stream);
+ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                             cudaStream_t stream);
+ncclResult_t reduceScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                                 cudaStream_t stream);
+
+}  // namespace symm
+
+#endif

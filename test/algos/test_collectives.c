@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* GPU tests of our all-gather and reduce-scatter kernels through ncclAllGather/ncclReduceScatter,
+ * ranks as threads on one GPU through the test bootstrap (SYMMCOLL_NCCL_LIB names it): every
+ * algorithm x datatype x op x size (0, 1, primes, odd, powers of two) x in place or not, CUDA
+ * graph replays with the input rewritten after capture, and a soak mixing all three collectives.
+ * References are computed on the host: all-gather bit for bit, reduce-scatter with the
+ * rank-order arithmetic of the all-reduce reference (ar_helpers.cu), also bit for bit.
+ *   test_collectives RANKS [--quick] [--soak CALLS] [--seed S] */
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ar_helpers.h"
+#include "comm.h"
+#include "forward.h"
+#include "harness.h"
+#include "nccl_api.h"
+#include "param.h"
+#include "watchdog.h"
+
+#define TCHECK(cond) HARNESS_TCHECK(cond)
+#define TCHECK_EQ_INT(a, b) HARNESS_TCHECK_EQ_INT(a, b)
+#define CUDA_OK(x) TCHECK_EQ_INT((x), cudaSuccess)
+
+static int nranks, quick, ndev;
+static long soakCalls = 2000;
+static uint64_t seed0 = 12345;
+static ncclUniqueId uid;
+static pthread_barrier_t barrier;
+
+/* Largest count per rank (elements) any case uses, and the buffers' size. */
+#define MAX_COUNT ((size_t)1 << 18)
+#define MAX_BYTES (MAX_COUNT * 8 * 8) /* 8-byte elements, up to 8 ranks' worth */
+
+struct rank {
+  int rank;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  char *send, *recv;           /* device, MAX_BYTES each */
+  char *hostIn, *hostOut, *ref; /* host, MAX_BYTES each */
+  char* peerIn[8];             /* host: every rank's input (regenerated here) */
+};
+
+static uint64_t ours(ncclComm_t comm) {
+  struct symmComm* c = symmCommFind(comm);
+  return c != NULL ? __atomic_load_n(&c->launches, __ATOMIC_RELAXED) : 0;
+}
+
+/* The override of one collective, set by rank 0 while every rank waits (knobs are per process). */
+static void setAlgo(const struct rank* r, const char* knob, const char* value) {
+  pthread_barrier_wait(&barrier);
+  if (r->rank == 0) {
+    setenv(knob, value, 1);
+    symmParamResetAll();
+  }
+  pthread_barrier_wait(&barrier);
+}
+
+/* One all-gather (coll 0) or reduce-scatter (coll 1) of `count` elements per rank, checked
+ * against the host reference; `expectOurs`: one launch of ours must be counted. */
+static void runCase(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op, size_t count,
+                    int inPlace, uint64_t seed, int expectOurs, const char* algo) {
+  const size_t es = symmTypeSize(dt), n = (size_t)nranks;
+  const size_t inCount = coll == 0 ? count : n * count, outCount = coll == 0 ? n * count : count;
+  for (int q = 0; q < nranks; q++)
+    arFillInput(dt, op, nranks, q, seed, 0, r->peerIn[q], inCount);
+  /* Inputs where the call reads them; outputs poisoned. */
+  CUDA_OK(cudaMemsetAsync(r->recv, 0xff, MAX_BYTES, r->stream));
+  CUDA_OK(cudaMemsetAsync(r->send, 0xee, MAX_BYTES, r->stream));
+  char* in = coll == 0 && inPlace ? r->recv + (size_t)r->rank * count * es : r->send;
+  char* out = coll == 1 && inPlace ? r->send + (size_t)r->rank * count * es : r->recv;
+  CUDA_OK(cudaMemcpyAsync(in, r->peerIn[r->rank], inCount * es, cudaMemcpyHostToDevice, r->stream));
+  CUDA_OK(cudaStreamSynchronize(r->stream));
+  pthread_barrier_wait(&barrier); /* nobody's kernel reads a peer's input before it is written */
+  const uint64_t before = ours(r->comm);
+  ncclResult_t res = coll == 0 ? ncclAllGather(in, out, count, dt, r->comm, r->stream)
+                               : ncclReduceScatter(in, out, count, dt, op, r->comm, r->stream);
+  TCHECK_EQ_INT(res, ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(r->stream));
+  if (expectOurs && count > 0) TCHECK_EQ_INT(ours(r->comm) - before, 1);
+  CUDA_OK(cudaMemcpy(r->hostOut, out, outCount * es, cudaMemcpyDeviceToHost));
+  if (coll == 0) {
+    for (int q = 0; q < nranks; q++) memcpy(r->ref + (size_t)q * count * es, r->peerIn[q], count * es);
+  } else {
+    const void* slices[8];
+    for (int q = 0; q < nranks; q++) slices[q] = r->peerIn[q] + (size_t)r->rank * count * es;
+    arHostReference(dt, op, nranks, slices, r->ref, count);
+  }
+  char label[160];
+  snprintf(label, sizeof(label), "rank %d %s %s %s %s count %zu %s", r->rank,
+           coll == 0 ? "all-gather" : "reduce-scatter", algo, arTypeName(dt),
+           coll == 0 ? "-" : arOpName(op), count, inPlace ? "in place" : "out of place");
+  TCHECK_EQ_INT(arCompare(dt, r->ref, r->hostOut, outCount, -1.0, label), 0);
+  pthread_barrier_wait(&barrier); /* outputs read before anybody's next call poisons them */
+}
+
+static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 64, 127, 1000, 4099, 16384, 65537, 262144};
+
+static void sweep(struct rank* r, int coll, const char* algo) {
+  setAlgo(r, coll == 0 ? "SYMMCOLL_ALLGATHER_ALGO" : "SYMMCOLL_REDUCESCATTER_ALGO", algo);
+  const int lamport = strcmp(algo, "lamport") == 0;
+  uint64_t seed = seed0 + (uint64_t)coll * 1000003u;
+  for (int dt = 0; dt < (int)ncclNumTypes; dt++) {
+    const size_t es = symmTypeSize((ncclDataType_t)dt);
+    for (int op = 0; op < (coll == 0 ? 1 : (int)ncclNumOps); op++) {
+      if (quick && coll == 1 && dt % 3 != op % 3 && op != ncclSum) continue;
+      for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        const size_t count = sizes[k];
+        if (quick && count > 65537) continue;
+        /* Lamport carries one rank's share of at most SYMM_LAMPORT_MAX_BYTES. */
+        if (lamport && count * es > ((size_t)256 << 10)) continue;
+        for (int inPlace = 0; inPlace < 2; inPlace++)
+          runCase(r, coll, (ncclDataType_t)dt, (ncclRedOp_t)op, count, inPlace, seed++, 1, algo);
+      }
+    }
+  }
+}
+
+/* A graph of our calls, replayed with new input written between replays: each replay reads the
+ * data the input holds then (nothing is baked into the graph but addresses). */
+static void graphTest(struct rank* r, int coll, const char* algo) {
+  setAlgo(r, coll == 0 ? "SYMMCOLL_ALLGATHER_ALGO" : "SYMMCOLL_REDUCESCATTER_ALGO", algo);
+  const ncclDataType_t dt = ncclFloat32;
+  const size_t count = 5003, es = 4, n = (size_t)nranks;
+  const size_t inCount = coll == 0 ? count : n * count, outCount = coll == 0 ? n * count : count;
+  runCase(r, coll, dt, ncclSum, count, 0, seed0 + 77, 1, algo); /* eager first */
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  CUDA_OK(cudaStreamBeginCapture(r->stream, cudaStreamCaptureModeThreadLocal));
+  for (int k = 0; k < 3; k++) {
+    ncclResult_t res = coll == 0 ? ncclAllGather(r->send, r->recv, count, dt, r->comm, r->stream)
+                                 : ncclReduceScatter(r->send, r->recv, count, dt, ncclSum, r->comm, r->stream);
+    TCHECK_EQ_INT(res, ncclSuccess);
+  }
+  CUDA_OK(cudaStreamEndCapture(r->stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  const int replays = quick ? 50 : 500;
+  for (int it = 0; it < replays; it++) {
+    const uint64_t seed = seed0 + 1000 + (uint64_t)it;
+    for (int q = 0; q < nranks; q++) arFillInput(dt, ncclSum, nranks, q, seed, 0, r->peerIn[q], inCount);
+    CUDA_OK(cudaMemcpyAsync(r->send, r->peerIn[r->rank], inCount * es, cudaMemcpyHostToDevice, r->stream));
+    CUDA_OK(cudaMemsetAsync(r->recv, 0xff, outCount * es, r->stream));
+    CUDA_OK(cudaGraphLaunch(exec, r->stream));
+    CUDA_OK(cudaStreamSynchronize(r->stream));
+    CUDA_OK(cudaMemcpy(r->hostOut, r->recv, outCount * es, cudaMemcpyDeviceToHost));
+    if (coll == 0) {
+      for (int q = 0; q < nranks; q++) memcpy(r->ref + (size_t)q * count * es, r->peerIn[q], count * es);
+    } else {
+      const void* slices[8];
+      for (int q = 0; q < nranks; q++) slices[q] = r->peerIn[q] + (size_t)r->rank * count * es;
+      arHostReference(dt, ncclSum, nranks, slices, r->ref, count);
+    }
+    TCHECK_EQ_INT(arCompare(dt, r->ref, r->hostOut, outCount, -1.0, "graph replay"), 0);
+    pthread_barrier_wait(&barrier); /* every rank checked before the next input is written */
+  }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+}
+
+/* All three collectives mixed, the tuning file choosing algorithms by size, every result
+ * checked. The same pseudo-random sequence on every rank. */
+static void soak(struct rank* r) {
+  setAlgo(r, "SYMMCOLL_ALLGATHER_ALGO", "auto");
+  setAlgo(r, "SYMMCOLL_REDUCESCATTER_ALGO", "auto");
+  setAlgo(r, "SYMMCOLL_ALLREDUCE_ALGO", "auto");
+  uint64_t x = seed0 | 1;
+  for (long k = 0; k < soakCalls; k++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const int coll = (int)(x % 3); /* 0 all-gather, 1 reduce-scatter, 2 all-reduce */
+    const ncclDataType_t dt = (ncclDataType_t)((x >> 8) % ncclNumTypes);
+    const ncclRedOp_t op = (ncclRedOp_t)((x >> 16) % ncclNumOps);
+    const size_t count = 1 + (x >> 24) % 3000;
+    const int inPlace = (int)((x >> 40) & 1);
+    if (coll < 2) {
+      runCase(r, coll, dt, op, count, inPlace, x, 0, "auto");
+      continue;
+    }
+    const size_t es = symmTypeSize(dt);
+    for (int q = 0; q < nranks; q++) arFillInput(dt, op, nranks, q, x, 0, r->peerIn[q], count);
+    CUDA_OK(cudaMemcpyAsync(r->send, r->peerIn[r->rank], count * es, cudaMemcpyHostToDevice, r->stream));
+    CUDA_OK(cudaMemsetAsync(r->recv, 0xff, count * es, r->stream));
+    char* out = inPlace ? r->send : r->recv;
+    TCHECK_EQ_INT(ncclAllReduce(r->send, out, count, dt, op, r->comm, r->stream), ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(r->stream));
+    CUDA_OK(cudaMemcpy(r->hostOut, out, count * es, cudaMemcpyDeviceToHost));
+    const void* ins[8];
+    for (int q = 0; q < nranks; q++) ins[q] = r->peerIn[q];
+    arHostReference(dt, op, nranks, ins, r->ref, count);
+    TCHECK_EQ_INT(arCompare(dt, r->ref, r->hostOut, count, -1.0, "soak all-reduce"), 0);
+    pthread_barrier_wait(&barrier);
+  }
+  TCHECK(ours(r->comm) > 0);
+}
+
+static void* rankMain(void* arg) {
+  struct rank* r = arg;
+  CUDA_OK(cudaSetDevice(r->rank % ndev));
+  CUDA_OK(arLoadKernels());
+  TCHECK_EQ_INT(ncclCommInitRank(&r->comm, nranks, uid, r->rank), ncclSuccess);
+  CUDA_OK(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&r->send, MAX_BYTES));
+  CUDA_OK(cudaMalloc((void**)&r->recv, MAX_BYTES));
+  r->hostIn = malloc(MAX_BYTES);
+  r->hostOut = malloc(MAX_BYTES);
+  r->ref = malloc(MAX_BYTES);
+  for (int q = 0; q < nranks; q++) r->peerIn[q] = malloc(MAX_BYTES);
+  static const char* const agAlgos[] = {"lamport", "push"};
+  static const char* const rsAlgos[] = {"lamport", "pull"};
+  for (int a = 0; a < 2; a++) sweep(r, 0, agAlgos[a]);
+  for (int a = 0; a < 2; a++) sweep(r, 1, rsAlgos[a]);
+  for (int a = 0; a < 2; a++) graphTest(r, 0, agAlgos[a]);
+  for (int a = 0; a < 2; a++) graphTest(r, 1, rsAlgos[a]);
+  soak(r);
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(ncclCommDestroy(r->comm), ncclSuccess);
+  CUDA_OK(cudaStreamDestroy(r->stream));
+  CUDA_OK(cudaFree(r->send));
+  CUDA_OK(cudaFree(r->recv));
+  free(r->hostIn);
+  free(r->hostOut);
+  free(r->ref);
+  for (int q = 0; q < nranks; q++) free(r->peerIn[q]);
+  return NULL;
+}
+
+int main(int argc, char** argv) {
+  watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
+  harnessManyStreamsPerGpu();
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
+  setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
+  if (argc < 2 || (nranks = atoi(argv[1])) < 2 || nranks > 8) {
+    fprintf(stderr, "usage: test_collectives RANKS(2..8) [--quick] [--soak CALLS] [--seed S]\n");
+    return 2;
+  }
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--soak") && i + 1 < argc) soakCalls = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed0 = strtoull(argv[++i], NULL, 0);
+  }
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    printf("test_collectives: no GPU, skipped\n");
+    return TEST_SKIP_CODE;
+  }
+  if (symmRealLoad() != ncclSuccess || dlsym(symmReal.handle, "symmTestBootstrapIsFake") == NULL) {
+    printf("test_collectives: SYMMCOLL_NCCL_LIB must name the test bootstrap (ranks are threads), "
+           "skipped\n");
+    return TEST_SKIP_CODE;
+  }
+  /* Sizes to every algorithm in the soak: the tuner reads this file at communicator setup. */
+  char path[64];
+  snprintf(path, sizeof(path), "/tmp/symmcoll_test_collectives_%d.txt", (int)getpid());
+  FILE* f = fopen(path, "w");
+  if (f == NULL) return 2;
+  fprintf(f, "symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n"
+             "allreduce lamport<=1K oneshot<=4K twoshot<=inf\n"
+             "allgather lamport<=8K push<=inf\nreducescatter lamport<=8K pull<=inf\n");
+  fclose(f);
+  setenv("SYMMCOLL_TUNING_FILE", path, 1);
+  TCHECK_EQ_INT(ncclGetUniqueId(&uid), ncclSuccess);
+  pthread_barrier_init(&barrier, NULL, (unsigned)nranks);
+  struct rank ranks[8];
+  pthread_t threads[8];
+  memset(ranks, 0, sizeof(ranks));
+  for (int q = 0; q < nranks; q++) {
+    ranks[q].rank = q;
+    pthread_create(&threads[q], NULL, rankMain, &ranks[q]);
+  }
+  for (int q = 0; q < nranks; q++) pthread_join(threads[q], NULL);
+  unlink(path);
+  return harnessReport("test_collectives");
+}
