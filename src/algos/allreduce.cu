@@ -188,8 +188,18 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   const SliceLayout L(a.count, a.nranks, N);
   char* mine = a.staging[a.rank] + half;
   const bool sendVec = aligned16(a.send), recvVec = aligned16(a.recv);
-  for (int q = 0; q < a.nranks; q++)
-    copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), sendVec, false);
+  /* avg: the switch only sums, so real multicast pre-multiplies its inputs at copy-in (NCCL's
+   * PreMulSum order); the emulation copies them as they are and pre-multiplies in reducePacks,
+   * like every other kernel. */
+  const bool preMulIn = !Emulate && a.avg != 0;
+  for (int q = 0; q < a.nranks; q++) {
+    if (preMulIn) {
+      for (size_t i = L.lo(q) + threadIdx.x; i < L.hi(q); i += blockDim.x)
+        ((T*)mine)[i] = Arith<E>::avgPre(((const T*)a.send)[i], a.nranks);
+    } else {
+      copyRange<E>(mine, (const char*)a.send, L.lo(q), L.hi(q), sendVec, false);
+    }
+  }
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
   /* An empty part must stay empty: its clamped start may not be 16-byte aligned, and rounding
    * it would hand the last unit to two blocks at once. */
@@ -214,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
         typename Vec<E>::Pack p;
         p.v = v;
 #pragma unroll
-        for (int k = 0; k < N; k++) p.e[k] = Arith<E>::avgFinish(p.e[k], a.nranks);
+        for (int k = 0; k < N; k++) p.e[k] = Arith<E>::avgPost(p.e[k], a.nranks);
         v = p.v;
       }
       multimemStore16(a.multicast + off, v);

@@ -120,17 +120,22 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
       continue;
     }
     acc.v = d[0];
+    if (a.avg) {
+#pragma unroll
+      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgPre(acc.e[k], a.nranks);
+    }
 #pragma unroll
     for (int r = 1; r < SYMM_MAX_RANKS; r++) {
       if (r < a.nranks) {
         x.v = d[r];
 #pragma unroll
-        for (int k = 0; k < kPer; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+        for (int k = 0; k < kPer; k++)
+          acc.e[k] = Op<E, Kind>::apply(acc.e[k], a.avg ? Arith<E>::avgPre(x.e[k], a.nranks) : x.e[k]);
       }
     }
     if (a.avg) {
 #pragma unroll
-      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgFinish(acc.e[k], a.nranks);
+      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgPost(acc.e[k], a.nranks);
     }
     storeLine((char*)a.recv, i, bytes, acc.v);
   }

@@ -102,18 +102,23 @@ __device__ __forceinline__ uint4 reducePacks(const uint4* packs, int n, bool avg
   typedef typename Vec<E>::Pack Pack;
   Pack acc, x;
   acc.v = packs[0];
+  if (avg) {
+#pragma unroll
+    for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Arith<E>::avgPre(acc.e[k], n);
+  }
   /* Bounded, fully unrolled loop: packs[] stays in registers (same order as reduceInOrder). */
 #pragma unroll
   for (int r = 1; r < R; r++) {
     if (r < n) {
       x.v = packs[r];
 #pragma unroll
-      for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Op<E, Kind>::apply(acc.e[k], x.e[k]);
+      for (int k = 0; k < Vec<E>::N; k++)
+        acc.e[k] = Op<E, Kind>::apply(acc.e[k], avg ? Arith<E>::avgPre(x.e[k], n) : x.e[k]);
     }
   }
   if (avg) {
 #pragma unroll
-    for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Arith<E>::avgFinish(acc.e[k], n);
+    for (int k = 0; k < Vec<E>::N; k++) acc.e[k] = Arith<E>::avgPost(acc.e[k], n);
   }
   return acc.v;
 }
@@ -168,10 +173,14 @@ __device__ __forceinline__ void reduceRange(const char* const* srcs, int n, char
     const size_t off = i * sizeof(T);
     /* reduceInOrder's arithmetic, unrolled so nothing goes through local memory. */
     T acc = loadStaging<T>(srcs[0] + off);
+    if (avg) acc = Arith<E>::avgPre(acc, n);
 #pragma unroll
-    for (int r = 1; r < R; r++)
-      if (r < n) acc = Op<E, Kind>::apply(acc, loadStaging<T>(srcs[r] + off));
-    if (avg) acc = Arith<E>::avgFinish(acc, n);
+    for (int r = 1; r < R; r++) {
+      if (r >= n) continue;
+      const T v = loadStaging<T>(srcs[r] + off);
+      acc = Op<E, Kind>::apply(acc, avg ? Arith<E>::avgPre(v, n) : v);
+    }
+    if (avg) acc = Arith<E>::avgPost(acc, n);
 #pragma unroll
     for (int d = 0; d < R; d++)
       if (d < ndst) *(T*)(dsts[d] + off) = acc;

@@ -34,6 +34,7 @@ struct F64 { typedef double T; static constexpr bool kInt = false; };
 struct F16 {
   typedef uint16_t T;
   static constexpr bool kInt = false;
+  static constexpr bool kScalarHalf = false;
   static SYMM_HD float toFloat(T x) {
     __half_raw r;
     r.x = x;
@@ -47,6 +48,7 @@ struct F16 {
 struct BF16 {
   typedef uint16_t T;
   static constexpr bool kInt = false;
+  static constexpr bool kScalarHalf = false;
   static SYMM_HD float toFloat(T x) {
     __nv_bfloat16_raw r;
     r.x = x;
@@ -60,6 +62,7 @@ struct BF16 {
 template <__nv_fp8_interpretation_t Kind> struct F8 {
   typedef uint8_t T;
   static constexpr bool kInt = false;
+  static constexpr bool kScalarHalf = true; /* NCCL's fp8 PreMulSum scales in half */
   static SYMM_HD float toFloat(T x) {
     __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)x, Kind);
     return __half2float(__half(h));
@@ -88,8 +91,9 @@ template <typename E> struct Arith<E, false, true> { /* integers */
   static SYMM_HD T mul(T a, T b) { return (T)((U)a * (U)b); }
   static SYMM_HD T min(T a, T b) { return b < a ? b : a; }
   static SYMM_HD T max(T a, T b) { return a < b ? b : a; }
-  /* avg: the wrap-around sum divided by n in the element type (C division). */
-  static SYMM_HD T avgFinish(T sum, int n) { return (T)(sum / (T)n); }
+  /* avg (NCCL's SumPostDiv): the wrap-around sum divided by n in the element type. */
+  static SYMM_HD T avgPre(T x, int) { return x; }
+  static SYMM_HD T avgPost(T sum, int n) { return (T)(sum / (T)n); }
 };
 template <typename E> struct Arith<E, false, false> { /* float, double */
   typedef typename E::T T;
@@ -97,8 +101,9 @@ template <typename E> struct Arith<E, false, false> { /* float, double */
   static SYMM_HD T mul(T a, T b) { return a * b; }
   static SYMM_HD T min(T a, T b) { return b < a ? b : a; }
   static SYMM_HD T max(T a, T b) { return a < b ? b : a; }
-  /* avg: sum in rank order, then one multiply by 1/n (computed in T). */
-  static SYMM_HD T avgFinish(T sum, int n) { return sum * ((T)1 / (T)n); }
+  /* avg (NCCL's PreMulSum): every input times 1/n (in T), then the sum in rank order. */
+  static SYMM_HD T avgPre(T x, int n) { return x * ((T)1 / (T)n); }
+  static SYMM_HD T avgPost(T sum, int) { return sum; }
 };
 template <typename E> struct Arith<E, true, false> { /* fp16, bf16, fp8 */
   typedef typename E::T T;
@@ -107,7 +112,20 @@ template <typename E> struct Arith<E, true, false> { /* fp16, bf16, fp8 */
   /* min/max return one operand unchanged (no rounding). */
   static SYMM_HD T min(T a, T b) { return E::toFloat(b) < E::toFloat(a) ? b : a; }
   static SYMM_HD T max(T a, T b) { return E::toFloat(a) < E::toFloat(b) ? b : a; }
-  static SYMM_HD T avgFinish(T sum, int n) { return E::fromFloat(E::toFloat(sum) * (1.0f / (float)n)); }
+  /* avg (NCCL's PreMulSum): every input times the scalar 1/n, the scalar and the product rounded
+   * as NCCL's kernels round them (fp16/bf16: to the element type; fp8: to half, then the product
+   * to fp8), then the sum in rank order. Pre-multiplying keeps large inputs from overflowing
+   * where NCCL's do not. */
+  static SYMM_HD T avgPre(T x, int n) {
+    if constexpr (E::kScalarHalf) {
+      const float s = __half2float(__float2half_rn(1.0f / (float)n));
+      return E::fromFloat(__half2float(__float2half_rn(E::toFloat(x) * s)));
+    } else {
+      const float s = E::toFloat(E::fromFloat(1.0f / (float)n));
+      return E::fromFloat(E::toFloat(x) * s);
+    }
+  }
+  static SYMM_HD T avgPost(T sum, int) { return sum; }
 };
 
 /* Reduction functors: apply() folds one more rank in; finish() runs once on the final value
@@ -131,13 +149,15 @@ template <typename E> struct Op<E, kMax> {
   static SYMM_HD T apply(T a, T b) { return Arith<E>::max(a, b); }
 };
 
-/* The reference all-reduce of one element: in rank order 0..n-1, then avg's finish. Every kernel
- * follows exactly this order. `avg` is only meaningful with kSum. */
+/* The reference all-reduce of one element: in rank order 0..n-1, avg's pre-multiply on every
+ * input and its post-divide on the sum. Every kernel follows exactly this order. `avg` is only
+ * meaningful with kSum. */
 template <typename E, int Kind>
 SYMM_HD typename E::T reduceInOrder(const typename E::T* values, int n, bool avg) {
-  typename E::T acc = values[0];
-  for (int r = 1; r < n; r++) acc = Op<E, Kind>::apply(acc, values[r]);
-  if (avg) acc = Arith<E>::avgFinish(acc, n);
+  typename E::T acc = avg ? Arith<E>::avgPre(values[0], n) : values[0];
+  for (int r = 1; r < n; r++)
+    acc = Op<E, Kind>::apply(acc, avg ? Arith<E>::avgPre(values[r], n) : values[r]);
+  if (avg) acc = Arith<E>::avgPost(acc, n);
   return acc;
 }
 

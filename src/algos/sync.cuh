@@ -36,7 +36,7 @@ struct KernelArgs {
                                        * the ranks' slots in a staging half */
   uint64_t deadlineNs;                /* 0 = wait like NCCL: forever (abort still honoured) */
   int rank, nranks;
-  int avg;                            /* ncclAvg: sum, then Arith::avgFinish */
+  int avg;                            /* ncclAvg: Arith::avgPre on inputs, avgPost on the sum */
   int zeroCopy;                       /* inputs[] valid */
   /* ncclCommRegister zero-copy (two-shot): our input's descriptor, whether descriptors are
    * exchanged in this call, and the table that resolves peers' descriptors here. */

@@ -86,7 +86,7 @@ extern "C" void arAddHost(ncclDataType_t dtype, void* host, size_t count, int de
 template <typename E, int Kind>
 static void reference(int nranks, const void* const* inputs, void* out, size_t count, bool avg) {
   typedef typename E::T T;
-  T vals[SYMM_MAX_RANKS];
+  T vals[SYMM_MAX_RANKS] = {}; /* nranks >= 1: initialised only to quiet GCC */
   for (size_t i = 0; i < count; i++) {
     for (int r = 0; r < nranks; r++) vals[r] = ((const T*)inputs[r])[i];
     ((T*)out)[i] = symm::reduceInOrder<E, Kind>(vals, nranks, avg);

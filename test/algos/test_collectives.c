@@ -198,6 +198,33 @@ static void soak(struct rank* r) {
   TCHECK(ours(r->comm) > 0);
 }
 
+/* ncclAvg pre-multiplies as NCCL does: fp16 inputs of 60000 average to 60000-ish on every
+ * algorithm instead of overflowing to infinity (a sum first would exceed 65504). */
+static void avgOverflow(struct rank* r) {
+  static const char* const arAlgos[] = {"lamport", "oneshot", "twoshot"};
+  const size_t count = 1024;
+  uint16_t* host = (uint16_t*)r->hostIn;
+  for (size_t i = 0; i < count; i++) host[i] = 0x7b53; /* 60000.0 in fp16 */
+  for (int a = 0; a < 3; a++) {
+    setAlgo(r, "SYMMCOLL_ALLREDUCE_ALGO", arAlgos[a]);
+    CUDA_OK(cudaMemcpy(r->send, host, count * 2, cudaMemcpyHostToDevice));
+    const uint64_t before = ours(r->comm);
+    TCHECK_EQ_INT(ncclAllReduce(r->send, r->recv, count, ncclFloat16, ncclAvg, r->comm, r->stream),
+                  ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(r->stream));
+    TCHECK_EQ_INT(ours(r->comm) - before, 1);
+    CUDA_OK(cudaMemcpy(r->hostOut, r->recv, count * 2, cudaMemcpyDeviceToHost));
+    const void* ins[8];
+    for (int q = 0; q < nranks; q++) ins[q] = host;
+    arHostReference(ncclFloat16, ncclAvg, nranks, ins, r->ref, count);
+    TCHECK_EQ_INT(arCompare(ncclFloat16, r->ref, r->hostOut, count, -1.0, "fp16 avg of 60000"), 0);
+    const double got = arToDouble(ncclFloat16, r->hostOut, 0);
+    TCHECK(got > 50000.0 && got < 65504.0);
+    pthread_barrier_wait(&barrier);
+  }
+  setAlgo(r, "SYMMCOLL_ALLREDUCE_ALGO", "auto");
+}
+
 static void* rankMain(void* arg) {
   struct rank* r = arg;
   CUDA_OK(cudaSetDevice(r->rank % ndev));
@@ -216,6 +243,7 @@ static void* rankMain(void* arg) {
   for (int a = 0; a < 2; a++) sweep(r, 1, rsAlgos[a]);
   for (int a = 0; a < 2; a++) graphTest(r, 0, agAlgos[a]);
   for (int a = 0; a < 2; a++) graphTest(r, 1, rsAlgos[a]);
+  avgOverflow(r);
   soak(r);
   pthread_barrier_wait(&barrier);
   TCHECK_EQ_INT(ncclCommDestroy(r->comm), ncclSuccess);

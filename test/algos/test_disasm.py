@@ -47,7 +47,8 @@ def multimem_kernels(funcs):
 
 
 def check_ptx(ptx):
-    funcs = split_functions(ptx, r"^\.(?:visible )?\.?entry (\w+)\(")
+    # Kernels are .visible entries, or .weak ones in device-debug (-G) builds.
+    funcs = split_functions(ptx, r"^(?:\.visible\s+|\.weak\s+)?\.entry\s+(\w+)\(")
     real, emul = multimem_kernels(funcs)
     check(len(real) >= 10, "PTX: expected >= 10 real multimem kernels, found %d" % len(real))
     check(len(real) == len(emul), "PTX: %d real vs %d emulated kernels" % (len(real), len(emul)))
