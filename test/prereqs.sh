@@ -5,18 +5,25 @@ for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
   [ -x "$d/nvcc" ] && { PATH="$d:$PATH"; break; }
 done
 export PATH
-need=()
+need=() optional=()
 command -v meson >/dev/null 2>&1 || need+=(meson)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
-command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
-if [ ${#need[@]} -gt 0 ]; then
+# Only for finding NCCL through `pkg-config nccl` and for the install test's pkg-config check.
+command -v pkg-config >/dev/null 2>&1 || optional+=(pkg-config)
+if [ $((${#need[@]} + ${#optional[@]})) -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "installing ${need[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-  else
+    echo "installing ${need[*]} ${optional[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq "${need[@]}" "${optional[@]}" >/dev/null || {
+      [ ${#need[@]} -gt 0 ] && { echo "installing ${need[*]} failed: install them and retry" >&2; exit 1; }
+      echo "pkg-config could not be installed: NCCL is searched without it"
+    }
+  elif [ ${#need[@]} -gt 0 ]; then
     echo "missing ${need[*]}: install them (e.g. pip install meson ninja) and retry" >&2
     exit 1
+  else
+    echo "pkg-config not found: NCCL is searched without it"
   fi
 fi
 # meson.build asks for meson >= 1.0 (Debian 12 ships 1.0.1; Ubuntu 22.04's 0.61 is too old).

@@ -23,6 +23,7 @@ namespace symm {
 /* One-shot: copy our input into staging, barrier, every rank reduces everything. */
 template <typename E, int Kind>
 __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
+  SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
@@ -177,6 +178,7 @@ __device__ __forceinline__ void fenceProxyAlias() {
  * (rank-order reduction, so bit-identical to the other kernels). */
 template <typename E, int Kind, bool Emulate>
 __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
+  SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;

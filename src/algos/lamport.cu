@@ -16,6 +16,9 @@ namespace symm {
 
 template <typename E, int Kind, int Coll>
 __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
+  if constexpr (Coll != SYMM_COLL_ALLGATHER) {
+    SYMM_REDUCING_KERNEL(E)
+  }
   typedef typename E::T T;
   constexpr int kPer = 8 / sizeof(T);
   __shared__ volatile int failed;

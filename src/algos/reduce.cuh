@@ -81,6 +81,25 @@ template <> struct IsNarrow<BF16> { static constexpr bool value = true; };
 template <> struct IsNarrow<F8E4M3> { static constexpr bool value = true; };
 template <> struct IsNarrow<F8E5M2> { static constexpr bool value = true; };
 
+/* fp8 arithmetic is in hardware from sm_89 on, and NCCL refuses fp8 reductions below sm_90 (so do
+ * we: symmArgsCheck, symmTunerAvailable). Images for older GPUs therefore hold no fp8 reduction
+ * code, only a trap: emulated in software it made most of their build time. */
+template <typename E> struct IsFp8 { static constexpr bool value = false; };
+template <> struct IsFp8<F8E4M3> { static constexpr bool value = true; };
+template <> struct IsFp8<F8E5M2> { static constexpr bool value = true; };
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define SYMM_ARCH_REDUCES_FP8 false
+#else
+#define SYMM_ARCH_REDUCES_FP8 true
+#endif
+/* First statement of every reducing kernel: the body after it is unreachable (and compiled
+ * away) where this architecture does not reduce E. */
+#define SYMM_REDUCING_KERNEL(E)                                        \
+  if constexpr (symm::IsFp8<E>::value && !SYMM_ARCH_REDUCES_FP8) {    \
+    __trap();                                                          \
+    return;                                                            \
+  }
+
 /* Binary operations on one element. */
 template <typename E, bool Narrow = IsNarrow<E>::value, bool Int = E::kInt> struct Arith;
 

@@ -23,6 +23,7 @@ namespace symm {
 
 template <typename E, int Kind>
 __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArgs a) {
+  SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;

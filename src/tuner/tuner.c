@@ -64,6 +64,11 @@ unsigned symmTunerAvailable(const struct symmTuneInput* in) {
   if ((unsigned)in->coll >= SYMM_NCOLLS || in->nranks < 2 || in->nranks > SYMM_MAX_RANKS ||
       symmTypeSize(in->datatype) == 0 || (int)in->op < 0 || (int)in->op >= (int)ncclNumOps)
     return set;
+  /* fp8 reductions: our images below sm_90 hold no code for them (src/algos/reduce.cuh); a
+   * communicator of mixed or unknown architectures (arch 0) leaves them to NCCL. */
+  if (in->coll != SYMM_COLL_ALLGATHER && in->arch < 90 &&
+      (in->datatype == ncclFloat8e4m3 || in->datatype == ncclFloat8e5m2))
+    return set;
   /* NCCL_CTA_POLICY_ZERO: no SM kernel of ours; only the copy engines may move data. */
   const int noSm = (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) != 0;
   const int multimemOk =

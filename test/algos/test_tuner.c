@@ -87,6 +87,20 @@ static void testAvailability(void) {
   in.bytes = 1024;
   in.stagingBytes = 1 << 20;
   CHECK(!(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT)));
+  /* fp8 reductions need sm_90 on every rank (our older images trap on them); fp8 all-gather
+   * moves bytes and runs anywhere. arch 0: ranks differ. */
+  for (int c = 0; c < SYMM_NCOLLS; c++) {
+    const unsigned at90 = symmTunerAvailable(&(struct symmTuneInput){
+        .coll = (enum symmColl)c, .nranks = 2, .datatype = ncclFloat8e4m3, .op = ncclSum,
+        .bytes = 4096, .arch = 90, .link = SYMM_LINK_NVLINK, .stagingBytes = (size_t)64 << 20});
+    CHECK(at90 & B(SYMM_ALGO_LAMPORT));
+    for (int arch = 0; arch <= 89; arch += 80) {
+      in = tin((enum symmColl)c, 2, ncclFloat8e5m2, ncclSum, 4096);
+      in.arch = arch;
+      if (c == SYMM_COLL_ALLGATHER) CHECK_EQ_INT(symmTunerAvailable(&in), at90);
+      else CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_ALGO_NCCL));
+    }
+  }
   /* All-gather and reduce-scatter: only what has kernels (symmAlgoExists), from their lists. */
   for (int c = SYMM_COLL_ALLGATHER; c <= SYMM_COLL_REDUCESCATTER; c++) {
     in = tin((enum symmColl)c, 4, ncclBfloat16, ncclSum, 4096);
@@ -176,9 +190,12 @@ static void testUntimedRows(void) {
       struct symmTuneInput in = tin(SYMM_COLL_ALLREDUCE, n, (ncclDataType_t)dt, ncclSum, es);
       in.arch = n == 2 ? 80 : (n % 2 ? 0 : 90); /* another arch, mixed (0), or sm_90 */
       in.multicastReady = 1; /* not asked for: no effect */
-      CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_LAMPORT);
+      /* fp8 reductions only where every rank is sm_90 or newer */
+      const int fp8 = dt == ncclFloat8e4m3 || dt == ncclFloat8e5m2;
+      const enum symmAlgo small = fp8 && in.arch < 90 ? SYMM_ALGO_NCCL : SYMM_ALGO_LAMPORT;
+      CHECK_EQ_INT(symmTunerPick(&in), small);
       in.bytes = arBound[n];
-      CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_LAMPORT);
+      CHECK_EQ_INT(symmTunerPick(&in), small);
       in.bytes = arBound[n] + es;
       CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCL);
       in.bytes = (size_t)1 << 40;
