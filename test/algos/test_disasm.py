@@ -69,17 +69,19 @@ def main():
     keep_dir = sys.argv[2] if len(sys.argv) > 2 else None
     kept = sorted(glob.glob(os.path.join(keep_dir, "*.ptx"))) if keep_dir else []
     # One PTX file per translation unit and architecture; multimem exists from sm_90 on (below
-    # that the kernels trap and hold no instruction). Checked per architecture, all files at once.
+    # that the kernels trap and hold no instruction). The PTX of every architecture comes from
+    # the same source: the lowest one from sm_90 on is checked, all its files at once.
     by_arch = {}
     for path in kept:
         with open(path) as f:
             text = f.read()
         target = re.search(r"^\.target sm_(\d+)", text, re.M)
         if target and int(target.group(1)) >= 90:
-            by_arch.setdefault(target.group(1), []).append(text)
-    for arch, texts in sorted(by_arch.items()):
-        print("PTX for sm_%s (%d files)" % (arch, len(texts)))
-        check_ptx("\n".join(texts))
+            by_arch.setdefault(int(target.group(1)), []).append(text)
+    if by_arch:
+        arch = min(by_arch)
+        print("PTX for sm_%d (%d files)" % (arch, len(by_arch[arch])))
+        check_ptx("\n".join(by_arch[arch]))
     tool = shutil.which("cuobjdump") or (
         "/usr/local/cuda/bin/cuobjdump" if shutil.os.path.exists("/usr/local/cuda/bin/cuobjdump")
         else None)
@@ -87,10 +89,22 @@ def main():
         print("SASS: cuobjdump not found, not checked")
         print("test_disasm: %d checks, %d failed" % (checks, failures))
         return 1 if failures else (SKIP if checks == 0 else 0)
-    sass = subprocess.run([tool, "-sass", lib_path], capture_output=True, text=True).stdout
+    # SASS differs per architecture: every image from sm_90 on, one at a time.
+    listing = subprocess.run([tool, "-lelf", lib_path], capture_output=True, text=True).stdout
+    images = sorted(set(re.findall(r"\.(sm_(\d+)[a-z]?)\.cubin", listing)), key=lambda a: int(a[1]))
+    images = [a for a, n in images if int(n) >= 90]
+    check(len(images) > 0, "SASS: no image for sm_90 or newer in %s" % lib_path)
+    for image in images:
+        check_sass(subprocess.run([tool, "-sass", "-arch", image, lib_path],
+                                  capture_output=True, text=True).stdout, image)
+    print("test_disasm: %d checks, %d failed" % (checks, failures))
+    return 1 if failures else 0
+
+
+def check_sass(sass, image):
     funcs = split_functions(sass, r"Function : (\S+)")
     real, emul = multimem_kernels(funcs)
-    check(len(real) >= 10, "SASS: expected >= 10 real multimem kernels, found %d" % len(real))
+    check(len(real) >= 10, "SASS %s: expected >= 10 real multimem kernels, found %d" % (image, len(real)))
     # The SASS spelling of multimem.ld_reduce / multimem.st is not documented; accept the known
     # spellings, else opcodes that appear in real multimem kernels and in no other kernel.
     mm = re.compile(r"MULTIMEM|LDGMC|REDGMC|STGMC|\.MMEM\b")
@@ -103,14 +117,12 @@ def main():
         named = mm.search(b) is not None
         unique = sorted(set(opcode.findall(b)) - others)
         if not named:
-            print("SASS %s: no known multimem mnemonic; opcodes found only in real multimem "
-                  "kernels: %s" % (n, " ".join(unique) or "(none)"))
-        check(named or unique, "SASS: %s has no multimem/multicast instruction" % n)
+            print("SASS %s %s: no known multimem mnemonic; opcodes found only in real multimem "
+                  "kernels: %s" % (image, n, " ".join(unique) or "(none)"))
+        check(named or unique, "SASS %s: %s has no multimem/multicast instruction" % (image, n))
     for n, b in emul.items():
-        check(mm.search(b) is None, "SASS: emulated %s has a multimem instruction" % n)
-    print("SASS: %d real multimem kernels, %d emulated checked" % (len(real), len(emul)))
-    print("test_disasm: %d checks, %d failed" % (checks, failures))
-    return 1 if failures else 0
+        check(mm.search(b) is None, "SASS %s: emulated %s has a multimem instruction" % (image, n))
+    print("SASS %s: %d real multimem kernels, %d emulated checked" % (image, len(real), len(emul)))
 
 
 sys.exit(main())
