@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* All-gather: the push kernel and the launcher (the Lamport kernel is in lamport.cu).
+/* All-gather: the push and multimem kernels and the launcher (the Lamport kernel is in
+ * lamport.cu).
  *
  * Push, one launch per chunk of c elements of every rank's input (c fits the staging half):
  * block b copies its part [lo, hi) of our chunk into slot `rank` of every rank's staging half
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include "launch.h"
+#include "multimem.cuh"
 #include "primitives.cuh"
 
 extern "C" {
@@ -47,10 +49,89 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
   endCall(a, epoch, ticket);
 }
 
+/* Multimem: the push kernel with one multimem.st per 16 bytes of our part, which lands in slot
+ * `rank` of every rank's staging half at once. A block's part starts on a 16-byte unit; a
+ * partial last unit carries the chunk's last elements and zeros (staging slots have room, and
+ * the copy-out never reads past count). Emulate: the same units stored to every rank in a loop. */
+template <typename E, bool Emulate>
+__global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArgs a) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  uint64_t epoch;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch, 0);
+  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
+  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
+  const size_t hi = minSize(lo + per, a.count);
+  const size_t slot = a.slotStride * sizeof(T);
+  const size_t ours = half + (size_t)a.rank * slot;
+  const bool sendVec = aligned16(a.send);
+  for (size_t u = lo / N + threadIdx.x; u < divUp(hi, (size_t)N); u += blockDim.x) {
+    typename Vec<E>::Pack p;
+    if (sendVec && (u + 1) * N <= hi) {
+      p.v = *(const uint4*)((const char*)a.send + u * 16);
+    } else {
+      p.v = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int k = 0; k < N; k++)
+        if (u * N + k < hi) p.e[k] = ((const T*)a.send)[u * N + k];
+    }
+    if constexpr (Emulate) {
+      for (int r = 0; r < a.nranks; r++) *(uint4*)(a.staging[r] + ours + u * 16) = p.v;
+    } else {
+      multimemStore16(a.multicast + ours + u * 16, p.v);
+    }
+  }
+  if (!Emulate) fenceProxyAlias();
+  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  if (!Emulate) fenceProxyAlias();
+  for (int r = 0; r < a.nranks; r++) {
+    char* out = (char*)a.recv + (size_t)r * a.sliceStride * sizeof(T);
+    copyRange<E>(out, a.staging[a.rank] + half + (size_t)r * slot, lo, hi, aligned16(out), true);
+  }
+  endCall(a, epoch, ticket);
+}
+
 template <typename E>
 static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
   allGatherPushKernel<E><<<blocks, kThreads, 0, stream>>>(args);
   return cudaGetLastError();
+}
+
+template <typename E>
+static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t stream,
+                                       const KernelArgs& args) {
+  if (emulate)
+    allGatherMultimemKernel<E, true><<<blocks, kThreads, 0, stream>>>(args);
+  else
+    allGatherMultimemKernel<E, false><<<blocks, kThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t launchAllGatherMultimem(ncclDataType_t dt, bool emulate, int blocks,
+                                    cudaStream_t stream, const KernelArgs& args) {
+  cudaError_t err = cudaErrorInvalidValue;
+  SYMM_DISPATCH_DTYPE(dt, err = launchMultimemTyped<E>(emulate, blocks, stream, args));
+  return err;
+}
+
+template <typename E> static cudaError_t loadMultimemTyped() {
+  cudaFuncAttributes attr;
+  /* Loading only: nothing here touches a multicast object. */
+  cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)allGatherMultimemKernel<E, true>);
+  if (err == cudaSuccess)
+    err = cudaFuncGetAttributes(&attr, (const void*)allGatherMultimemKernel<E, false>);
+  return err;
+}
+
+cudaError_t loadAllGatherMultimem() {
+  cudaError_t err = cudaSuccess;
+  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
+    SYMM_DISPATCH_DTYPE((ncclDataType_t)dt, err = loadMultimemTyped<E>());
+  return err;
 }
 
 cudaError_t launchAllGatherPush(ncclDataType_t dt, int blocks, cudaStream_t stream,
@@ -89,7 +170,12 @@ ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct symmPee
     }
     return ncclSuccess;
   }
-  /* Push: every rank's chunk has a slot in each staging half. */
+  const bool multimem = call->algo == SYMM_ALGO_MULTIMEM;
+  if (multimem && !call->emulateMultimem && peers->multicastBuffer == NULL) {
+    WARN("all-gather: multimem requested without a multicast mapping");
+    return ncclInternalError;
+  }
+  /* Push and multimem: every rank's chunk has a slot in each staging half. */
   const size_t chunk = halfBytesOf(peers) / ((size_t)peers->nranks * esize) / vecElems * vecElems;
   if (chunk == 0) {
     WARN("all-gather: staging buffer of %zu bytes is too small", peers->bufferBytes);
@@ -102,9 +188,12 @@ ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct symmPee
     args.recv = (char*)call->recvbuff + done * esize;
     args.count = n;
     const int blocks = gridBlocks(n * esize, call, peers);
-    TRACE(SYMM_COLL, "rank %d: all-gather push, %zu elements per rank, %d blocks", peers->rank, n,
-          blocks);
-    const cudaError_t err = launchAllGatherPush(call->datatype, blocks, stream, args);
+    TRACE(SYMM_COLL, "rank %d: all-gather %s, %zu elements per rank, %d blocks", peers->rank,
+          symmAlgoName(call->algo), n, blocks);
+    const cudaError_t err =
+        multimem ? launchAllGatherMultimem(call->datatype, call->emulateMultimem != 0, blocks,
+                                           stream, args)
+                 : launchAllGatherPush(call->datatype, blocks, stream, args);
     if (err != cudaSuccess) {
       WARN("all-gather kernel launch failed: %s", cudaGetErrorString(err));
       return ncclUnhandledCudaError;

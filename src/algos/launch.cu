@@ -105,9 +105,11 @@ extern "C" int symmAlgoExists(enum symmColl coll, enum symmAlgo algo, ncclDataTy
       if (algo == SYMM_ALGO_MULTIMEM) return symm::multimemHasKernel(datatype, op) ? 1 : 0;
       return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_ONESHOT || algo == SYMM_ALGO_TWOSHOT;
     case SYMM_COLL_ALLGATHER:
-      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PUSH;
+      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PUSH || algo == SYMM_ALGO_MULTIMEM;
     case SYMM_COLL_REDUCESCATTER:
-      return builtinOp && (algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PULL);
+      if (!builtinOp) return 0;
+      if (algo == SYMM_ALGO_MULTIMEM) return symm::multimemHasKernel(datatype, op) ? 1 : 0;
+      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PULL;
     default:
       return 0;
   }
@@ -153,6 +155,8 @@ extern "C" ncclResult_t symmAlgosLoadKernels(int device) {
     if (err == cudaSuccess) err = symm::loadMultimem();
     if (err == cudaSuccess) err = symm::loadAllGatherPush();
     if (err == cudaSuccess) err = symm::loadReduceScatterPull();
+    if (err == cudaSuccess) err = symm::loadAllGatherMultimem();
+    if (err == cudaSuccess) err = symm::loadReduceScatterMultimem();
     if (err == cudaSuccess) {
       loadedDevices |= 1ull << device;
     } else {

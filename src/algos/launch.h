@@ -47,9 +47,15 @@ bool multimemHasKernel(ncclDataType_t dt, ncclRedOp_t op);
 cudaError_t launchAllGatherPush(ncclDataType_t dt, int blocks, cudaStream_t stream,
                                 const KernelArgs& args);
 cudaError_t loadAllGatherPush();
+cudaError_t launchAllGatherMultimem(ncclDataType_t dt, bool emulate, int blocks,
+                                    cudaStream_t stream, const KernelArgs& args);
+cudaError_t loadAllGatherMultimem();
 cudaError_t launchReduceScatterPull(ncclDataType_t dt, ncclRedOp_t op, int blocks,
                                     cudaStream_t stream, const KernelArgs& args);
 cudaError_t loadReduceScatterPull();
+cudaError_t launchReduceScatterMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate,
+                                        int blocks, cudaStream_t stream, const KernelArgs& args);
+cudaError_t loadReduceScatterMultimem();
 
 /* The launchers of each collective (symmCollLaunch dispatches; arguments checked there). */
 ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,

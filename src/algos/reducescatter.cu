@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reduce-scatter: the pull kernel and the launcher (the Lamport kernel is in lamport.cu).
+/* Reduce-scatter: the pull and multimem kernels and the launcher (the Lamport kernel is in
+ * lamport.cu).
  *
  * Pull, one launch per chunk of c elements of every slice (c slices fit the staging half):
  * block b copies its part [lo, hi) of every slice q of our input into slot q of our own staging
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include "launch.h"
+#include "multimem.cuh"
 #include "primitives.cuh"
 
 extern "C" {
@@ -51,6 +53,68 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
   endCall(a, epoch, ticket);
 }
 
+/* Multimem: the pull kernel's copy-in, then one multimem.ld_reduce per 16 bytes of slot `rank`
+ * sums it across every rank's staging in the switch. A block's part starts on a 16-byte unit; a
+ * partial last unit reads slot lanes past count (staging has room) and writes only the elements
+ * below it. avg: real multicast pre-multiplies at copy-in, as the all-reduce multimem kernel does.
+ * Emulate: the unit reduced from every rank's staging in rank order (reducePacks), bit for bit
+ * the pull kernel's result. */
+template <typename E, int Kind, bool Emulate>
+__global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(KernelArgs a) {
+  SYMM_REDUCING_KERNEL(E)
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  uint64_t epoch;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch, 0);
+  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
+  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
+  const size_t hi = minSize(lo + per, a.count);
+  const size_t slot = a.slotStride * sizeof(T);
+  char* mine = a.staging[a.rank] + half;
+  const bool preMulIn = !Emulate && a.avg != 0;
+  for (int q = 0; q < a.nranks; q++) {
+    const char* in = (const char*)a.send + (size_t)q * a.sliceStride * sizeof(T);
+    if (preMulIn) {
+      for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        ((T*)(mine + (size_t)q * slot))[i] = Arith<E>::avgPre(((const T*)in)[i], a.nranks);
+    } else {
+      copyRange<E>(mine + (size_t)q * slot, in, lo, hi, aligned16(in), false);
+    }
+  }
+  if (!Emulate) fenceProxyAlias();
+  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  const size_t ours = half + (size_t)a.rank * slot;
+  const bool recvVec = aligned16(a.recv);
+  for (size_t u = lo / N + threadIdx.x; u < divUp(hi, (size_t)N); u += blockDim.x) {
+    typename Vec<E>::Pack p;
+    if constexpr (Emulate) {
+      uint4 packs[SYMM_MAX_RANKS];
+#pragma unroll
+      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+        if (r < a.nranks) packs[r] = loadStaging16(a.staging[r] + ours + u * 16);
+      p.v = reducePacks<E, Kind>(packs, a.nranks, a.avg != 0);
+    } else {
+      p.v = Mm<E, Kind>::ldReduce(a.multicast + ours + u * 16);
+      if (a.avg) {
+#pragma unroll
+        for (int k = 0; k < N; k++) p.e[k] = Arith<E>::avgPost(p.e[k], a.nranks);
+      }
+    }
+    if (recvVec && (u + 1) * N <= hi) {
+      *(uint4*)((char*)a.recv + u * 16) = p.v;
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; k++)
+        if (u * N + k < hi) ((T*)a.recv)[u * N + k] = p.e[k];
+    }
+  }
+  endCall(a, epoch, ticket);
+}
+
 template <typename E, int Kind>
 static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
   reduceScatterPullKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
@@ -61,6 +125,48 @@ cudaError_t launchReduceScatterPull(ncclDataType_t dt, ncclRedOp_t op, int block
                                     cudaStream_t stream, const KernelArgs& args) {
   cudaError_t err = cudaErrorInvalidValue;
   SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchTyped<E, Kind>(blocks, stream, args))));
+  return err;
+}
+
+template <typename E, int Kind>
+static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t stream,
+                                       const KernelArgs& args) {
+  if constexpr (Mm<E, Kind>::kOk) {
+    if (emulate)
+      reduceScatterMultimemKernel<E, Kind, true><<<blocks, kThreads, 0, stream>>>(args);
+    else
+      reduceScatterMultimemKernel<E, Kind, false><<<blocks, kThreads, 0, stream>>>(args);
+    return cudaGetLastError();
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launchReduceScatterMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate,
+                                        int blocks, cudaStream_t stream, const KernelArgs& args) {
+  cudaError_t err = cudaErrorInvalidValue;
+  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream, args))));
+  return err;
+}
+
+template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaSuccess;
+  if constexpr (Mm<E, Kind>::kOk) {
+    /* Loading only: nothing here touches a multicast object. */
+    err = cudaFuncGetAttributes(&attr, (const void*)reduceScatterMultimemKernel<E, Kind, true>);
+    if (err == cudaSuccess)
+      err = cudaFuncGetAttributes(&attr, (const void*)reduceScatterMultimemKernel<E, Kind, false>);
+  }
+  return err;
+}
+
+cudaError_t loadReduceScatterMultimem() {
+  cudaError_t err = cudaSuccess;
+  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
+    for (int op = 0; op < (int)ncclNumOps && err == cudaSuccess; op++)
+      if (op != ncclAvg) SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
+                                             SYMM_DISPATCH_OP((ncclRedOp_t)op, err = (loadMultimemTyped<E, Kind>())));
   return err;
 }
 
@@ -98,7 +204,12 @@ ncclResult_t reduceScatterLaunch(const struct symmLaunch* call, const struct sym
     }
     return ncclSuccess;
   }
-  /* Pull: every slice's chunk has a slot in our staging half. */
+  const bool multimem = call->algo == SYMM_ALGO_MULTIMEM;
+  if (multimem && !call->emulateMultimem && peers->multicastBuffer == NULL) {
+    WARN("reduce-scatter: multimem requested without a multicast mapping");
+    return ncclInternalError;
+  }
+  /* Pull and multimem: every slice's chunk has a slot in our staging half. */
   const size_t chunk = halfBytesOf(peers) / ((size_t)peers->nranks * esize) / vecElems * vecElems;
   if (chunk == 0) {
     WARN("reduce-scatter: staging buffer of %zu bytes is too small", peers->bufferBytes);
@@ -111,9 +222,12 @@ ncclResult_t reduceScatterLaunch(const struct symmLaunch* call, const struct sym
     args.recv = (char*)call->recvbuff + done * esize;
     args.count = n;
     const int blocks = gridBlocks(n * esize, call, peers);
-    TRACE(SYMM_COLL, "rank %d: reduce-scatter pull, %zu elements per slice, %d blocks",
-          peers->rank, n, blocks);
-    const cudaError_t err = launchReduceScatterPull(call->datatype, call->op, blocks, stream, args);
+    TRACE(SYMM_COLL, "rank %d: reduce-scatter %s, %zu elements per slice, %d blocks",
+          peers->rank, symmAlgoName(call->algo), n, blocks);
+    const cudaError_t err =
+        multimem ? launchReduceScatterMultimem(call->datatype, call->op,
+                                               call->emulateMultimem != 0, blocks, stream, args)
+                 : launchReduceScatterPull(call->datatype, call->op, blocks, stream, args);
     if (err != cudaSuccess) {
       WARN("reduce-scatter kernel launch failed: %s", cudaGetErrorString(err));
       return ncclUnhandledCudaError;

@@ -16,7 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algos.h"
 #include "ar_helpers.h"
+#include "coll.h"
 #include "comm.h"
 #include "forward.h"
 #include "harness.h"
@@ -102,9 +104,17 @@ static void runCase(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op,
 
 static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 64, 127, 1000, 4099, 16384, 65537, 262144};
 
-static void sweep(struct rank* r, int coll, const char* algo) {
+/* Forces `algo` for all-gather (coll 0) or reduce-scatter (coll 1); multimem runs emulated
+ * (peer loads and stores: these machines never create multicast objects). */
+static void useAlgo(struct rank* r, int coll, const char* algo) {
+  setAlgo(r, "SYMMCOLL_MULTIMEM_EMULATE", strcmp(algo, "multimem") == 0 ? "1" : "0");
   setAlgo(r, coll == 0 ? "SYMMCOLL_ALLGATHER_ALGO" : "SYMMCOLL_REDUCESCATTER_ALGO", algo);
+}
+
+static void sweep(struct rank* r, int coll, const char* algo) {
+  useAlgo(r, coll, algo);
   const int lamport = strcmp(algo, "lamport") == 0;
+  const enum symmColl which = coll == 0 ? SYMM_COLL_ALLGATHER : SYMM_COLL_REDUCESCATTER;
   uint64_t seed = seed0 + (uint64_t)coll * 1000003u;
   for (int dt = 0; dt < (int)ncclNumTypes; dt++) {
     const size_t es = symmTypeSize((ncclDataType_t)dt);
@@ -115,8 +125,13 @@ static void sweep(struct rank* r, int coll, const char* algo) {
         if (quick && count > 65537) continue;
         /* Lamport carries one rank's share of at most SYMM_LAMPORT_MAX_BYTES. */
         if (lamport && count * es > ((size_t)256 << 10)) continue;
+        /* Multimem reduce-scatter exists for the types and ops the switch reduces; the others
+         * go where the table sends them, checked all the same. */
+        const int exists = symmAlgoExists(which, (enum symmAlgo)symmAlgoParse(algo),
+                                          (ncclDataType_t)dt, (ncclRedOp_t)op);
         for (int inPlace = 0; inPlace < 2; inPlace++)
-          runCase(r, coll, (ncclDataType_t)dt, (ncclRedOp_t)op, count, inPlace, seed++, 1, algo);
+          runCase(r, coll, (ncclDataType_t)dt, (ncclRedOp_t)op, count, inPlace, seed++, exists,
+                  algo);
       }
     }
   }
@@ -125,7 +140,7 @@ static void sweep(struct rank* r, int coll, const char* algo) {
 /* A graph of our calls, replayed with new input written between replays: each replay reads the
  * data the input holds then (nothing is baked into the graph but addresses). */
 static void graphTest(struct rank* r, int coll, const char* algo) {
-  setAlgo(r, coll == 0 ? "SYMMCOLL_ALLGATHER_ALGO" : "SYMMCOLL_REDUCESCATTER_ALGO", algo);
+  useAlgo(r, coll, algo);
   const ncclDataType_t dt = ncclFloat32;
   const size_t count = 5003, es = 4, n = (size_t)nranks;
   const size_t inCount = coll == 0 ? count : n * count, outCount = coll == 0 ? n * count : count;
@@ -237,12 +252,13 @@ static void* rankMain(void* arg) {
   r->hostOut = malloc(MAX_BYTES);
   r->ref = malloc(MAX_BYTES);
   for (int q = 0; q < nranks; q++) r->peerIn[q] = malloc(MAX_BYTES);
-  static const char* const agAlgos[] = {"lamport", "push"};
-  static const char* const rsAlgos[] = {"lamport", "pull"};
-  for (int a = 0; a < 2; a++) sweep(r, 0, agAlgos[a]);
-  for (int a = 0; a < 2; a++) sweep(r, 1, rsAlgos[a]);
-  for (int a = 0; a < 2; a++) graphTest(r, 0, agAlgos[a]);
-  for (int a = 0; a < 2; a++) graphTest(r, 1, rsAlgos[a]);
+  static const char* const agAlgos[] = {"lamport", "push", "multimem"};
+  static const char* const rsAlgos[] = {"lamport", "pull", "multimem"};
+  for (int a = 0; a < 3; a++) sweep(r, 0, agAlgos[a]);
+  for (int a = 0; a < 3; a++) sweep(r, 1, rsAlgos[a]);
+  for (int a = 0; a < 3; a++) graphTest(r, 0, agAlgos[a]);
+  for (int a = 0; a < 3; a++) graphTest(r, 1, rsAlgos[a]);
+  setAlgo(r, "SYMMCOLL_MULTIMEM_EMULATE", "0");
   avgOverflow(r);
   soak(r);
   pthread_barrier_wait(&barrier);

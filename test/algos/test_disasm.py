@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# The multimem kernels really contain multimem instructions and their emulation does not:
-# checked in the PTX nvcc kept while compiling the library (src/meson.build: --keep), for every
-# sm_90+ architecture built, and, where cuobjdump exists, in the library's SASS.
+# The multimem kernels of all three collectives really contain their multimem instructions
+# (all-reduce: ld_reduce and st; all-gather: st; reduce-scatter: ld_reduce) and their emulation
+# holds none: checked in the PTX nvcc kept while compiling the library (src/meson.build: --keep),
+# for the lowest sm_90+ architecture built, and, where cuobjdump exists, in the SASS of every
+# sm_90+ image.
 # Usage: test_disasm.py LIBRARY KEEP_DIR
 import glob
 import os
@@ -40,28 +42,47 @@ def split_functions(text, header_re):
     return funcs
 
 
+# Kernel family (the template's name) -> (fewest real instances, PTX instructions it must hold).
+FAMILIES = {
+    "multimemKernel": (10, ("multimem.ld_reduce", "multimem.st")),
+    "allGatherMultimemKernel": (10, ("multimem.st",)),
+    "reduceScatterMultimemKernel": (10, ("multimem.ld_reduce",)),
+}
+
+
+def family(name):
+    """The multimem family of a mangled kernel name (symm::<family><...>), or None."""
+    m = re.match(r"_ZN4symm\d+(\w+?)I", name)
+    return m.group(1) if m and m.group(1) in FAMILIES else None
+
+
 def multimem_kernels(funcs):
-    real = {n: b for n, b in funcs.items() if "multimemKernel" in n and "Lb0E" in n}
-    emul = {n: b for n, b in funcs.items() if "multimemKernel" in n and "Lb1E" in n}
-    return real, emul
+    """{family: (real {name: body}, emulated {name: body})}; the last bool argument is Emulate."""
+    out = {f: ({}, {}) for f in FAMILIES}
+    for n, b in funcs.items():
+        f = family(n)
+        if f:
+            out[f][1 if "Lb1E" in n else 0][n] = b
+    return out
 
 
 def check_ptx(ptx):
     # Kernels are .visible entries, or .weak ones in device-debug (-G) builds.
     funcs = split_functions(ptx, r"^(?:\.visible\s+|\.weak\s+)?\.entry\s+(\w+)\(")
-    real, emul = multimem_kernels(funcs)
-    check(len(real) >= 10, "PTX: expected >= 10 real multimem kernels, found %d" % len(real))
-    check(len(real) == len(emul), "PTX: %d real vs %d emulated kernels" % (len(real), len(emul)))
-    for n, b in real.items():
-        check("multimem.ld_reduce" in b, "PTX: %s lacks multimem.ld_reduce" % n)
-        check("multimem.st" in b, "PTX: %s lacks multimem.st" % n)
-    for n, b in emul.items():
-        check("multimem." not in b, "PTX: emulated %s contains multimem instructions" % n)
-    others = [n for n in funcs if "multimemKernel" not in n]
+    for f, (real, emul) in multimem_kernels(funcs).items():
+        least, needs = FAMILIES[f]
+        check(len(real) >= least, "PTX: expected >= %d real %s, found %d" % (least, f, len(real)))
+        check(len(real) == len(emul), "PTX: %d real vs %d emulated %s" % (len(real), len(emul), f))
+        for n, b in real.items():
+            for insn in needs:
+                check(insn in b, "PTX: %s lacks %s" % (n, insn))
+        for n, b in emul.items():
+            check("multimem." not in b, "PTX: emulated %s contains multimem instructions" % n)
+        print("PTX: %s: %d real, %d emulated" % (f, len(real), len(emul)))
+    others = [n for n in funcs if family(n) is None]
     for n in others:
         check("multimem." not in funcs[n], "PTX: %s contains multimem instructions" % n)
-    print("PTX: %d real multimem kernels, %d emulated, %d others checked" %
-          (len(real), len(emul), len(others)))
+    print("PTX: %d other kernels hold none" % len(others))
 
 
 def main():
@@ -103,26 +124,30 @@ def main():
 
 def check_sass(sass, image):
     funcs = split_functions(sass, r"Function : (\S+)")
-    real, emul = multimem_kernels(funcs)
-    check(len(real) >= 10, "SASS %s: expected >= 10 real multimem kernels, found %d" % (image, len(real)))
     # The SASS spelling of multimem.ld_reduce / multimem.st is not documented; accept the known
     # spellings, else opcodes that appear in real multimem kernels and in no other kernel.
     mm = re.compile(r"MULTIMEM|LDGMC|REDGMC|STGMC|\.MMEM\b")
     opcode = re.compile(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+    kernels = multimem_kernels(funcs)
+    reals = {n for real, _ in kernels.values() for n in real}
     others = set()
     for n, b in funcs.items():
-        if not ("multimemKernel" in n and "Lb0E" in n):
+        if n not in reals:
             others |= set(opcode.findall(b))
-    for n, b in real.items():
-        named = mm.search(b) is not None
-        unique = sorted(set(opcode.findall(b)) - others)
-        if not named:
-            print("SASS %s %s: no known multimem mnemonic; opcodes found only in real multimem "
-                  "kernels: %s" % (image, n, " ".join(unique) or "(none)"))
-        check(named or unique, "SASS %s: %s has no multimem/multicast instruction" % (image, n))
-    for n, b in emul.items():
-        check(mm.search(b) is None, "SASS %s: emulated %s has a multimem instruction" % (image, n))
-    print("SASS %s: %d real multimem kernels, %d emulated checked" % (image, len(real), len(emul)))
+    for f, (real, emul) in kernels.items():
+        least = FAMILIES[f][0]
+        check(len(real) >= least,
+              "SASS %s: expected >= %d real %s, found %d" % (image, least, f, len(real)))
+        for n, b in real.items():
+            named = mm.search(b) is not None
+            unique = sorted(set(opcode.findall(b)) - others)
+            if not named:
+                print("SASS %s %s: no known multimem mnemonic; opcodes found only in real multimem "
+                      "kernels: %s" % (image, n, " ".join(unique) or "(none)"))
+            check(named or unique, "SASS %s: %s has no multimem/multicast instruction" % (image, n))
+        for n, b in emul.items():
+            check(mm.search(b) is None, "SASS %s: emulated %s has a multimem instruction" % (image, n))
+        print("SASS %s: %s: %d real, %d emulated checked" % (image, f, len(real), len(emul)))
 
 
 sys.exit(main())
