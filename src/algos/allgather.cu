@@ -69,7 +69,10 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
   const size_t slot = a.slotStride * sizeof(T);
   const size_t ours = half + (size_t)a.rank * slot;
   const bool sendVec = aligned16(a.send);
-  for (size_t u = lo / N + threadIdx.x; u < divUp(hi, (size_t)N); u += blockDim.x) {
+  /* An empty part stays empty: its clamped start may sit inside the last unit, which belongs
+   * to the block before. */
+  const size_t ulo = lo < hi ? lo / N : 0, uhi = lo < hi ? divUp(hi, (size_t)N) : 0;
+  for (size_t u = ulo + threadIdx.x; u < uhi; u += blockDim.x) {
     typename Vec<E>::Pack p;
     if (sendVec && (u + 1) * N <= hi) {
       p.v = *(const uint4*)((const char*)a.send + u * 16);

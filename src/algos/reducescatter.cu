@@ -89,7 +89,10 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
   const size_t ours = half + (size_t)a.rank * slot;
   const bool recvVec = aligned16(a.recv);
-  for (size_t u = lo / N + threadIdx.x; u < divUp(hi, (size_t)N); u += blockDim.x) {
+  /* An empty part stays empty: its clamped start may sit inside the last unit, which belongs
+   * to the block before. */
+  const size_t ulo = lo < hi ? lo / N : 0, uhi = lo < hi ? divUp(hi, (size_t)N) : 0;
+  for (size_t u = ulo + threadIdx.x; u < uhi; u += blockDim.x) {
     typename Vec<E>::Pack p;
     if constexpr (Emulate) {
       uint4 packs[SYMM_MAX_RANKS];
