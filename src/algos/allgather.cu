@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* All-gather: the push and multimem kernels and the launcher (the Lamport kernel is in
- * lamport.cu).
+/* All-gather: the push and multimem kernels (the Lamport kernel is in lamport.cu, the launcher,
+ * shared with reduce-scatter, in launch.cu).
  *
  * Push, one launch per chunk of c elements of every rank's input (c fits the staging half):
  * block b copies its part [lo, hi) of our chunk into slot `rank` of every rank's staging half
@@ -16,10 +16,6 @@
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
-
-extern "C" {
-#include "debug.h"
-}
 
 namespace symm {
 
@@ -151,58 +147,6 @@ cudaError_t loadAllGatherPush() {
     SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
                         err = cudaFuncGetAttributes(&attr, (const void*)allGatherPushKernel<E>));
   return err;
-}
-
-ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
-                             cudaStream_t stream) {
-  const size_t esize = symmTypeSize(call->datatype);
-  const size_t vecElems = 16 / esize;
-  KernelArgs args;
-  fillArgs(call, peers, &args);
-  args.sliceStride = call->count;
-  if (call->algo == SYMM_ALGO_LAMPORT) {
-    args.send = call->sendbuff;
-    args.recv = call->recvbuff;
-    args.count = call->count;
-    const int blocks = gridBlocks(2 * call->count * esize, call, peers);
-    const cudaError_t err =
-        launchLamport(SYMM_COLL_ALLGATHER, call->datatype, ncclSum, blocks, stream, args);
-    if (err != cudaSuccess) {
-      WARN("all-gather kernel launch failed: %s", cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-    return ncclSuccess;
-  }
-  const bool multimem = call->algo == SYMM_ALGO_MULTIMEM;
-  if (multimem && !call->emulateMultimem && peers->multicastBuffer == NULL) {
-    WARN("all-gather: multimem requested without a multicast mapping");
-    return ncclInternalError;
-  }
-  /* Push and multimem: every rank's chunk has a slot in each staging half. */
-  const size_t chunk = halfBytesOf(peers) / ((size_t)peers->nranks * esize) / vecElems * vecElems;
-  if (chunk == 0) {
-    WARN("all-gather: staging buffer of %zu bytes is too small", peers->bufferBytes);
-    return ncclInternalError;
-  }
-  args.slotStride = chunk;
-  for (size_t done = 0; done < call->count; done += chunk) {
-    const size_t n = call->count - done < chunk ? call->count - done : chunk;
-    args.send = (const char*)call->sendbuff + done * esize;
-    args.recv = (char*)call->recvbuff + done * esize;
-    args.count = n;
-    const int blocks = gridBlocks(n * esize, call, peers);
-    TRACE(SYMM_COLL, "rank %d: all-gather %s, %zu elements per rank, %d blocks", peers->rank,
-          symmAlgoName(call->algo), n, blocks);
-    const cudaError_t err =
-        multimem ? launchAllGatherMultimem(call->datatype, call->emulateMultimem != 0, blocks,
-                                           stream, args)
-                 : launchAllGatherPush(call->datatype, blocks, stream, args);
-    if (err != cudaSuccess) {
-      WARN("all-gather kernel launch failed: %s", cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-  }
-  return ncclSuccess;
 }
 
 }  // namespace symm

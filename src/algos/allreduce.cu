@@ -178,19 +178,13 @@ template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
 
 cudaError_t loadOneShot() {
   cudaError_t err = cudaSuccess;
-  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-    for (int op = 0; op < (int)ncclNumOps && err == cudaSuccess; op++)
-      if (op != ncclAvg) SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
-                                             SYMM_DISPATCH_OP((ncclRedOp_t)op, err = (loadOneShotTyped<E, Kind>())));
+  SYMM_FOR_EACH_TYPE_AND_OP(err, loadOneShotTyped<E, Kind>());
   return err;
 }
 
 cudaError_t loadMultimem() {
   cudaError_t err = cudaSuccess;
-  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-    for (int op = 0; op < (int)ncclNumOps && err == cudaSuccess; op++)
-      if (op != ncclAvg) SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
-                                             SYMM_DISPATCH_OP((ncclRedOp_t)op, err = (loadMultimemTyped<E, Kind>())));
+  SYMM_FOR_EACH_TYPE_AND_OP(err, loadMultimemTyped<E, Kind>());
   return err;
 }
 

@@ -230,10 +230,7 @@ template <typename E, int Kind> static cudaError_t loadTyped() {
 
 cudaError_t loadTwoShot() {
   cudaError_t err = cudaSuccess;
-  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-    for (int op = 0; op < (int)ncclNumOps && err == cudaSuccess; op++)
-      if (op != ncclAvg) SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
-                                             SYMM_DISPATCH_OP((ncclRedOp_t)op, err = (loadTyped<E, Kind>())));
+  SYMM_FOR_EACH_TYPE_AND_OP(err, loadTyped<E, Kind>());
   return err;
 }
 

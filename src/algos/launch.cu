@@ -91,6 +91,66 @@ size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t e
   return sliceMax;
 }
 
+/* Lamport: one launch. Push/pull and multimem: one launch per chunk of every rank's share, the
+ * chunk one slot of a staging half holds (a multiple of 16 bytes, so slots stay aligned). */
+ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                                 cudaStream_t stream) {
+  const char* name = symmCollName(call->coll);
+  const bool allGather = call->coll == SYMM_COLL_ALLGATHER;
+  const bool emulate = call->emulateMultimem != 0;
+  const size_t esize = symmTypeSize(call->datatype);
+  const size_t vecElems = 16 / esize;
+  KernelArgs args;
+  fillArgs(call, peers, &args);
+  args.sliceStride = call->count;
+  if (call->algo == SYMM_ALGO_LAMPORT) {
+    args.send = call->sendbuff;
+    args.recv = call->recvbuff;
+    args.count = call->count;
+    const int blocks = gridBlocks(2 * call->count * esize, call, peers);
+    const cudaError_t err =
+        launchLamport(call->coll, call->datatype, call->op, blocks, stream, args);
+    if (err != cudaSuccess) {
+      WARN("%s kernel launch failed: %s", name, cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+    return ncclSuccess;
+  }
+  const bool multimem = call->algo == SYMM_ALGO_MULTIMEM;
+  if (multimem && !emulate && peers->multicastBuffer == NULL) {
+    WARN("%s: multimem requested without a multicast mapping", name);
+    return ncclInternalError;
+  }
+  const size_t chunk = halfBytesOf(peers) / ((size_t)peers->nranks * esize) / vecElems * vecElems;
+  if (chunk == 0) {
+    WARN("%s: staging buffer of %zu bytes is too small", name, peers->bufferBytes);
+    return ncclInternalError;
+  }
+  args.slotStride = chunk;
+  for (size_t done = 0; done < call->count; done += chunk) {
+    const size_t n = call->count - done < chunk ? call->count - done : chunk;
+    args.send = (const char*)call->sendbuff + done * esize;
+    args.recv = (char*)call->recvbuff + done * esize;
+    args.count = n;
+    const int blocks = gridBlocks(n * esize, call, peers);
+    TRACE(SYMM_COLL, "rank %d: %s %s, %zu elements of each rank's share, %d blocks", peers->rank,
+          name, symmAlgoName(call->algo), n, blocks);
+    cudaError_t err;
+    if (allGather)
+      err = multimem ? launchAllGatherMultimem(call->datatype, emulate, blocks, stream, args)
+                     : launchAllGatherPush(call->datatype, blocks, stream, args);
+    else
+      err = multimem ? launchReduceScatterMultimem(call->datatype, call->op, emulate, blocks,
+                                                   stream, args)
+                     : launchReduceScatterPull(call->datatype, call->op, blocks, stream, args);
+    if (err != cudaSuccess) {
+      WARN("%s kernel launch failed: %s", name, cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+  }
+  return ncclSuccess;
+}
+
 }  // namespace symm
 
 /* ---- C entry points ------------------------------------------------------------------------ */
@@ -197,8 +257,8 @@ extern "C" ncclResult_t symmCollLaunch(const struct symmLaunch* call, const stru
   }
   switch (call->coll) {
     case SYMM_COLL_ALLREDUCE: return symm::allReduceLaunch(call, peers, stream);
-    case SYMM_COLL_ALLGATHER: return symm::allGatherLaunch(call, peers, stream);
-    case SYMM_COLL_REDUCESCATTER: return symm::reduceScatterLaunch(call, peers, stream);
+    case SYMM_COLL_ALLGATHER:
+    case SYMM_COLL_REDUCESCATTER: return symm::gatherScatterLaunch(call, peers, stream);
     default: return ncclInvalidArgument;
   }
 }

@@ -60,9 +60,8 @@ cudaError_t loadReduceScatterMultimem();
 /* The launchers of each collective (symmCollLaunch dispatches; arguments checked there). */
 ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                              cudaStream_t stream);
-ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
-                             cudaStream_t stream);
-ncclResult_t reduceScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+/* All-gather and reduce-scatter, sharing one chunking of every rank's share. */
+ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                                  cudaStream_t stream);
 
 }  // namespace symm

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reduce-scatter: the pull and multimem kernels and the launcher (the Lamport kernel is in
- * lamport.cu).
+/* Reduce-scatter: the pull and multimem kernels (the Lamport kernel is in lamport.cu, the
+ * launcher, shared with all-gather, in launch.cu).
  *
  * Pull, one launch per chunk of c elements of every slice (c slices fit the staging half):
  * block b copies its part [lo, hi) of every slice q of our input into slot q of our own staging
@@ -16,10 +16,6 @@
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
-
-extern "C" {
-#include "debug.h"
-}
 
 namespace symm {
 
@@ -166,10 +162,7 @@ template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
 
 cudaError_t loadReduceScatterMultimem() {
   cudaError_t err = cudaSuccess;
-  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-    for (int op = 0; op < (int)ncclNumOps && err == cudaSuccess; op++)
-      if (op != ncclAvg) SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
-                                             SYMM_DISPATCH_OP((ncclRedOp_t)op, err = (loadMultimemTyped<E, Kind>())));
+  SYMM_FOR_EACH_TYPE_AND_OP(err, loadMultimemTyped<E, Kind>());
   return err;
 }
 
@@ -180,63 +173,8 @@ template <typename E, int Kind> static cudaError_t loadTyped() {
 
 cudaError_t loadReduceScatterPull() {
   cudaError_t err = cudaSuccess;
-  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-    for (int op = 0; op < (int)ncclNumOps && err == cudaSuccess; op++)
-      if (op != ncclAvg) SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
-                                             SYMM_DISPATCH_OP((ncclRedOp_t)op, err = (loadTyped<E, Kind>())));
+  SYMM_FOR_EACH_TYPE_AND_OP(err, loadTyped<E, Kind>());
   return err;
-}
-
-ncclResult_t reduceScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
-                                 cudaStream_t stream) {
-  const size_t esize = symmTypeSize(call->datatype);
-  const size_t vecElems = 16 / esize;
-  KernelArgs args;
-  fillArgs(call, peers, &args);
-  args.sliceStride = call->count;
-  if (call->algo == SYMM_ALGO_LAMPORT) {
-    args.send = call->sendbuff;
-    args.recv = call->recvbuff;
-    args.count = call->count;
-    const int blocks = gridBlocks(2 * call->count * esize, call, peers);
-    const cudaError_t err =
-        launchLamport(SYMM_COLL_REDUCESCATTER, call->datatype, call->op, blocks, stream, args);
-    if (err != cudaSuccess) {
-      WARN("reduce-scatter kernel launch failed: %s", cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-    return ncclSuccess;
-  }
-  const bool multimem = call->algo == SYMM_ALGO_MULTIMEM;
-  if (multimem && !call->emulateMultimem && peers->multicastBuffer == NULL) {
-    WARN("reduce-scatter: multimem requested without a multicast mapping");
-    return ncclInternalError;
-  }
-  /* Pull and multimem: every slice's chunk has a slot in our staging half. */
-  const size_t chunk = halfBytesOf(peers) / ((size_t)peers->nranks * esize) / vecElems * vecElems;
-  if (chunk == 0) {
-    WARN("reduce-scatter: staging buffer of %zu bytes is too small", peers->bufferBytes);
-    return ncclInternalError;
-  }
-  args.slotStride = chunk;
-  for (size_t done = 0; done < call->count; done += chunk) {
-    const size_t n = call->count - done < chunk ? call->count - done : chunk;
-    args.send = (const char*)call->sendbuff + done * esize;
-    args.recv = (char*)call->recvbuff + done * esize;
-    args.count = n;
-    const int blocks = gridBlocks(n * esize, call, peers);
-    TRACE(SYMM_COLL, "rank %d: reduce-scatter %s, %zu elements per slice, %d blocks",
-          peers->rank, symmAlgoName(call->algo), n, blocks);
-    const cudaError_t err =
-        multimem ? launchReduceScatterMultimem(call->datatype, call->op,
-                                               call->emulateMultimem != 0, blocks, stream, args)
-                 : launchReduceScatterPull(call->datatype, call->op, blocks, stream, args);
-    if (err != cudaSuccess) {
-      WARN("reduce-scatter kernel launch failed: %s", cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-  }
-  return ncclSuccess;
 }
 
 }  // namespace symm
