@@ -90,9 +90,8 @@ static void testAvailability(void) {
   /* fp8 reductions need sm_90 on every rank (our older images trap on them); fp8 all-gather
    * moves bytes and runs anywhere. arch 0: ranks differ. */
   for (int c = 0; c < SYMM_NCOLLS; c++) {
-    const unsigned at90 = symmTunerAvailable(&(struct symmTuneInput){
-        .coll = (enum symmColl)c, .nranks = 2, .datatype = ncclFloat8e4m3, .op = ncclSum,
-        .bytes = 4096, .arch = 90, .link = SYMM_LINK_NVLINK, .stagingBytes = (size_t)64 << 20});
+    in = tin((enum symmColl)c, 2, ncclFloat8e4m3, ncclSum, 4096); /* arch 90 */
+    const unsigned at90 = symmTunerAvailable(&in);
     CHECK(at90 & B(SYMM_ALGO_LAMPORT));
     for (int arch = 0; arch <= 89; arch += 80) {
       in = tin((enum symmColl)c, 2, ncclFloat8e5m2, ncclSum, 4096);

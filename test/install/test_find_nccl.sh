@@ -24,7 +24,8 @@ mk() { mkdir -p "$1/include" "$1/lib"; echo '#define NCCL_STUB 1' >"$1/include/n
 empty_cuda="$tmp/cuda/include"; mkdir -p "$empty_cuda"
 nopy="$tmp/nopy"; mkdir -p "$nopy"            # a PATH without python3 or pkg-config
 base=(env -u NCCL_HOME PATH="$nopy:/usr/bin:/bin" PKG_CONFIG_PATH= PYTHONPATH= python3 "$find")
-isolated=(env -u NCCL_HOME PATH="$nopy" PKG_CONFIG_PATH= PYTHONPATH= "$(python3 -c 'import sys; print(sys.executable)')" "$find")
+isolated_py=(env -u NCCL_HOME PATH="$nopy" PKG_CONFIG_PATH= PYTHONPATH= "$(python3 -c 'import sys; print(sys.executable)')")
+isolated=("${isolated_py[@]}" "$find")
 
 # 1. NCCL_HOME / --nccl-home win over everything.
 mk "$tmp/home"
@@ -69,8 +70,8 @@ expect wheel 'wheel of*' "$tmp/site/nvidia/nccl/include" "$tmp/site/nvidia/nccl/
 
 # 6. Nothing anywhere: one line naming every place tried and the option to set. Not checkable
 # where the interpreter running find_nccl.py has the wheel itself (PyTorch's venv): it is found.
-if "${isolated[@]:0:7}" -c 'import nvidia.nccl' >/dev/null 2>&1; then
-  echo "skip nothing: $("${isolated[@]:0:7}" -c 'import sys; print(sys.executable)') has the nvidia-nccl wheel"
+if "${isolated_py[@]}" -c 'import nvidia.nccl' >/dev/null 2>&1; then
+  echo "skip nothing: $("${isolated_py[@]}" -c 'import sys; print(sys.executable)') has the nvidia-nccl wheel"
 else
   checks=$((checks + 1))
   out=$("${isolated[@]}" --cuda-include "$empty_cuda" --cc false); rc=$?
