@@ -40,6 +40,9 @@ cudaError_t loadOneShot();
 cudaError_t launchTwoShot(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
                           const KernelArgs& args);
 cudaError_t loadTwoShot();
+cudaError_t launchTwoShotPair(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
+                              const KernelArgs& args);
+cudaError_t loadTwoShotPair();
 cudaError_t launchMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate, int blocks,
                            cudaStream_t stream, const KernelArgs& args);
 cudaError_t loadMultimem();

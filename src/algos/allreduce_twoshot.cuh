@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The all-reduce two-shot kernel (a reduce-scatter phase and an all-gather phase in rounds inside
+ * one launch). Its instances are the heaviest code to compile, so two translation units share
+ * this header: allreduce_twoshot.cu holds the instances for up to SYMM_MAX_RANKS ranks,
+ * allreduce_twoshot_pair.cu those for exactly 2, and a parallel build compiles them side by
+ * side. */
+#ifndef SYMM_ALLREDUCE_TWOSHOT_CUH
+#define SYMM_ALLREDUCE_TWOSHOT_CUH
+#include "launch.h"
+#include "primitives.cuh"
+
+namespace symm {
+
+/* Two-shot, push style, in rounds inside one launch (no host-side chunking).
+ *
+ * Round i covers elements [i*C, i*C + c) of the message (C = n*S, c <= C); rank q owns slice q
+ * (Si = roundup(ceil(c/n), 16 B) elements, the last slice shorter), block b part b of every slice.
+ * Staging half (epoch_i & 1) of rank r, in elements of stride S (fixed for the whole launch, so a
+ * block owns the same staging bytes in every round):
+ *   scatter area, slot s(w): writer w's input slice r          (n-1 slots)
+ *   gather area,  slot s(q): owner q's reduced slice q         (n-1 slots)
+ * where s(x) = x - (x > r) skips our own rank. Round k (epoch e0+k, staging half (e0+k) & 1),
+ * rank r, with split barriers (arrive = release our signal, wait = acquire everyone's):
+ *   A(k)  pushes its input slice q to rank q's scatter slot s_q(r), every q != r (remote stores);
+ *   arrive start(k);
+ *   wait mid(k-1), then C(k-1): copies the gather area of round k-1 to its output (local);
+ *   wait start(k);
+ *   B(k)  reduces slice r in rank order from its own input and its scatter slots, writes the
+ *         output and pushes the result into every peer's gather slot (remote stores);
+ *   arrive mid(k).
+ * After the last round: wait mid, C. The waits come as late as the data allows, so the pushes
+ * of A(k+1) overlap the mid barrier of round k and C(k-1) overlaps the start barrier of round k.
+ * Every remote byte travels as a store; nothing is copied in. Zero-copy (inputs[] from a
+ * registered symmetric window): no A, B reads peers' user buffers directly; B never reads the
+ * slice another rank writes in its B, and C(k) comes after wait mid(k), so in-place is safe.
+ * Reuse of half p = k & 1 (block b's bytes):
+ *   - A(k) overwrites scatter slots the peer read in B(k-2), which precedes the peer's arrive
+ *     mid(k-2); we waited mid(k-2) before C(k-2), before A(k).
+ *   - B(k) overwrites gather slots the peer read in C(k-2), which precedes the peer's A(k) and
+ *     arrive start(k); we wait start(k) before B(k).
+ * Across launches the same holds with the rounds of the previous kernel (see the
+ * double-buffering note above: a peer arriving in this kernel has finished its last one). */
+struct TwoShotPlan {
+  size_t S;        /* staging stride of one slice (elements, multiple of the vector width) */
+  size_t B;        /* elements of a slice per block */
+  size_t C;        /* elements per round */
+  uint32_t rounds;
+};
+
+__device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t esize, int N) {
+  TwoShotPlan p;
+  /* Large messages (block parts of 16+ pages): slices and parts start on 4 KiB boundaries
+   * (parts at odd 16-byte offsets cost 7% of the bandwidth at 128 MiB-1 GiB on H200), at most
+   * 1/16 of imbalance between blocks; smaller ones: 16 bytes. */
+  size_t unit = (size_t)N;
+  const size_t pageElems = 4096 / esize;
+  const size_t sMaxRaw = a.twoShotSliceMax; /* host: staging and SYMMCOLL_AR_ROUND_BYTES */
+  if (minSize(a.count / (size_t)a.nranks, sMaxRaw) >= 16 * pageElems * gridDim.x) unit = pageElems;
+  const size_t sMax = sMaxRaw / unit * unit; /* host checked sMax >= N */
+  /* As few rounds as the staging allows, all about the same size (no short last round). */
+  const size_t fewest = divUp(a.count, sMax * (size_t)a.nranks);
+  p.S = roundUp(divUp(divUp(a.count, fewest), (size_t)a.nranks), unit);
+  p.B = roundUp(divUp(p.S, (size_t)gridDim.x), unit);
+  p.C = p.S * (size_t)a.nranks;
+  p.rounds = (uint32_t)divUp(a.count, p.C);
+  return p;
+}
+
+/* Slice q of round `round`: first element in the message, and block b's part [lo, hi) of it. */
+struct TwoShotSlice {
+  size_t first, lo, hi;
+};
+__device__ __forceinline__ TwoShotSlice twoShotSlice(const KernelArgs& a, const TwoShotPlan& p,
+                                                     uint32_t round, int q, int N) {
+  const size_t base = (size_t)round * p.C;
+  const size_t c = minSize(p.C, a.count - base);
+  const size_t Si = roundUp(divUp(c, (size_t)a.nranks), (size_t)N);
+  const size_t start = minSize((size_t)q * Si, c);
+  const size_t len = minSize(Si, c - start);
+  TwoShotSlice s;
+  s.first = base + start;
+  s.lo = minSize((size_t)blockIdx.x * p.B, len);
+  s.hi = minSize(s.lo + p.B, len);
+  return s;
+}
+
+template <typename E>
+__device__ __forceinline__ void twoShotGather(const KernelArgs& a, const TwoShotPlan& p,
+                                              uint32_t round, uint64_t epoch) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  const char* half = a.staging[a.rank] + (size_t)(epoch & 1u) * a.halfBytes;
+  const size_t peers = (size_t)a.nranks - 1;
+  const bool recvVec = aligned16(a.recv);
+  for (int q = 0; q < a.nranks; q++) {
+    if (q == a.rank) continue;
+    const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
+    const size_t slot = (size_t)(q - (q > a.rank));
+    copyRange<E>((char*)a.recv + s.first * sizeof(T), half + (peers + slot) * p.S * sizeof(T),
+                 s.lo, s.hi, recvVec, true);
+  }
+}
+
+/* ncclCommRegister zero-copy: writer t's input as mapped here when t published a descriptor (it
+ * did not push), else NULL. Called by the thread that acquired t's start(0) signal, so the
+ * descriptor it reads is this call's. */
+__device__ __forceinline__ const char* peerInput(const KernelArgs& a, int t, volatile int* failed) {
+  if (t == a.rank) return nullptr;
+  const uint64_t d = *(volatile const uint64_t*)descSlot(a.signals[a.rank], blockIdx.x, t);
+  if (d == 0) return nullptr;
+  const int slot = SYMM_USER_REG_DESC_SLOT(d);
+  const unsigned long long base =
+      slot >= 0 && slot < SYMM_USER_REG_SLOTS
+          ? __ldcg((const unsigned long long*)a.userRegTable + t * SYMM_USER_REG_SLOTS + slot)
+          : 0ull;
+  if (base == 0) {
+    /* Only if the writer deregistered memory still in use: give up rather than guess. */
+    atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_BAD_DESC);
+    failEverywhere(a, SYMM_ERR_BAD_DESC);
+    *failed = 1;
+    return nullptr;
+  }
+  return (const char*)(uintptr_t)(base + SYMM_USER_REG_DESC_OFFSET(d));
+}
+
+/* R: most ranks this instance handles (its arrays and unrolled loops; 2 needs far fewer
+ * registers). */
+template <typename E, int Kind, int R>
+__global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
+  SYMM_REDUCING_KERNEL(E)
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  __shared__ volatile int failed;
+  __shared__ const char* pulled[SYMM_MAX_RANKS];
+  uint64_t epoch0;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch0, 0);
+  const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
+  const int me = a.rank, n = a.nranks;
+  const size_t peers = (size_t)n - 1;
+  const bool recvVec = aligned16(a.recv);
+  /* Our input reaches the peers through their scatter slots unless they read it in place. */
+  const bool push = !a.zeroCopy && a.inputDesc == 0;
+  bool srcVec = aligned16(a.send); /* every reduce source 16-byte aligned */
+  if (a.zeroCopy)
+    for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(a.inputs[r]);
+  /* Our descriptor travels ahead of our start signal (same thread, release store after it). */
+  if (a.exchangeDescs && threadIdx.x < n && threadIdx.x != me)
+    *descSlot(a.signals[threadIdx.x], blockIdx.x, me) = a.inputDesc;
+  for (uint32_t round = 0; round < p.rounds; round++) {
+    const uint64_t epoch = epoch0 + round;
+    const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+    /* A: our input slice q into rank q's scatter slot for us. */
+    if (push) {
+      for (int q = 0; q < n; q++) {
+        if (q == me) continue;
+        const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
+        const size_t slot = (size_t)(me - (me > q));
+        copyRange<E>(a.staging[q] + half + slot * p.S * sizeof(T),
+                     (const char*)a.send + s.first * sizeof(T), s.lo, s.hi, aligned16(a.send),
+                     false);
+      }
+    }
+    blockArrive(a, kSigStart, epoch);
+    if (round > 0) {
+      if (!blockWait(a, kSigMid, epoch - 1, &failed)) return;
+      twoShotGather<E>(a, p, round - 1, epoch - 1);
+    }
+    if (round == 0 && a.exchangeDescs) {
+      /* Each waiting thread resolves its writer's descriptor right after the acquire, so the
+       * block's one barrier publishes both. */
+      if (!blockWait(a, kSigStart, epoch, &failed,
+                     [&](int t) { pulled[t] = peerInput(a, t, &failed); }))
+        return;
+      for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(pulled[r]);
+    } else if (!blockWait(a, kSigStart, epoch, &failed)) {
+      return;
+    }
+    /* B: reduce our slice in rank order; write the output and every peer's gather slot. */
+    const TwoShotSlice s = twoShotSlice(a, p, round, me, N);
+    const char* srcs[SYMM_MAX_RANKS];
+    char* dsts[SYMM_MAX_RANKS];
+    int ndst = 0;
+    dsts[ndst++] = (char*)a.recv + s.first * sizeof(T);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      srcs[r] = nullptr;
+      if (r >= n) continue;
+      const size_t at = s.first * sizeof(T);
+      if (a.zeroCopy)
+        srcs[r] = a.inputs[r] + at;
+      else if (r == me)
+        srcs[r] = (const char*)a.send + at;
+      else if (a.exchangeDescs && pulled[r] != nullptr)
+        srcs[r] = pulled[r] + at;
+      else
+        srcs[r] = a.staging[me] + half + (size_t)(r - (r > me)) * p.S * sizeof(T);
+      if (r != me)
+        dsts[ndst++] = a.staging[r] + half + (peers + (size_t)(me - (me > r))) * p.S * sizeof(T);
+    }
+    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, s.hi, recvVec && srcVec, a.avg != 0);
+    blockArrive(a, kSigMid, epoch);
+  }
+  if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
+  twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
+  endCall(a, epoch0 + p.rounds - 1, ticket);
+}
+
+template <typename E, int Kind, int R>
+static cudaError_t twoShotLaunchTyped(int blocks, cudaStream_t stream, const KernelArgs& a) {
+  twoShotKernel<E, Kind, R><<<blocks, kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+/* Launch (or load every type/op instance of) the kernel for at most R ranks. */
+template <int R>
+static cudaError_t twoShotLaunchRanks(ncclDataType_t dt, ncclRedOp_t op, int blocks,
+                                      cudaStream_t stream, const KernelArgs& args) {
+  cudaError_t err = cudaErrorInvalidValue;
+  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (twoShotLaunchTyped<E, Kind, R>(blocks, stream, args))));
+  return err;
+}
+
+template <int R> static cudaError_t twoShotLoadRanks() {
+  cudaError_t err = cudaSuccess;
+  cudaFuncAttributes attr;
+  SYMM_FOR_EACH_TYPE_AND_OP(err, cudaFuncGetAttributes(&attr, (const void*)twoShotKernel<E, Kind, R>));
+  return err;
+}
+
+}  // namespace symm
+
+#endif

@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The two-shot all-reduce's instances for exactly 2 ranks (see allreduce_twoshot.cuh). */
+#include "allreduce_twoshot.cuh"
+
+namespace symm {
+
+cudaError_t launchTwoShotPair(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
+                              const KernelArgs& args) {
+  return twoShotLaunchRanks<2>(dt, op, blocks, stream, args);
+}
+
+cudaError_t loadTwoShotPair() { return twoShotLoadRanks<2>(); }
+
+}  // namespace symm
