@@ -197,6 +197,7 @@ static ncclResult_t launchLocked(struct launchOp* op, const struct symmPeers* pe
         comm, op->call.sendbuff, op->call.count * symmTypeSize(op->call.datatype));
   NCCLCHECKGOTO(symmOrderBefore(&comm->order, stream, &cap), res, restore);
   const uint64_t launch = comm->launches++;
+  if (op->call.windowPeers != NULL) comm->zeroCopyLaunches++;
   if (comm->rank == symmParamTestFailRank() && launch == (uint64_t)symmParamTestFailCall()) {
     /* What a kernel that gives up does: its error word, every rank's failure word, and no
      * touching user memory. The call itself succeeds; the error is asynchronous. */

@@ -10,7 +10,15 @@
  * is rewritten only in call k+2: a writer gets there after call k+1's barrier, which each peer
  * reaches only after finishing its whole kernel k (README: the invariant every kernel keeps).
  * In place (sendbuff == recvbuff + rank*count): each block reads its part of our input before
- * its barrier and writes only after it, and parts of other blocks never overlap. */
+ * its barrier and writes only after it, and parts of other blocks never overlap.
+ *
+ * Zero copy (every rank's output in a registered window, windows[q] = rank q's output as
+ * mapped here), one launch for any size: block b waits for block b of every rank (start
+ * barrier: each rank's stream has reached this call, so nothing there still uses its output),
+ * stores part [lo, hi) of our input straight into slot `rank` of every rank's output, then waits
+ * for block b of every rank again (middle barrier: every writer's part b is in our output
+ * before our kernel ends). No staging, no copy-out. In place, our own slot already holds our
+ * input and no other rank writes it. */
 #include <stdint.h>
 
 #include "launch.h"
@@ -34,6 +42,18 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
   const size_t hi = minSize(lo + per, a.count);
   const size_t slot = a.slotStride * sizeof(T); /* a multiple of 16: slots stay aligned */
   const bool sendVec = aligned16(a.send);
+  if (a.zeroCopy) {
+    if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+    const size_t ours = (size_t)a.rank * a.sliceStride * sizeof(T);
+    for (int q = 0; q < a.nranks; q++) {
+      char* dst = a.windows[q] + ours;
+      if (dst != (const char*)a.send)
+        copyRange<E>(dst, (const char*)a.send, lo, hi, sendVec && aligned16(dst), false);
+    }
+    if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
+    endCall(a, epoch, ticket);
+    return;
+  }
   for (int q = 0; q < a.nranks; q++)
     copyRange<E>(a.staging[q] + half + (size_t)a.rank * slot, (const char*)a.send, lo, hi, sendVec,
                  false);

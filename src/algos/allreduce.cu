@@ -223,7 +223,7 @@ ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPee
     args.count = n;
     if (args.zeroCopy)
       for (int r = 0; r < peers->nranks; r++)
-        args.inputs[r] = (const char*)call->windowPeers[r] + offset;
+        args.windows[r] = (char*)call->windowPeers[r] + offset;
     /* Lamport moves twice the bytes (flags): size its grid by what travels. */
     const size_t moved = (call->algo == SYMM_ALGO_LAMPORT ? 2 : 1) * n * esize;
     const int blocks = gridBlocks(moved, call, peers);

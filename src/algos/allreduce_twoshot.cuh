@@ -30,7 +30,7 @@ namespace symm {
  *   arrive mid(k).
  * After the last round: wait mid, C. The waits come as late as the data allows, so the pushes
  * of A(k+1) overlap the mid barrier of round k and C(k-1) overlaps the start barrier of round k.
- * Every remote byte travels as a store; nothing is copied in. Zero-copy (inputs[] from a
+ * Every remote byte travels as a store; nothing is copied in. Zero-copy (windows[] from a
  * registered symmetric window): no A, B reads peers' user buffers directly; B never reads the
  * slice another rank writes in its B, and C(k) comes after wait mid(k), so in-place is safe.
  * Reuse of half p = k & 1 (block b's bytes):
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   const bool push = !a.zeroCopy && a.inputDesc == 0;
   bool srcVec = aligned16(a.send); /* every reduce source 16-byte aligned */
   if (a.zeroCopy)
-    for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(a.inputs[r]);
+    for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(a.windows[r]);
   /* Our descriptor travels ahead of our start signal (same thread, release store after it). */
   if (a.exchangeDescs && threadIdx.x < n && threadIdx.x != me)
     *descSlot(a.signals[threadIdx.x], blockIdx.x, me) = a.inputDesc;
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
       if (r >= n) continue;
       const size_t at = s.first * sizeof(T);
       if (a.zeroCopy)
-        srcs[r] = a.inputs[r] + at;
+        srcs[r] = a.windows[r] + at;
       else if (r == me)
         srcs[r] = (const char*)a.send + at;
       else if (a.exchangeDescs && pulled[r] != nullptr)

@@ -127,14 +127,23 @@ ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct sym
     return ncclInternalError;
   }
   args.slotStride = chunk;
-  for (size_t done = 0; done < call->count; done += chunk) {
-    const size_t n = call->count - done < chunk ? call->count - done : chunk;
+  /* Push and pull read or write the registered window in place (the tuner said so by handing
+   * its peers' addresses) and use no staging: one launch for any size. */
+  args.zeroCopy = call->windowPeers != NULL &&
+                  call->algo == (allGather ? SYMM_ALGO_PUSH : SYMM_ALGO_PULL);
+  const size_t perLaunch = args.zeroCopy ? call->count : chunk;
+  for (size_t done = 0; done < call->count; done += perLaunch) {
+    const size_t n = call->count - done < perLaunch ? call->count - done : perLaunch;
     args.send = (const char*)call->sendbuff + done * esize;
     args.recv = (char*)call->recvbuff + done * esize;
     args.count = n;
+    if (args.zeroCopy)
+      for (int r = 0; r < peers->nranks; r++)
+        args.windows[r] = (char*)call->windowPeers[r] + done * esize;
     const int blocks = gridBlocks(n * esize, call, peers);
-    TRACE(SYMM_COLL, "rank %d: %s %s, %zu elements of each rank's share, %d blocks", peers->rank,
-          name, symmAlgoName(call->algo), n, blocks);
+    TRACE(SYMM_COLL, "rank %d: %s %s%s, %zu elements of each rank's share, %d blocks",
+          peers->rank, name, symmAlgoName(call->algo), args.zeroCopy ? " (zero copy)" : "", n,
+          blocks);
     cudaError_t err;
     if (allGather)
       err = multimem ? launchAllGatherMultimem(call->datatype, emulate, blocks, stream, args)

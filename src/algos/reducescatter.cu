@@ -10,7 +10,14 @@
  * output. A half is rewritten only in call k+2, after call k+1's barrier, which each peer reaches
  * only after finishing its kernel k, reads of our half included. In place (recvbuff == sendbuff +
  * rank*recvcount): a block copies its part of our slice before its barrier and writes the same
- * part only after it. */
+ * part only after it.
+ *
+ * Zero copy (every rank's input in a registered window, windows[q] = rank q's input as mapped
+ * here), one launch for any size: block b waits for block b of every rank (start barrier: each
+ * rank's stream has reached this call, so its input is written), reduces part [lo, hi) of slice
+ * `rank` straight from every rank's input in rank order, then waits for block b of every rank
+ * again (middle barrier: no rank's stream goes on to rewrite its input while a peer still reads
+ * it). In place, the elements a thread writes are the ones it has just read. */
 #include <stdint.h>
 
 #include "launch.h"
@@ -34,17 +41,30 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
   const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
   const size_t hi = minSize(lo + per, a.count);
   const size_t slot = a.slotStride * sizeof(T); /* a multiple of 16: slots stay aligned */
+  char* const out[1] = {(char*)a.recv};
+  const char* srcs[SYMM_MAX_RANKS];
+  if (a.zeroCopy) {
+    if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+    bool vec = aligned16(a.recv);
+#pragma unroll
+    for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+      srcs[r] = r < a.nranks ? a.windows[r] + (size_t)a.rank * a.sliceStride * sizeof(T) : nullptr;
+      vec = vec && (r >= a.nranks || aligned16(srcs[r]));
+    }
+    reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, vec, a.avg != 0);
+    if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
+    endCall(a, epoch, ticket);
+    return;
+  }
   char* mine = a.staging[a.rank] + half;
   for (int q = 0; q < a.nranks; q++) {
     const char* in = (const char*)a.send + (size_t)q * a.sliceStride * sizeof(T);
     copyRange<E>(mine + (size_t)q * slot, in, lo, hi, aligned16(in), false);
   }
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-  const char* srcs[SYMM_MAX_RANKS];
 #pragma unroll
   for (int r = 0; r < SYMM_MAX_RANKS; r++)
     srcs[r] = r < a.nranks ? a.staging[r] + half + (size_t)a.rank * slot : nullptr;
-  char* const out[1] = {(char*)a.recv};
   reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, aligned16(a.recv), a.avg != 0);
   endCall(a, epoch, ticket);
 }

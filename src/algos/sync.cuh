@@ -19,7 +19,9 @@ struct KernelArgs {
   void* recv;
   size_t count;
   char* staging[SYMM_MAX_RANKS];      /* each rank's staging buffer (both halves) */
-  const char* inputs[SYMM_MAX_RANKS]; /* zero-copy: each rank's sendbuff; else unused */
+  /* zeroCopy: each rank's address, as mapped here, of this call's buffer in a registered
+   * window (all-reduce, reduce-scatter: its sendbuff; all-gather: its recvbuff); else unused. */
+  char* windows[SYMM_MAX_RANKS];
   uint64_t* signals[SYMM_MAX_RANKS];  /* each rank's signal pad (word 0: failure word) */
   uint64_t* localState;               /* [0] last epoch used, [1] blocks started in this call */
   volatile uint32_t* abortFlag;
@@ -37,7 +39,7 @@ struct KernelArgs {
   uint64_t deadlineNs;                /* 0 = wait like NCCL: forever (abort still honoured) */
   int rank, nranks;
   int avg;                            /* ncclAvg: Arith::avgPre on inputs, avgPost on the sum */
-  int zeroCopy;                       /* inputs[] valid */
+  int zeroCopy;                       /* windows[] valid */
   /* ncclCommRegister zero-copy (two-shot): our input's descriptor, whether descriptors are
    * exchanged in this call, and the table that resolves peers' descriptors here. */
   uint64_t inputDesc;

@@ -72,6 +72,7 @@ struct symmComm {
   pthread_mutex_t launchLock;
   struct symmOrder order;
   uint64_t launches;                 /* launches of ours issued (tests read it) */
+  uint64_t zeroCopyLaunches;         /* of those, on registered windows in place (tests) */
   struct symmTransport* transport;   /* non-NULL when eligible and set up */
   struct symmDeferredList* parked;   /* non-blocking: ours behind NCCL's group launch */
   struct symmComm* next;             /* hash chain, guarded by the table lock */

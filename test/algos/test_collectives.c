@@ -4,7 +4,8 @@
  * algorithm x datatype x op x size (0, 1, primes, odd, powers of two) x in place or not, CUDA
  * graph replays with the input rewritten after capture, and a soak mixing all three collectives.
  * References are computed on the host: all-gather bit for bit, reduce-scatter with the
- * rank-order arithmetic of the all-reduce reference (ar_helpers.cu), also bit for bit.
+ * rank-order arithmetic of the all-reduce reference (ar_helpers.cu), also bit for bit. Then the
+ * same sweeps and replays on buffers in registered windows (push and pull run zero copy).
  *   test_collectives RANKS [--quick] [--soak CALLS] [--seed S] */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
@@ -52,6 +53,11 @@ struct rank {
 static uint64_t ours(ncclComm_t comm) {
   struct symmComm* c = symmCommFind(comm);
   return c != NULL ? __atomic_load_n(&c->launches, __ATOMIC_RELAXED) : 0;
+}
+
+static uint64_t oursZeroCopy(ncclComm_t comm) {
+  struct symmComm* c = symmCommFind(comm);
+  return c != NULL ? __atomic_load_n(&c->zeroCopyLaunches, __ATOMIC_RELAXED) : 0;
 }
 
 /* The override of one collective, set by rank 0 while every rank waits (knobs are per process). */
@@ -240,6 +246,39 @@ static void avgOverflow(struct rank* r) {
   setAlgo(r, "SYMMCOLL_ALLREDUCE_ALGO", "auto");
 }
 
+/* Inputs and outputs in registered symmetric windows (ncclMemAlloc + ncclCommWindowRegister):
+ * all-gather push stores into peers' outputs and reduce-scatter pull reads peers' inputs in
+ * place. The same sweeps (in place included) and graph replays, and every launch of ours in
+ * this phase must have run zero copy. */
+static void registeredTest(struct rank* r) {
+  char *plainSend = r->send, *plainRecv = r->recv;
+  void *send = NULL, *recv = NULL;
+  ncclWindow_t sendWin = NULL, recvWin = NULL;
+  TCHECK_EQ_INT(ncclMemAlloc(&send, MAX_BYTES), ncclSuccess);
+  TCHECK_EQ_INT(ncclMemAlloc(&recv, MAX_BYTES), ncclSuccess);
+  if (send == NULL || recv == NULL) return;
+  TCHECK_EQ_INT(ncclCommWindowRegister(r->comm, send, MAX_BYTES, &sendWin, NCCL_WIN_COLL_SYMMETRIC),
+                ncclSuccess);
+  TCHECK_EQ_INT(ncclCommWindowRegister(r->comm, recv, MAX_BYTES, &recvWin, NCCL_WIN_COLL_SYMMETRIC),
+                ncclSuccess);
+  r->send = send;
+  r->recv = recv;
+  const uint64_t launches = ours(r->comm), zeroCopy = oursZeroCopy(r->comm);
+  sweep(r, 0, "push");
+  sweep(r, 1, "pull");
+  graphTest(r, 0, "push");
+  graphTest(r, 1, "pull");
+  TCHECK(ours(r->comm) - launches > 0);
+  TCHECK_EQ_INT((int)(oursZeroCopy(r->comm) - zeroCopy), (int)(ours(r->comm) - launches));
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(ncclCommWindowDeregister(r->comm, sendWin), ncclSuccess);
+  TCHECK_EQ_INT(ncclCommWindowDeregister(r->comm, recvWin), ncclSuccess);
+  TCHECK_EQ_INT(ncclMemFree(send), ncclSuccess);
+  TCHECK_EQ_INT(ncclMemFree(recv), ncclSuccess);
+  r->send = plainSend;
+  r->recv = plainRecv;
+}
+
 static void* rankMain(void* arg) {
   struct rank* r = arg;
   CUDA_OK(cudaSetDevice(r->rank % ndev));
@@ -258,6 +297,7 @@ static void* rankMain(void* arg) {
   for (int a = 0; a < 3; a++) sweep(r, 1, rsAlgos[a]);
   for (int a = 0; a < 3; a++) graphTest(r, 0, agAlgos[a]);
   for (int a = 0; a < 3; a++) graphTest(r, 1, rsAlgos[a]);
+  registeredTest(r);
   setAlgo(r, "SYMMCOLL_MULTIMEM_EMULATE", "0");
   avgOverflow(r);
   soak(r);
