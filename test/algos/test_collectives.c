@@ -184,8 +184,9 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
   CUDA_OK(cudaGraphDestroy(graph));
 }
 
-/* All three collectives mixed, the tuning file choosing algorithms by size, every result
- * checked. The same pseudo-random sequence on every rank. */
+/* All three collectives mixed with a forwarded one (broadcast, which only NCCL runs), the
+ * tuning file choosing algorithms by size, every result checked. The same pseudo-random
+ * sequence on every rank. */
 static void soak(struct rank* r) {
   setAlgo(r, "SYMMCOLL_ALLGATHER_ALGO", "auto");
   setAlgo(r, "SYMMCOLL_REDUCESCATTER_ALGO", "auto");
@@ -193,7 +194,7 @@ static void soak(struct rank* r) {
   uint64_t x = seed0 | 1;
   for (long k = 0; k < soakCalls; k++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    const int coll = (int)(x % 3); /* 0 all-gather, 1 reduce-scatter, 2 all-reduce */
+    const int coll = (int)(x % 4); /* 0 all-gather, 1 reduce-scatter, 2 all-reduce, 3 broadcast */
     const ncclDataType_t dt = (ncclDataType_t)((x >> 8) % ncclNumTypes);
     const ncclRedOp_t op = (ncclRedOp_t)((x >> 16) % ncclNumOps);
     const size_t count = 1 + (x >> 24) % 3000;
@@ -203,6 +204,26 @@ static void soak(struct rank* r) {
       continue;
     }
     const size_t es = symmTypeSize(dt);
+    if (coll == 3) {
+      const int root = (int)((x >> 44) % (uint64_t)nranks);
+      arFillInput(dt, ncclSum, nranks, root, x, 0, r->peerIn[root], count);
+      CUDA_OK(cudaMemsetAsync(r->recv, 0xff, count * es, r->stream));
+      CUDA_OK(cudaMemsetAsync(r->send, 0xee, count * es, r->stream));
+      if (r->rank == root)
+        CUDA_OK(cudaMemcpyAsync(r->send, r->peerIn[root], count * es, cudaMemcpyHostToDevice,
+                                r->stream));
+      char* out = inPlace ? r->send : r->recv;
+      const uint64_t before = ours(r->comm);
+      CUDA_OK(cudaStreamSynchronize(r->stream));
+      pthread_barrier_wait(&barrier); /* the root's input is written before anyone reads it */
+      TCHECK_EQ_INT(ncclBroadcast(r->send, out, count, dt, root, r->comm, r->stream), ncclSuccess);
+      CUDA_OK(cudaStreamSynchronize(r->stream));
+      TCHECK_EQ_INT(ours(r->comm) - before, 0);
+      CUDA_OK(cudaMemcpy(r->hostOut, out, count * es, cudaMemcpyDeviceToHost));
+      TCHECK_EQ_INT(arCompare(dt, r->peerIn[root], r->hostOut, count, -1.0, "soak broadcast"), 0);
+      pthread_barrier_wait(&barrier);
+      continue;
+    }
     for (int q = 0; q < nranks; q++) arFillInput(dt, op, nranks, q, x, 0, r->peerIn[q], count);
     CUDA_OK(cudaMemcpyAsync(r->send, r->peerIn[r->rank], count * es, cudaMemcpyHostToDevice, r->stream));
     CUDA_OK(cudaMemsetAsync(r->recv, 0xff, count * es, r->stream));
