@@ -42,25 +42,21 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
   const size_t hi = minSize(lo + per, a.count);
   const size_t slot = a.slotStride * sizeof(T); /* a multiple of 16: slots stay aligned */
   const bool sendVec = aligned16(a.send);
-  if (a.zeroCopy) {
-    if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-    const size_t ours = (size_t)a.rank * a.sliceStride * sizeof(T);
-    for (int q = 0; q < a.nranks; q++) {
-      char* dst = a.windows[q] + ours;
-      if (dst != (const char*)a.send)
-        copyRange<E>(dst, (const char*)a.send, lo, hi, sendVec && aligned16(dst), false);
-    }
-    if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
-    endCall(a, epoch, ticket);
-    return;
+  /* Zero copy: the start barrier first (every output is free to write), the middle one after. */
+  if (a.zeroCopy && !blockBarrier(a, kSigStart, epoch, &failed)) return;
+  const size_t ours =
+      a.zeroCopy ? (size_t)a.rank * a.sliceStride * sizeof(T) : half + (size_t)a.rank * slot;
+  for (int q = 0; q < a.nranks; q++) {
+    char* dst = (a.zeroCopy ? a.windows[q] : a.staging[q]) + ours;
+    if (dst != (const char*)a.send) /* zero copy in place: our slot holds our input already */
+      copyRange<E>(dst, (const char*)a.send, lo, hi, sendVec && aligned16(dst), false);
   }
-  for (int q = 0; q < a.nranks; q++)
-    copyRange<E>(a.staging[q] + half + (size_t)a.rank * slot, (const char*)a.send, lo, hi, sendVec,
-                 false);
-  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-  for (int r = 0; r < a.nranks; r++) {
-    char* out = (char*)a.recv + (size_t)r * a.sliceStride * sizeof(T);
-    copyRange<E>(out, a.staging[a.rank] + half + (size_t)r * slot, lo, hi, aligned16(out), true);
+  if (!blockBarrier(a, a.zeroCopy ? kSigMid : kSigStart, epoch, &failed)) return;
+  if (!a.zeroCopy) {
+    for (int r = 0; r < a.nranks; r++) {
+      char* out = (char*)a.recv + (size_t)r * a.sliceStride * sizeof(T);
+      copyRange<E>(out, a.staging[a.rank] + half + (size_t)r * slot, lo, hi, aligned16(out), true);
+    }
   }
   endCall(a, epoch, ticket);
 }

@@ -41,31 +41,28 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
   const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
   const size_t hi = minSize(lo + per, a.count);
   const size_t slot = a.slotStride * sizeof(T); /* a multiple of 16: slots stay aligned */
-  char* const out[1] = {(char*)a.recv};
-  const char* srcs[SYMM_MAX_RANKS];
-  if (a.zeroCopy) {
-    if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-    bool vec = aligned16(a.recv);
-#pragma unroll
-    for (int r = 0; r < SYMM_MAX_RANKS; r++) {
-      srcs[r] = r < a.nranks ? a.windows[r] + (size_t)a.rank * a.sliceStride * sizeof(T) : nullptr;
-      vec = vec && (r >= a.nranks || aligned16(srcs[r]));
+  /* Staged: our input into our staging first. Zero copy: straight from every rank's window
+   * (one reduce either way: one instance of its unrolled code per kernel). */
+  if (!a.zeroCopy) {
+    char* mine = a.staging[a.rank] + half;
+    for (int q = 0; q < a.nranks; q++) {
+      const char* in = (const char*)a.send + (size_t)q * a.sliceStride * sizeof(T);
+      copyRange<E>(mine + (size_t)q * slot, in, lo, hi, aligned16(in), false);
     }
-    reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, vec, a.avg != 0);
-    if (!blockBarrier(a, kSigMid, epoch, &failed)) return;
-    endCall(a, epoch, ticket);
-    return;
-  }
-  char* mine = a.staging[a.rank] + half;
-  for (int q = 0; q < a.nranks; q++) {
-    const char* in = (const char*)a.send + (size_t)q * a.sliceStride * sizeof(T);
-    copyRange<E>(mine + (size_t)q * slot, in, lo, hi, aligned16(in), false);
   }
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  const char* srcs[SYMM_MAX_RANKS];
+  bool vec = aligned16(a.recv);
 #pragma unroll
-  for (int r = 0; r < SYMM_MAX_RANKS; r++)
-    srcs[r] = r < a.nranks ? a.staging[r] + half + (size_t)a.rank * slot : nullptr;
-  reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, aligned16(a.recv), a.avg != 0);
+  for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+    srcs[r] = r >= a.nranks ? nullptr
+              : a.zeroCopy  ? a.windows[r] + (size_t)a.rank * a.sliceStride * sizeof(T)
+                            : a.staging[r] + half + (size_t)a.rank * slot;
+    vec = vec && (srcs[r] == nullptr || aligned16(srcs[r]));
+  }
+  char* const out[1] = {(char*)a.recv};
+  reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, vec, a.avg != 0);
+  if (a.zeroCopy && !blockBarrier(a, kSigMid, epoch, &failed)) return;
   endCall(a, epoch, ticket);
 }
 
