@@ -109,6 +109,7 @@ perf_build() {
     perf_die "meson setup failed (above)"
   fi
   rm -f "$log"
+  symm_refresh_cuda "$BUILD_DIR"
   ninja -C "$BUILD_DIR" >/dev/null || { ninja -C "$BUILD_DIR"; perf_die "build failed"; }
   PERF_BIN=$repo/$BUILD_DIR/perf
   [ -x "$PERF_BIN/all_reduce_perf" ] || perf_die "perf binaries missing in $PERF_BIN"

@@ -42,3 +42,18 @@ if ! meson_ok; then
   meson_ok || { echo "meson >= 1.0 is needed (pip install 'meson>=1.0'), found $(meson --version 2>/dev/null || echo none)" >&2; exit 1; }
 fi
 command -v nvcc >/dev/null 2>&1 || { echo "nvcc not found: install the CUDA toolkit (>= 12.5)" >&2; exit 1; }
+
+# Meson before 1.4 passes nvcc no dependency flags, so ninja never sees which .cu includes which
+# header: after a header edit an existing build keeps stale kernels, or objects that disagree on
+# a struct's layout. symm_refresh_cuda BUILD_DIR (before ninja) makes every CUDA file newer than
+# the build when any header is.
+symm_refresh_cuda() {
+  local lib="$1/src/libsymmcoll.so.0"
+  [ -f "$lib" ] || return 0
+  python3 -c 'import sys; v = [int(x) for x in sys.argv[1].split(".")[:2]]; sys.exit(0 if v < [1, 4] else 1)' \
+    "$(meson --version)" || return 0
+  if [ -n "$(find src include test perf \( -name '*.cuh' -o -name '*.h' \) -newer "$lib" -print -quit)" ]; then
+    echo "a header changed since the last build (meson $(meson --version) does not track headers of CUDA files): recompiling every CUDA file"
+    find src test perf -name '*.cu' -exec touch {} +
+  fi
+}

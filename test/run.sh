@@ -45,11 +45,13 @@ PY
 }
 
 setup build "$@"
+symm_refresh_cuda build
 ninja -C build || { echo "test/run.sh: the build failed (above)" >&2; exit 1; }
 meson test -C build --suite cpu --print-errorlogs
 tally build
 
 setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dgpu_archs=90a "$@"
+symm_refresh_cuda build-asan
 ninja -C build-asan || { echo "test/run.sh: the ASan build failed (above)" >&2; exit 1; }
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-asan --suite cpu --print-errorlogs
