@@ -32,14 +32,10 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, 0);
-  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
-  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
-  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
-  const size_t hi = minSize(lo + per, a.count);
+  BlockCall c;
+  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  const uint64_t epoch = c.epoch;
+  const size_t half = c.half, lo = c.lo, hi = c.hi;
   const size_t slot = a.slotStride * sizeof(T); /* a multiple of 16: slots stay aligned */
   const bool sendVec = aligned16(a.send);
   /* Zero copy: the start barrier first (every output is free to write), the middle one after. */
@@ -58,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
       copyRange<E>(out, a.staging[a.rank] + half + (size_t)r * slot, lo, hi, aligned16(out), true);
     }
   }
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
 /* Multimem: the push kernel with one multimem.st per 16 bytes of our part, which lands in slot
@@ -70,14 +66,10 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, 0);
-  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
-  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
-  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
-  const size_t hi = minSize(lo + per, a.count);
+  BlockCall c;
+  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  const uint64_t epoch = c.epoch;
+  const size_t half = c.half, lo = c.lo, hi = c.hi;
   const size_t slot = a.slotStride * sizeof(T);
   const size_t ours = half + (size_t)a.rank * slot;
   const bool sendVec = aligned16(a.send);
@@ -107,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
     char* out = (char*)a.recv + (size_t)r * a.sliceStride * sizeof(T);
     copyRange<E>(out, a.staging[a.rank] + half + (size_t)r * slot, lo, hi, aligned16(out), true);
   }
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
 template <typename E>

@@ -28,14 +28,10 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, 0);
-  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
-  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
-  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
-  const size_t hi = minSize(lo + per, a.count);
+  BlockCall c;
+  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  const uint64_t epoch = c.epoch;
+  const size_t half = c.half, lo = c.lo, hi = c.hi;
   /* Staging is always 16-byte aligned: only the user's pointer decides each loop's width. */
   copyRange<E>(a.staging[a.rank] + half, (const char*)a.send, lo, hi, aligned16(a.send), false);
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
@@ -45,7 +41,7 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   char* const out[1] = {(char*)a.recv};
   reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, aligned16(a.recv), a.avg != 0);
   (void)sizeof(T);
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
 /* Multimem: copy our input into staging, barrier, each rank reduces its slice across all ranks

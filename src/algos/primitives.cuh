@@ -22,6 +22,28 @@ __device__ __forceinline__ size_t roundUp(size_t a, size_t b) { return divUp(a, 
 __device__ __forceinline__ size_t minSize(size_t a, size_t b) { return a < b ? a : b; }
 __device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* The start the staged kernels share: this call's epoch and the block's ticket (beginCall), the
+ * Lamport refresh, this call's staging half, and block b's part [lo, hi) of count elements
+ * (whole vectors of N elements; the last parts may be short or empty). False: leave, the
+ * communicator failed. */
+struct BlockCall {
+  uint64_t epoch;
+  uint32_t ticket;
+  size_t half, lo, hi;
+};
+template <int N>
+__device__ __forceinline__ bool beginBlockCall(const KernelArgs& a, volatile int* failed,
+                                               BlockCall* c) {
+  c->ticket = 0;
+  if (!beginCall(a, &c->epoch, failed, &c->ticket)) return false;
+  refreshLamportLine(a, c->epoch, 0);
+  c->half = (size_t)(c->epoch & 1u) * a.halfBytes;
+  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
+  c->lo = minSize((size_t)blockIdx.x * per, a.count);
+  c->hi = minSize(c->lo + per, a.count);
+  return true;
+}
+
 /* Loads that bypass L1: staging memory is written by other GPUs between our reads. */
 __device__ __forceinline__ uint4 loadStaging16(const char* p) { return __ldcg((const uint4*)p); }
 template <typename T> __device__ __forceinline__ T loadStaging(const char* p) {

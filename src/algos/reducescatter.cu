@@ -32,14 +32,10 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, 0);
-  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
-  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
-  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
-  const size_t hi = minSize(lo + per, a.count);
+  BlockCall c;
+  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  const uint64_t epoch = c.epoch;
+  const size_t half = c.half, lo = c.lo, hi = c.hi;
   const size_t slot = a.slotStride * sizeof(T); /* a multiple of 16: slots stay aligned */
   /* Staged: our input into our staging first. Zero copy: straight from every rank's window
    * (one reduce either way: one instance of its unrolled code per kernel). */
@@ -63,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
   char* const out[1] = {(char*)a.recv};
   reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, vec, a.avg != 0);
   if (a.zeroCopy && !blockBarrier(a, kSigMid, epoch, &failed)) return;
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
 /* Multimem: the pull kernel's copy-in, then one multimem.ld_reduce per 16 bytes of slot `rank`
@@ -78,14 +74,10 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, 0);
-  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
-  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
-  const size_t lo = minSize((size_t)blockIdx.x * per, a.count);
-  const size_t hi = minSize(lo + per, a.count);
+  BlockCall c;
+  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  const uint64_t epoch = c.epoch;
+  const size_t half = c.half, lo = c.lo, hi = c.hi;
   const size_t slot = a.slotStride * sizeof(T);
   char* mine = a.staging[a.rank] + half;
   const bool preMulIn = !Emulate && a.avg != 0;
@@ -128,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
         if (u * N + k < hi) ((T*)a.recv)[u * N + k] = p.e[k];
     }
   }
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
 template <typename E, int Kind>
