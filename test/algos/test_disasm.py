@@ -31,19 +31,15 @@ def check(cond, msg):
         print("FAIL:", msg)
 
 
-def split_functions(text, header_re):
-    """{name: body} for every function whose header matches header_re (group 1 = name)."""
-    funcs, name, body = {}, None, []
-    for line in text.splitlines():
-        m = re.search(header_re, line)
-        if m:
-            if name:
-                funcs[name] = "\n".join(body)
-            name, body = m.group(1), []
-        elif name:
-            body.append(line)
-    if name:
-        funcs[name] = "\n".join(body)
+def split_functions(text, header_re, keep=lambda name: True):
+    """{name: body} for every function whose header matches header_re (group 1 = name; `^`
+    anchors at line starts) and whose name `keep` accepts. Bodies are cut out of the text
+    directly: a SASS listing of one image is ~300 MB."""
+    heads = [(m.start(), m.end(), m.group(1)) for m in re.finditer(header_re, text, re.M)]
+    funcs = {}
+    for i, (_, end, name) in enumerate(heads):
+        if keep(name):
+            funcs[name] = text[end:heads[i + 1][0] if i + 1 < len(heads) else len(text)]
     return funcs
 
 
@@ -142,19 +138,17 @@ def sass_by_image(tool, lib_path, images):
                     if b"ultimemKernel" in fh.read():
                         files.setdefault(m.group(1), []).append(os.path.join(tmp, f))
         if set(files) == set(images):
-            procs = [(image, subprocess.Popen([tool, "-sass", f], stdout=subprocess.PIPE, text=True))
-                     for image in images for f in files[image]]
-            out = {image: "" for image in images}
-            for image, proc in procs:
-                out[image] += proc.communicate()[0]
-            print("SASS: %d extracted ELF files with multimem kernels" % len(procs))
-            return out
-    print("SASS: ELF extraction gave no usable files; the whole library per image")
-    procs = [(image, subprocess.Popen([tool, "-sass", "-arch", image, lib_path],
-                                      stdout=subprocess.PIPE, text=True)) for image in images]
-    return {image: proc.communicate()[0] for image, proc in procs}
-    print("test_disasm: %d checks, %d failed" % (checks, failures))
-    return 1 if failures else 0
+            jobs = [(image, [tool, "-sass", f]) for image in images for f in files[image]]
+            print("SASS: %d extracted ELF files with multimem kernels" % len(jobs))
+        else:
+            jobs = [(image, [tool, "-sass", "-arch", image, lib_path]) for image in images]
+            print("SASS: ELF extraction gave no usable files; the whole library per image")
+        procs = [(image, subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+                 for image, cmd in jobs]
+        out = {image: "" for image in images}
+        for image, proc in procs:
+            out[image] += proc.communicate()[0]
+        return out
 
 
 # Family -> (SASS every real instance must hold, what that is). Seen on sm_90a, sm_100a and sm_120
@@ -170,12 +164,7 @@ SASS_NEEDS = {
 
 
 def check_sass(sass, image):
-    # Only the multimem families' bodies are cut out: an image's listing is ~300 MB.
-    heads = [(m.start(), m.end(), m.group(1)) for m in re.finditer(r"Function : (\S+)", sass)]
-    funcs = {}
-    for i, (_, end, name) in enumerate(heads):
-        if family(name):
-            funcs[name] = sass[end:heads[i + 1][0] if i + 1 < len(heads) else len(sass)]
+    funcs = split_functions(sass, r"Function : (\S+)", keep=family)
     for f, (real, emul) in multimem_kernels(funcs).items():
         least = FAMILIES[f][0]
         need, what = SASS_NEEDS[f]
