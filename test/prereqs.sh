@@ -26,13 +26,15 @@ if [ $((${#need[@]} + ${#optional[@]})) -gt 0 ]; then
     echo "pkg-config not found: NCCL is searched without it"
   fi
 fi
-# meson.build asks for meson >= 1.0 (Debian 12 ships 1.0.1; Ubuntu 22.04's 0.61 is too old).
-meson_ok() { python3 - "$(meson --version 2>/dev/null || echo 0)" <<'PY'
+# meson_at_least MAJOR MINOR: the meson on PATH is that new.
+meson_at_least() { python3 - "$(meson --version 2>/dev/null || echo 0)" "$1" "$2" <<'PY'
 import sys
 v = [int(x) for x in (sys.argv[1].split(".") + ["0", "0"])[:2] if x.isdigit()]
-sys.exit(0 if len(v) == 2 and tuple(v) >= (1, 0) else 1)
+sys.exit(0 if len(v) == 2 and tuple(v) >= (int(sys.argv[2]), int(sys.argv[3])) else 1)
 PY
 }
+# meson.build asks for meson >= 1.0 (Debian 12 ships 1.0.1; Ubuntu 22.04's 0.61 is too old).
+meson_ok() { meson_at_least 1 0; }
 if ! meson_ok; then
   echo "meson $(meson --version 2>/dev/null || echo '(none)') is older than 1.0: installing a newer one with pip"
   python3 -m pip install --quiet --user 'meson>=1.0' 'ninja' >/dev/null 2>&1 ||
@@ -50,8 +52,7 @@ command -v nvcc >/dev/null 2>&1 || { echo "nvcc not found: install the CUDA tool
 symm_refresh_cuda() {
   local lib="$1/src/libsymmcoll.so.0"
   [ -f "$lib" ] || return 0
-  python3 -c 'import sys; v = [int(x) for x in sys.argv[1].split(".")[:2]]; sys.exit(0 if v < [1, 4] else 1)' \
-    "$(meson --version)" || return 0
+  meson_at_least 1 4 && return 0
   if [ -n "$(find src include test perf \( -name '*.cuh' -o -name '*.h' \) -newer "$lib" -print -quit)" ]; then
     echo "a header changed since the last build (meson $(meson --version) does not track headers of CUDA files): recompiling every CUDA file"
     find src test perf -name '*.cu' -exec touch {} +
