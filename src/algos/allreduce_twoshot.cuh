@@ -38,8 +38,8 @@ namespace symm {
  *     mid(k-2); we waited mid(k-2) before C(k-2), before A(k).
  *   - B(k) overwrites gather slots the peer read in C(k-2), which precedes the peer's A(k) and
  *     arrive start(k); we wait start(k) before B(k).
- * Across launches the same holds with the rounds of the previous kernel (see the
- * double-buffering note above: a peer arriving in this kernel has finished its last one). */
+ * Across launches the same holds with the rounds of the previous kernel (the double-buffering
+ * note in allreduce.cu: a peer arriving in this kernel has finished its last one). */
 struct TwoShotPlan {
   size_t S;        /* staging stride of one slice (elements, multiple of the vector width) */
   size_t B;        /* elements of a slice per block */
