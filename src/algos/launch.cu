@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "copyengine.h"
 #include "launch.h"
 
 extern "C" {
@@ -174,7 +175,8 @@ extern "C" int symmAlgoExists(enum symmColl coll, enum symmAlgo algo, ncclDataTy
       if (algo == SYMM_ALGO_MULTIMEM) return symm::multimemHasKernel(datatype, op) ? 1 : 0;
       return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_ONESHOT || algo == SYMM_ALGO_TWOSHOT;
     case SYMM_COLL_ALLGATHER:
-      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PUSH || algo == SYMM_ALGO_MULTIMEM;
+      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PUSH || algo == SYMM_ALGO_COPYENGINE ||
+             algo == SYMM_ALGO_MULTIMEM;
     case SYMM_COLL_REDUCESCATTER:
       if (!builtinOp) return 0;
       if (algo == SYMM_ALGO_MULTIMEM) return symm::multimemHasKernel(datatype, op) ? 1 : 0;
@@ -202,7 +204,8 @@ extern "C" size_t symmAlgosStagingBytes(int nranks, size_t largestMessage) {
 
 extern "C" size_t symmAlgosPadBytes(void) { return symm::kPadBytes; }
 
-/* Words 0-3: epoch, ticket, the two Lamport refresh cursors; the userRegTable
+/* Words 0-3: epoch, ticket, the two Lamport refresh cursors; word 4: the copy-engine
+ * all-gather's constant 1 (copyengine.c); the userRegTable
  * (src/transport/userreg.c) sits at 4 KiB. */
 extern "C" size_t symmAlgosLocalStateBytes(void) { return (size_t)64 << 10; }
 
@@ -267,6 +270,9 @@ extern "C" ncclResult_t symmCollLaunch(const struct symmLaunch* call, const stru
   switch (call->coll) {
     case SYMM_COLL_ALLREDUCE: return symm::allReduceLaunch(call, peers, stream);
     case SYMM_COLL_ALLGATHER:
+      if (call->algo == SYMM_ALGO_COPYENGINE)
+        return symmCopyEngineAllGather(call, peers, 2 * symm::halfBytesOf(peers), stream);
+      return symm::gatherScatterLaunch(call, peers, stream);
     case SYMM_COLL_REDUCESCATTER: return symm::gatherScatterLaunch(call, peers, stream);
     default: return ncclInvalidArgument;
   }

@@ -47,8 +47,9 @@ struct KernelArgs {
   const uint64_t* userRegTable;
 };
 
-/* Signal purposes: one word per (purpose, block, writer) in the reader's pad. */
-enum { kSigStart = 0, kSigMid = 1, kSigEnd = 2 };
+/* Signal purposes: one word per (purpose, block, writer) in the reader's pad. The third
+ * purpose's rows belong to the copy-engine all-gather (stream memory operations, no kernel). */
+enum { kSigStart = 0, kSigMid = 1, kSigCopyEngine = 2 };
 
 /* Pad layout (64-bit words): [0] failure word, [1..7] unused, then the signal words, then one
  * input descriptor per (block, writer). */
@@ -59,9 +60,13 @@ constexpr int kPadSignalWords = kPadPurposes * SYMM_MAX_BLOCKS * SYMM_MAX_RANKS;
 constexpr size_t kPadBytes =
     (size_t)(kPadSignalBase + kPadSignalWords + SYMM_MAX_BLOCKS * SYMM_MAX_RANKS) * sizeof(uint64_t);
 
-__device__ __forceinline__ int signalIndex(int purpose, int block, int writer) {
+__host__ __device__ constexpr int signalIndex(int purpose, int block, int writer) {
   return kPadSignalBase + (purpose * SYMM_MAX_BLOCKS + block) * SYMM_MAX_RANKS + writer;
 }
+static_assert(SYMM_PAD_CE_BASE == signalIndex(kSigCopyEngine, 0, 0) &&
+                  SYMM_PAD_CE_BASE + SYMM_CE_KINDS * SYMM_MAX_RANKS <=
+                      signalIndex(kSigCopyEngine + 1, 0, 0),
+              "the copy-engine words (algos.h) must lie in their purpose's rows");
 
 /* The descriptor writer `writer`'s block `block` left in a pad. */
 __device__ __forceinline__ uint64_t* descSlot(uint64_t* pad, int block, int writer) {

@@ -75,11 +75,26 @@ ncclResult_t symmAlgosLoadKernels(int device);
 ncclResult_t symmCollLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                             cudaStream_t stream);
 
+/* Abort: writes 1 into every copy-engine barrier word of this rank's pad from `stream` (a
+ * private one), so a stream stalled in a copy-engine all-gather moves on. Its stream resets a
+ * word before waiting on it again: the caller repeats this until the stream has drained. */
+void symmCopyEngineRelease(const struct symmPeers* peers, cudaStream_t stream);
+
 /* Largest message (symmCollBytes) of the Lamport kernels, per writer's payload. */
 #define SYMM_LAMPORT_MAX_BYTES ((size_t)256 << 10)
 
 /* Most thread blocks of any kernel of ours (grids pair block b with block b on every peer). */
 #define SYMM_MAX_BLOCKS 128
+
+/* The copy-engine all-gather's barrier words (src/algos/copyengine.c): in each rank's signal pad,
+ * one 64-bit word per (kind, writer) of which the stream memory operations use the low 32 bits
+ * (0 or 1). They sit in the rows of the pad's third signal purpose (sync.cuh checks it), which
+ * no kernel uses. */
+enum symmCeWord { SYMM_CE_ARRIVE = 0, SYMM_CE_READY = 1, SYMM_CE_EXIT = 2, SYMM_CE_KINDS = 3 };
+#define SYMM_PAD_CE_BASE (8 + 2 * SYMM_MAX_BLOCKS * SYMM_MAX_RANKS)
+static inline size_t symmPadCeWord(enum symmCeWord kind, int writer) {
+  return (size_t)SYMM_PAD_CE_BASE + (size_t)kind * SYMM_MAX_RANKS + (size_t)writer;
+}
 
 /* errorFlag / failure-word values a kernel (or the host) writes; several may be or-ed. */
 #define SYMM_ERR_ABORT 1u    /* ncclCommAbort / ncclCommRevoke seen */

@@ -25,7 +25,7 @@ enum symmAlgo {
   SYMM_ALGO_LAMPORT = 1,    /* barrier-free: data carries its epoch (AR, AG, RS) */
   SYMM_ALGO_ONESHOT = 2,    /* AR: copy in, one barrier, every rank reduces everything */
   SYMM_ALGO_TWOSHOT = 3,    /* AR: reduce-scatter then all-gather phases, in rounds */
-  SYMM_ALGO_PUSH = 4,       /* AG: stores into every peer; RS: push variant */
+  SYMM_ALGO_PUSH = 4,       /* AG: stores into every peer (no reduce-scatter push: pull) */
   SYMM_ALGO_PULL = 5,       /* RS: loads our slice from every peer, reduces in rank order */
   SYMM_ALGO_COPYENGINE = 6, /* AG: peer copies by the copy engines, no SM kernel */
   SYMM_ALGO_MULTIMEM = 7,   /* NVLink SHARP (or its emulation with peer loads/stores) */

@@ -8,7 +8,8 @@
 #include "debug.h"
 #include "nccl_api.h"
 
-/* X(name, cudaVersion, required): every driver call the transport makes. `cudaVersion` is the
+/* X(name, cudaVersion, required): every driver call the library makes (the
+ * transport's, and the copy-engine all-gather's stream memory operations). `cudaVersion` is the
  * ABI version we ask the driver for; optional entries (multicast) may be missing. */
 #define SYMM_CU_FUNCS(X)                           \
   X(cuGetErrorString, 6000, 1)                     \
@@ -27,6 +28,8 @@
   X(cuMemRetainAllocationHandle, 11000, 1)         \
   X(cuMemGetAllocationPropertiesFromHandle, 10020, 1) \
   X(cuMemGetAddressRange, 3020, 1)                 \
+  X(cuStreamWriteValue32, 12000, 1)                \
+  X(cuStreamBatchMemOp, 12000, 1)                  \
   X(cuMulticastCreate, 12010, 0)                   \
   X(cuMulticastAddDevice, 12010, 0)                \
   X(cuMulticastBindMem, 12010, 0)                  \

@@ -189,8 +189,10 @@ ncclResult_t symmTransportRetainForGraph(struct symmComm* comm, cudaGraph_t grap
 /* ---- teardown -------------------------------------------------------------------------------- */
 
 /* Waits for `event` (every eager operation of ours issued on the communicator); on abort at
- * most 2 s (our kernels exit on the abort flag). 0 if kernels may still be running. */
-static int drained(cudaEvent_t event, int abort) {
+ * most 2 s: our kernels exit on the abort flag, and a stream stalled in a copy-engine
+ * all-gather (stream waits cannot watch the flag) is released again and again until it has
+ * drained. 0 if work of ours may still be running. */
+static int drained(cudaEvent_t event, int abort, const struct symmTransport* t) {
   if (event == NULL) return 1;
   if (!abort) {
     if (cudaEventSynchronize(event) == cudaSuccess) return 1;
@@ -209,6 +211,7 @@ static int drained(cudaEvent_t event, int abort) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >= 2000)
       return 0;
+    if (t->staged) symmCopyEngineRelease(&t->peers, t->ctl);
     struct timespec pause = {0, 200 * 1000};
     nanosleep(&pause, NULL);
   }
@@ -232,7 +235,7 @@ void symmTransportTeardown(struct symmComm* comm, int abort) {
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
   (void)cudaSetDevice(t->cudaDev);
-  if (!drained(symmOrderQuiesceEvent(&comm->order), abort)) {
+  if (!drained(symmOrderQuiesceEvent(&comm->order), abort, t)) {
     WARN("symmetric memory: kernels on device %d did not finish; leaking their memory rather than "
          "unmapping it under them", t->cudaDev);
   } else {

@@ -67,7 +67,7 @@ int symmTuneCollHasAlgo(enum symmColl coll, enum symmAlgo algo) {
       [SYMM_COLL_ALLGATHER] = 1u << SYMM_ALGO_LAMPORT | 1u << SYMM_ALGO_PUSH |
                               1u << SYMM_ALGO_COPYENGINE | 1u << SYMM_ALGO_MULTIMEM,
       [SYMM_COLL_REDUCESCATTER] = 1u << SYMM_ALGO_LAMPORT | 1u << SYMM_ALGO_PULL |
-                                  1u << SYMM_ALGO_PUSH | 1u << SYMM_ALGO_MULTIMEM,
+                                  1u << SYMM_ALGO_MULTIMEM,
   };
   if ((unsigned)coll >= SYMM_NCOLLS || (unsigned)algo >= SYMM_NALGOS) return 0;
   return algo == SYMM_ALGO_NCCL || (algos[coll] >> algo & 1u);

@@ -19,7 +19,7 @@ SYMMCOLL_PARAM_STR_FULL(
 SYMMCOLL_PARAM_STR_FULL(AllGatherAlgo, "ALLGATHER_ALGO", "auto", SYMM_PARAM_AGREED,
                         "force the all-gather algorithm: lamport|push|ce|multimem|nccl|auto")
 SYMMCOLL_PARAM_STR_FULL(ReduceScatterAlgo, "REDUCESCATTER_ALGO", "auto", SYMM_PARAM_AGREED,
-                        "force the reduce-scatter algorithm: lamport|pull|push|multimem|nccl|auto")
+                        "force the reduce-scatter algorithm: lamport|pull|multimem|nccl|auto")
 SYMMCOLL_PARAM_FULL(MultimemEmulate, "MULTIMEM_EMULATE", 0, 0, 1,
                     SYMM_PARAM_AGREED | SYMM_PARAM_TEST,
                     "1: multimem kernels run with peer loads/stores instead of multicast (tests)")
@@ -123,6 +123,12 @@ static void logOnce(const struct symmTuneInput* in, enum symmAlgo algo, const ch
          why);
 }
 
+/* NCCL_CTA_POLICY_ZERO communicators whose all-gathers run on the copy engines. */
+static int copyEngineForPolicyZero(const struct symmTuneInput* in) {
+  return (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) && in->coll == SYMM_COLL_ALLGATHER &&
+         (in->link == SYMM_LINK_NVLINK || in->link == SYMM_LINK_SAME_GPU);
+}
+
 /* One WARN per process and knob for each kind of bad override. */
 static int warnedBadName[SYMM_NCOLLS], warnedUnavailable[SYMM_NCOLLS];
 
@@ -151,6 +157,15 @@ enum symmAlgo symmTunerPick(const struct symmTuneInput* in) {
           "auto); the table decides",
           overrideNames[in->coll], text);
   }
+  if (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) {
+    /* The application keeps every SM for itself (nvFuser sets it): the copy engines move the
+     * data where we have such a path (all-gather), at any size; everything else is NCCL's.
+     * PCIe peers forward, as everywhere without measurements. */
+    const enum symmAlgo pick = copyEngineForPolicyZero(in) && (avail >> SYMM_ALGO_COPYENGINE & 1u)
+                                   ? SYMM_ALGO_COPYENGINE : SYMM_ALGO_NCCL;
+    logOnce(in, pick, "NCCL_CTA_POLICY_ZERO");
+    return pick;
+  }
   const struct symmTuneRow* row = symmTuneFindRow(in->table, in);
   const enum symmAlgo pick = symmTuneRowPick(row, in->bytes, avail);
   logOnce(in, pick, row == NULL ? "no row: forward" : in->table ? "tuning file or table" : "table");
@@ -174,6 +189,10 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
   const int noSm = (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) != 0;
   const int multimemOk =
       (in->multicastReady && symmTunerMultimemRequested()) || symmParamMultimemEmulate() == 1;
+  /* NCCL_CTA_POLICY_ZERO: the copy-engine all-gather runs every size through staging. */
+  struct symmTuneInput gather = *in;
+  gather.coll = SYMM_COLL_ALLGATHER;
+  if (copyEngineForPolicyZero(&gather)) return SIZE_MAX;
   for (int c = 0; c < SYMM_NCOLLS; c++) {
     /* A forced algorithm may run any size. */
     const int forced = symmAlgoParse(overrideText((enum symmColl)c));

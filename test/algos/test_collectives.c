@@ -5,7 +5,9 @@
  * graph replays with the input rewritten after capture, and a soak mixing all three collectives.
  * References are computed on the host: all-gather bit for bit, reduce-scatter with the
  * rank-order arithmetic of the all-reduce reference (ar_helpers.cu), also bit for bit. Then the
- * same sweeps and replays on buffers in registered windows (push and pull run zero copy).
+ * same sweeps and replays on buffers in registered windows (push, the copy engine and pull run
+ * zero copy). All-gather algorithms: lamport, push, ce (copy engines and stream memory
+ * operations, also in many rounds per call), multimem (emulated).
  *   test_collectives RANKS [--quick] [--soak CALLS] [--seed S] */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
@@ -268,8 +270,8 @@ static void avgOverflow(struct rank* r) {
 }
 
 /* Inputs and outputs in registered symmetric windows (ncclMemAlloc + ncclCommWindowRegister):
- * all-gather push stores into peers' outputs and reduce-scatter pull reads peers' inputs in
- * place. The same sweeps (in place included) and graph replays, and every launch of ours in
+ * all-gather push and the copy engine store into peers' outputs and reduce-scatter pull reads
+ * peers' inputs in place. The same sweeps (in place included) and graph replays, and every launch of ours in
  * this phase must have run zero copy. */
 static void registeredTest(struct rank* r) {
   char *plainSend = r->send, *plainRecv = r->recv;
@@ -286,8 +288,10 @@ static void registeredTest(struct rank* r) {
   r->recv = recv;
   const uint64_t launches = ours(r->comm), zeroCopy = oursZeroCopy(r->comm);
   sweep(r, 0, "push");
+  sweep(r, 0, "ce");
   sweep(r, 1, "pull");
   graphTest(r, 0, "push");
+  graphTest(r, 0, "ce");
   graphTest(r, 1, "pull");
   TCHECK(ours(r->comm) - launches > 0);
   TCHECK_EQ_INT((int)(oursZeroCopy(r->comm) - zeroCopy), (int)(ours(r->comm) - launches));
@@ -312,12 +316,17 @@ static void* rankMain(void* arg) {
   r->hostOut = malloc(MAX_BYTES);
   r->ref = malloc(MAX_BYTES);
   for (int q = 0; q < nranks; q++) r->peerIn[q] = malloc(MAX_BYTES);
-  static const char* const agAlgos[] = {"lamport", "push", "multimem"};
+  static const char* const agAlgos[] = {"lamport", "push", "ce", "multimem"};
   static const char* const rsAlgos[] = {"lamport", "pull", "multimem"};
-  for (int a = 0; a < 3; a++) sweep(r, 0, agAlgos[a]);
+  for (int a = 0; a < 4; a++) sweep(r, 0, agAlgos[a]);
   for (int a = 0; a < 3; a++) sweep(r, 1, rsAlgos[a]);
-  for (int a = 0; a < 3; a++) graphTest(r, 0, agAlgos[a]);
+  for (int a = 0; a < 4; a++) graphTest(r, 0, agAlgos[a]);
   for (int a = 0; a < 3; a++) graphTest(r, 1, rsAlgos[a]);
+  /* The copy engine in many rounds per call (an odd round size, rounded to whole elements). */
+  setAlgo(r, "SYMMCOLL_CE_ROUND_BYTES", "4100");
+  sweep(r, 0, "ce");
+  graphTest(r, 0, "ce");
+  setAlgo(r, "SYMMCOLL_CE_ROUND_BYTES", "0");
   registeredTest(r);
   setAlgo(r, "SYMMCOLL_MULTIMEM_EMULATE", "0");
   avgOverflow(r);
@@ -365,7 +374,7 @@ int main(int argc, char** argv) {
   if (f == NULL) return 2;
   fprintf(f, "symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n"
              "allreduce lamport<=1K oneshot<=4K twoshot<=inf\n"
-             "allgather lamport<=8K push<=inf\nreducescatter lamport<=8K pull<=inf\n");
+             "allgather lamport<=8K ce<=32K push<=inf\nreducescatter lamport<=8K pull<=inf\n");
   fclose(f);
   setenv("SYMMCOLL_TUNING_FILE", path, 1);
   TCHECK_EQ_INT(ncclGetUniqueId(&uid), ncclSuccess);

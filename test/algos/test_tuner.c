@@ -121,8 +121,14 @@ static void testCtaPolicy(void) {
       const unsigned avail = symmTunerAvailable(&in);
       CHECK_EQ_INT(avail & ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE)), 0);
       if (c != SYMM_COLL_ALLGATHER) CHECK_EQ_INT(avail, B(SYMM_ALGO_NCCL));
+      /* The copy engine takes every all-gather on NVLink (or one GPU), nothing on PCIe. */
       const enum symmAlgo pick = symmTunerPick(&in);
-      CHECK(pick == SYMM_ALGO_NCCL || pick == SYMM_ALGO_COPYENGINE);
+      CHECK_EQ_INT(pick, c == SYMM_COLL_ALLGATHER ? SYMM_ALGO_COPYENGINE : SYMM_ALGO_NCCL);
+      struct symmTuneInput pcie = in;
+      pcie.link = SYMM_LINK_PCIE;
+      CHECK_EQ_INT(symmTunerPick(&pcie), SYMM_ALGO_NCCL);
+      pcie.link = SYMM_LINK_SAME_GPU;
+      CHECK_EQ_INT(symmTunerPick(&pcie), pick);
       /* Efficiency changes grids, not the choice. */
       in.ctaPolicy = NCCL_CTA_POLICY_EFFICIENCY;
       struct symmTuneInput plain = in;
@@ -409,7 +415,9 @@ static void testLargestStaged(void) {
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   tunerCleanEnv();
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 0);
-  in.ctaPolicy = NCCL_CTA_POLICY_ZERO; /* no row names the copy engine */
+  in.ctaPolicy = NCCL_CTA_POLICY_ZERO; /* the copy-engine all-gather runs any size */
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), SIZE_MAX);
+  in.link = SYMM_LINK_PCIE; /* which forwards there */
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   in.link = SYMM_LINK_SAME_GPU;
   in.ctaPolicy = 0;

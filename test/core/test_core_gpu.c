@@ -4,8 +4,8 @@
  * eager calls and graph replays, abort from a watchdog thread, groups, non-blocking
  * communicators, an agreed knob that differs, and a mixed soak. Exits 77 without a GPU.
  *   test_core_gpu late N DELAY_MS | fault N | streams N ITERS | abort N CYCLES | group N |
- *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | cta-efficiency N |
- *                 max-ctas N */
+ *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | ce-abort N |
+ *                 cta-efficiency N | max-ctas N */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -91,6 +91,18 @@ static int wrongSum(struct rank* r, const float* dev, size_t count, int salt, cu
 
 static ncclResult_t allReduce(struct rank* r, const float* in, float* out, size_t count, cudaStream_t s) {
   return ncclAllReduce(in, out, count, ncclFloat32, ncclSum, r->comm, s);
+}
+
+/* One all-gather of `each` floats per rank on stream s, checked (stream synchronized). */
+static void checkedAllGather(struct rank* r, size_t each, int salt, cudaStream_t s) {
+  fill(r, r->in, each, salt, s);
+  TCHECK_EQ_INT(ncclAllGather(r->in, r->out, each, ncclFloat32, r->comm, s), ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(r->host, r->out, each * (size_t)nranks * sizeof(float), cudaMemcpyDeviceToHost));
+  int wrong = 0;
+  for (int q = 0; q < nranks; q++)
+    for (size_t i = 0; i < each; i++) wrong += r->host[(size_t)q * each + i] != pattern(q, i, salt);
+  TCHECK_EQ_INT(wrong, 0);
 }
 
 /* One checked all-reduce on stream s1. */
@@ -319,10 +331,47 @@ static void nonBlockingRank(struct rank* r) {
 /* ---- ncclConfig_t: CTA policy and grid bounds ------------------------------------------- */
 static void ctaRank(struct rank* r) {
   for (int k = 0; k < 10; k++) checkedAllReduce(r, 256u << (k % 4), k);
-  /* NCCL_CTA_POLICY_ZERO: no SM kernel of ours (no copy-engine all-reduce): every call forwards;
+  /* NCCL_CTA_POLICY_ZERO: no SM kernel of ours (there is no copy-engine all-reduce): every
+   * all-reduce forwards, and every all-gather, whatever its size, runs on the copy engines;
    * otherwise ours, within the grid bounds. */
-  if (ctaPolicy & NCCL_CTA_POLICY_ZERO) TCHECK_EQ_INT(ours(r->comm), 0);
-  else TCHECK_EQ_INT(ours(r->comm), 10);
+  if (ctaPolicy & NCCL_CTA_POLICY_ZERO) {
+    TCHECK_EQ_INT(ours(r->comm), 0);
+    static const size_t each[10] = {1, 3, 17, 255, 1000, 4099, 16384, 32771, 65537, 100000};
+    for (int k = 0; k < 10; k++) checkedAllGather(r, each[k], k, r->s1);
+    TCHECK_EQ_INT(ours(r->comm), 10);
+  } else {
+    TCHECK_EQ_INT(ours(r->comm), 10);
+  }
+}
+
+/* ---- abort while copy-engine all-gathers wait for a rank that never calls -------------------
+ * Stream waits cannot watch the abort flag: ncclCommAbort must release them (every rank's
+ * stream drains within 2 s), and a new communicator works afterwards. */
+static void ceAbortRank(struct rank* r) {
+  checkedAllGather(r, 4096, 1, r->s1);
+  TCHECK_EQ_INT(ours(r->comm), 1);
+  pthread_barrier_wait(&barrier);
+  const int caller = r->rank != nranks - 1;
+  if (caller)
+    for (int k = 0; k < 3; k++)
+      TCHECK_EQ_INT(ncclAllGather(r->in, r->out, (size_t)1 << 16, ncclFloat32, r->comm, r->s1),
+                    ncclSuccess);
+  sleepMs(300);
+  if (caller) TCHECK_EQ_INT(cudaStreamQuery(r->s1), cudaErrorNotReady); /* stalled in a wait */
+  (void)cudaGetLastError();
+  pthread_barrier_wait(&barrier);
+  const double t0 = nowMs();
+  TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
+  r->comm = NULL;
+  cudaError_t e = cudaErrorNotReady;
+  while (e == cudaErrorNotReady && nowMs() - t0 < 3000) {
+    e = cudaStreamQuery(r->s1);
+    if (e == cudaErrorNotReady) sleepMs(1);
+  }
+  const double ms = nowMs() - t0;
+  TCHECK_EQ_INT(e, cudaSuccess);
+  TCHECK(ms < 2000);
+  if (r->rank == 0) printf("ce-abort: streams drained %.1f ms after ncclCommAbort\n", ms);
 }
 
 /* ---- an agreed knob differs (SYMMCOLL_TEST_KNOB_SKEW_RANK): every rank forwards, right ---- */
@@ -356,17 +405,9 @@ static void soakRank(struct rank* r) {
         TCHECK_EQ_INT(wrong, 0);
         break;
       }
-      default: { /* all-gather (ours once its kernels exist, forwarded until then) */
-        const size_t each = count / (size_t)nranks > 0 ? count / (size_t)nranks : 1;
-        TCHECK_EQ_INT(ncclAllGather(r->in, r->out, each, ncclFloat32, r->comm, s), ncclSuccess);
-        CUDA_OK(cudaStreamSynchronize(s));
-        CUDA_OK(cudaMemcpy(r->host, r->out, each * (size_t)nranks * sizeof(float), cudaMemcpyDeviceToHost));
-        int wrong = 0;
-        for (int q = 0; q < nranks; q++)
-          for (size_t i = 0; i < each; i++) wrong += r->host[(size_t)q * each + i] != pattern(q, i, salt);
-        TCHECK_EQ_INT(wrong, 0);
+      default: /* all-gather: ours (the table's Lamport) or forwarded, by size */
+        checkedAllGather(r, count / (size_t)nranks > 0 ? count / (size_t)nranks : 1, salt, s);
         break;
-      }
     }
   }
   TCHECK(ours(r->comm) > 0);
@@ -468,8 +509,8 @@ int main(int argc, char** argv) {
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
-    fprintf(stderr, "usage: test_core_gpu late|fault|streams|abort|group|nonblocking|mismatch|soak "
-            "N [number]\n");
+    fprintf(stderr, "usage: test_core_gpu late|fault|streams|abort|group|nonblocking|mismatch|soak|"
+            "cta-zero|ce-abort|cta-efficiency|max-ctas N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -496,6 +537,10 @@ int main(int argc, char** argv) {
   else if (!strcmp(mode, "cta-zero")) {
     ctaPolicy = NCCL_CTA_POLICY_ZERO;
     runWorld(ctaRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "ce-abort")) {
+    ctaPolicy = NCCL_CTA_POLICY_ZERO;
+    runWorld(ceAbortRank, 0, NULL, NULL);
+    runWorld(ctaRank, 0, NULL, NULL); /* a new communicator works */
   } else if (!strcmp(mode, "cta-efficiency")) {
     ctaPolicy = NCCL_CTA_POLICY_EFFICIENCY;
     runWorld(ctaRank, 0, NULL, NULL);

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The copy-engine all-gather: the copy engines move the data (cudaMemcpyAsync through peer
+ * mappings) and barriers are stream memory operations, so no SM kernel of ours runs (what a
+ * communicator with NCCL_CTA_POLICY_ZERO asks for). The design and the argument that its resets
+ * cannot race are in README.md ("Copy-engine all-gather").
+ *
+ * Barrier of kind K (arrive, ready, exit), rank r: copy the constant 1 (localState word 4) into
+ * word (K, r) of every peer's pad; wait until our word (K, q) is 1 for every peer q; reset each
+ * to 0. Values are constants, so a captured graph replays them as they are. */
+#include "copyengine.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "../transport/cudriver.h"
+#include "checks.h"
+#include "debug.h"
+#include "param.h"
+
+SYMMCOLL_PARAM_FULL(CeRoundBytes, "CE_ROUND_BYTES", 0, 0, INT64_MAX, SYMM_PARAM_AGREED,
+                    "copy-engine all-gather: most bytes of one rank's share per round (0: what "
+                    "staging holds)")
+
+/* localState word holding the constant 1 that barriers copy to peers (words 0-3: epochs). */
+#define CE_ONE_WORD 4
+
+static CUdeviceptr ceWord(const struct symmPeers* peers, int rank, enum symmCeWord kind, int writer) {
+  return (CUdeviceptr)(uintptr_t)(peers->signals[rank] + symmPadCeWord(kind, writer));
+}
+
+/* Arrive at barrier `kind` on every peer, then wait for every peer's arrival and reset. */
+static ncclResult_t ceBarrier(const struct symmPeers* peers, enum symmCeWord kind,
+                              cudaStream_t stream) {
+  const int me = peers->rank, n = peers->nranks;
+  const uint32_t* one = (const uint32_t*)(peers->localState + CE_ONE_WORD);
+  for (int q = 0; q < n; q++) {
+    if (q == me) continue;
+    /* Stream order: every copy before this one has completed, so its data is in place before
+     * the peer can see the flag. */
+    CUDACHECK(cudaMemcpyAsync((void*)(uintptr_t)ceWord(peers, q, kind, me), one, sizeof(*one),
+                              cudaMemcpyDeviceToDevice, stream));
+  }
+  CUstreamBatchMemOpParams ops[2 * SYMM_MAX_RANKS];
+  unsigned count = 0;
+  memset(ops, 0, sizeof(ops));
+  for (int q = 0; q < n; q++) {
+    if (q == me) continue;
+    ops[count].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[count].waitValue.address = ceWord(peers, me, kind, q);
+    ops[count].waitValue.value = 1;
+    ops[count].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    count++;
+  }
+  /* After every wait (a batch runs in order): a peer writes this word again only after a
+   * barrier of another kind, which needs our arrival there, issued after this reset. */
+  for (int q = 0; q < n; q++) {
+    if (q == me) continue;
+    ops[count].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[count].writeValue.address = ceWord(peers, me, kind, q);
+    ops[count].writeValue.value = 0;
+    ops[count].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    count++;
+  }
+  /* CU_CALL, not CUCHECK: a nested macro would expand the name to its _v2 spelling. */
+  if (CU_CALL(SYMM_LOG_WARN, cuStreamBatchMemOp, ((CUstream)stream, count, ops, 0)) != CUDA_SUCCESS)
+    return ncclUnhandledCudaError;
+  return ncclSuccess;
+}
+
+static ncclResult_t copyAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0 || dst == src) return ncclSuccess;
+  CUDACHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  return ncclSuccess;
+}
+
+ncclResult_t symmCopyEngineAllGather(const struct symmLaunch* call, const struct symmPeers* peers,
+                                     size_t stagingArea, cudaStream_t stream) {
+  const int me = peers->rank, n = peers->nranks;
+  const size_t esize = symmTypeSize(call->datatype);
+  const size_t share = call->count * esize; /* bytes of one rank's part */
+  const char* send = call->sendbuff;
+  char* recv = call->recvbuff;
+  NCCLCHECK(symmCuLoad());
+  if (CU_CALL(SYMM_LOG_WARN, cuStreamWriteValue32,
+              ((CUstream)stream, (CUdeviceptr)(uintptr_t)(peers->localState + CE_ONE_WORD), 1,
+               CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)
+    return ncclUnhandledCudaError;
+  /* Arrive: every rank's stream has reached this call, so every earlier kernel or copy of ours
+   * on any rank is done with staging, and every rank's output is free to write. */
+  NCCLCHECK(ceBarrier(peers, SYMM_CE_ARRIVE, stream));
+  if (call->windowPeers != NULL) {
+    /* Zero copy: our part straight into slot `me` of every rank's registered output (ours is
+     * recvbuff itself; in place it already holds the input). Exit: every part has landed
+     * everywhere and nobody writes ours any more. */
+    for (int q = 0; q < n; q++) {
+      char* dst = q == me ? recv + (size_t)me * share
+                          : (char*)call->windowPeers[q] + (size_t)me * share;
+      NCCLCHECK(copyAsync(dst, send, share, stream));
+    }
+    return ceBarrier(peers, SYMM_CE_EXIT, stream);
+  }
+  /* Staged: both staging halves as one area of n slots (the same on every rank: staging sizes
+   * are agreed), in rounds of at most one slot per rank. */
+  NCCLCHECK(copyAsync(recv + (size_t)me * share, send, share, stream));
+  const size_t slot = (stagingArea / (size_t)n) & ~(size_t)15;
+  size_t round = slot / esize * esize;
+  const int64_t cap = symmParamCeRoundBytes();
+  if (cap > 0 && (size_t)cap < round) round = (size_t)cap / esize * esize;
+  if (round == 0) round = esize;
+  for (size_t done = 0; done < share; done += round) {
+    const size_t bytes = share - done < round ? share - done : round;
+    for (int q = 0; q < n; q++)
+      if (q != me)
+        NCCLCHECK(copyAsync((char*)peers->buffers[q] + (size_t)me * slot, send + done, bytes, stream));
+    NCCLCHECK(ceBarrier(peers, SYMM_CE_READY, stream));
+    for (int q = 0; q < n; q++)
+      if (q != me)
+        NCCLCHECK(copyAsync(recv + (size_t)q * share + done,
+                            (const char*)peers->buffers[me] + (size_t)q * slot, bytes, stream));
+    /* Exit: every rank has copied its slots out before anybody's next round or call writes
+     * staging again. */
+    NCCLCHECK(ceBarrier(peers, SYMM_CE_EXIT, stream));
+  }
+  return ncclSuccess;
+}
+
+void symmCopyEngineRelease(const struct symmPeers* peers, cudaStream_t stream) {
+  if (symmCuLoad() != ncclSuccess) return;
+  /* From a thread that may be capturing: private-stream work must not break its capture. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  CUstreamBatchMemOpParams ops[SYMM_CE_KINDS * SYMM_MAX_RANKS];
+  unsigned count = 0;
+  memset(ops, 0, sizeof(ops));
+  for (int k = 0; k < SYMM_CE_KINDS; k++)
+    for (int q = 0; q < peers->nranks; q++) {
+      ops[count].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+      ops[count].writeValue.address = ceWord(peers, peers->rank, (enum symmCeWord)k, q);
+      ops[count].writeValue.value = 1;
+      ops[count].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+      count++;
+    }
+  (void)CU_CALL(SYMM_LOG_INFO, cuStreamBatchMemOp, ((CUstream)stream, count, ops, 0));
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+}
