@@ -3,10 +3,11 @@
  * one bare kernel launch. Ranks are threads on one GPU (run it with SYMMCOLL_NCCL_LIB naming the
  * test bootstrap's libnccl.so.2); each rank times its own calls, one by one, and reports the
  * median of --calls calls. The stream is synchronized every --sync calls so the GPU never backs
- * up. With --turns 1 the ranks take turns (a host-side token passed after each call), so no
- * two threads are inside the CUDA driver at once: each call then costs what it would cost a
- * process that drives its own GPU, which is what the bare launch is compared with. Uses only
- * NCCL's public API, so it runs against any libsymmcoll (or NCCL itself). */
+ * up. With --turns K the ranks take turns, K calls each (a host-side token passed after every
+ * K calls), so no two threads are inside the CUDA driver at once; with K = --sync each rank
+ * issues runs of calls back to back, as a process that drives its own GPU does, which is what
+ * the bare launch (one thread, back to back) is compared with. Uses only NCCL's public API, so
+ * it runs against any libsymmcoll (or NCCL itself). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -35,7 +36,7 @@
   } while (0)
 
 static int nranks = 2, calls = 10000, syncEvery = 100, warmup = 500, turns = 0;
-static int turn; /* --turns: the rank whose call is next (atomic) */
+static int turn; /* --turns: the rank whose calls are next (atomic) */
 static size_t bytes = 1024;
 static ncclUniqueId uid;
 static pthread_barrier_t barrier;
@@ -85,12 +86,12 @@ static void* rankMain(void* arg) {
   double* t = malloc(sizeof(double) * (size_t)calls);
   if (t == NULL) exit(1);
   for (int i = 0; i < calls; i++) {
-    if (turns)
+    if (turns && i % turns == 0)
       while (__atomic_load_n(&turn, __ATOMIC_ACQUIRE) != rank) continue;
     const double t0 = nowUs();
     NK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream));
     t[i] = nowUs() - t0;
-    if (turns) __atomic_store_n(&turn, (rank + 1) % nranks, __ATOMIC_RELEASE);
+    if (turns && (i + 1) % turns == 0) __atomic_store_n(&turn, (rank + 1) % nranks, __ATOMIC_RELEASE);
     if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(stream));
   }
   CK(cudaStreamSynchronize(stream));
@@ -171,14 +172,17 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--calls")) calls = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--sync")) syncEvery = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--bytes")) bytes = (size_t)atol(argv[i + 1]);
-    else if (!strcmp(argv[i], "--turns")) turns = atoi(argv[i + 1]) != 0;
+    else if (!strcmp(argv[i], "--turns")) turns = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "usage: host_path [--ranks 2] [--calls 10000] [--sync 100] [--bytes 1024] "
-              "[--turns 0|1]\n");
+              "[--turns K]\n");
       return 2;
     }
   }
-  if (nranks < 1 || nranks > 8 || calls < 10 || syncEvery < 1 || bytes < sizeof(float)) return 2;
+  /* Turns: every rank's stream is synchronized only after its peers had their turn. */
+  if (nranks < 1 || nranks > 8 || calls < 10 || syncEvery < 1 || bytes < sizeof(float) ||
+      turns < 0 || (turns > 0 && syncEvery % turns != 0))
+    return 2;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     fprintf(stderr, "host_path: no GPU\n");
@@ -202,8 +206,8 @@ int main(int argc, char** argv) {
   int version = 0;
   (void)ncclGetVersion(&version);
   printf("host_path: %d ranks on one GPU, %zu-byte float sum, %d calls per rank, sync every %d, "
-         "%s (NCCL version %d)\n", nranks, bytes, calls, syncEvery,
-         turns ? "ranks taking turns" : "ranks calling at once", version);
+         "ranks %s %d (NCCL version %d)\n", nranks, bytes, calls, syncEvery,
+         turns ? "taking turns of" : "calling at once", turns, version);
   printf("  bare cuLaunchKernel: %.3f us (328-byte argument), %.3f us (4-byte)\n", bareBig, bareSmall);
   double worst = 0;
   for (int r = 0; r < nranks; r++) {

@@ -4,7 +4,8 @@
  * communicator with NCCL_CTA_POLICY_ZERO asks for). The design and the argument that its resets
  * cannot race are in README.md ("Copy-engine all-gather").
  *
- * Barrier of kind K (arrive, ready, exit), rank r: copy the constant 1 (localState word 4) into
+ * Barrier of kind K (arrive, ready, exit), rank r: copy the constant 1 (our pad's word
+ * SYMM_PAD_CE_ONE) into
  * word (K, r) of every peer's pad; wait until our word (K, q) is 1 for every peer q; reset each
  * to 0. Values are constants, so a captured graph replays them as they are. */
 #include "copyengine.h"
@@ -21,9 +22,6 @@ SYMMCOLL_PARAM_FULL(CeRoundBytes, "CE_ROUND_BYTES", 0, 0, INT64_MAX, SYMM_PARAM_
                     "copy-engine all-gather: most bytes of one rank's share per round (0: what "
                     "staging holds)")
 
-/* localState word holding the constant 1 that barriers copy to peers (words 0-3: epochs). */
-#define CE_ONE_WORD 4
-
 static CUdeviceptr ceWord(const struct symmPeers* peers, int rank, enum symmCeWord kind, int writer) {
   return (CUdeviceptr)(uintptr_t)(peers->signals[rank] + symmPadCeWord(kind, writer));
 }
@@ -32,7 +30,7 @@ static CUdeviceptr ceWord(const struct symmPeers* peers, int rank, enum symmCeWo
 static ncclResult_t ceBarrier(const struct symmPeers* peers, enum symmCeWord kind,
                               cudaStream_t stream) {
   const int me = peers->rank, n = peers->nranks;
-  const uint32_t* one = (const uint32_t*)(peers->localState + CE_ONE_WORD);
+  const uint32_t* one = (const uint32_t*)(peers->signals[me] + SYMM_PAD_CE_ONE);
   for (int q = 0; q < n; q++) {
     if (q == me) continue;
     /* Stream order: every copy before this one has completed, so its data is in place before
@@ -81,8 +79,10 @@ ncclResult_t symmCopyEngineAllGather(const struct symmLaunch* call, const struct
   const char* send = call->sendbuff;
   char* recv = call->recvbuff;
   NCCLCHECK(symmCuLoad());
+  /* The constant lives in the pad: stream memory operations refuse stream-ordered pool memory
+   * (localState), while the pad is plain VMM memory as NCCL's own flags are. */
   if (CU_CALL(SYMM_LOG_WARN, cuStreamWriteValue32,
-              ((CUstream)stream, (CUdeviceptr)(uintptr_t)(peers->localState + CE_ONE_WORD), 1,
+              ((CUstream)stream, (CUdeviceptr)(uintptr_t)(peers->signals[me] + SYMM_PAD_CE_ONE), 1,
                CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)
     return ncclUnhandledCudaError;
   /* Arrive: every rank's stream has reached this call, so every earlier kernel or copy of ours

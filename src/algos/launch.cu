@@ -204,8 +204,7 @@ extern "C" size_t symmAlgosStagingBytes(int nranks, size_t largestMessage) {
 
 extern "C" size_t symmAlgosPadBytes(void) { return symm::kPadBytes; }
 
-/* Words 0-3: epoch, ticket, the two Lamport refresh cursors; word 4: the copy-engine
- * all-gather's constant 1 (copyengine.c); the userRegTable
+/* Words 0-3: epoch, ticket, the two Lamport refresh cursors; the userRegTable
  * (src/transport/userreg.c) sits at 4 KiB. */
 extern "C" size_t symmAlgosLocalStateBytes(void) { return (size_t)64 << 10; }
 

@@ -51,8 +51,8 @@ struct KernelArgs {
  * purpose's rows belong to the copy-engine all-gather (stream memory operations, no kernel). */
 enum { kSigStart = 0, kSigMid = 1, kSigCopyEngine = 2 };
 
-/* Pad layout (64-bit words): [0] failure word, [1..7] unused, then the signal words, then one
- * input descriptor per (block, writer). */
+/* Pad layout (64-bit words): [0] failure word, [1] the copy-engine barriers' constant 1,
+ * [2..7] unused, then the signal words, then one input descriptor per (block, writer). */
 constexpr int kPadSignalBase = 8;
 constexpr int kPadPurposes = 3;
 constexpr int kPadSignalWords = kPadPurposes * SYMM_MAX_BLOCKS * SYMM_MAX_RANKS;
