@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GPU tests of our all-gather and reduce-scatter kernels through ncclAllGather/ncclReduceScatter,
  * ranks as threads on one GPU through the test bootstrap (SYMMCOLL_NCCL_LIB names it): every
- * algorithm x datatype x op x size (0, 1, primes, odd, powers of two) x in place or not, CUDA
+ * algorithm x datatype x op x size (0, 1, primes, odd, powers of two; full runs also whole 64 MiB
+ * buffers and a million-element odd count) x in place or not, CUDA
  * graph replays with the input rewritten after capture, and a soak mixing all three collectives.
  * References are computed on the host: all-gather bit for bit, reduce-scatter with the
  * rank-order arithmetic of the all-reduce reference (ar_helpers.cu), also bit for bit. Then the
@@ -42,13 +43,16 @@ static pthread_barrier_t barrier;
 /* Largest count per rank (elements) any case uses, and the buffers' size. */
 #define MAX_COUNT ((size_t)1 << 18)
 #define MAX_BYTES (MAX_COUNT * 8 * 8) /* 8-byte elements, up to 8 ranks' worth */
+/* Full runs also move whole buffers of 64 MiB (several staging chunks or rounds per call). */
+#define LARGE_BYTES ((size_t)64 << 20)
+static size_t bufBytes = MAX_BYTES; /* every buffer's size: LARGE_BYTES in full runs */
 
 struct rank {
   int rank;
   ncclComm_t comm;
   cudaStream_t stream;
-  char *send, *recv;           /* device, MAX_BYTES each */
-  char *hostIn, *hostOut, *ref; /* host, MAX_BYTES each */
+  char *send, *recv;           /* device, bufBytes each */
+  char *hostIn, *hostOut, *ref; /* host, bufBytes each */
   char* peerIn[8];             /* host: every rank's input (regenerated here) */
 };
 
@@ -81,8 +85,8 @@ static void runCase(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op,
   for (int q = 0; q < nranks; q++)
     arFillInput(dt, op, nranks, q, seed, 0, r->peerIn[q], inCount);
   /* Inputs where the call reads them; outputs poisoned. */
-  CUDA_OK(cudaMemsetAsync(r->recv, 0xff, MAX_BYTES, r->stream));
-  CUDA_OK(cudaMemsetAsync(r->send, 0xee, MAX_BYTES, r->stream));
+  CUDA_OK(cudaMemsetAsync(r->recv, 0xff, bufBytes, r->stream));
+  CUDA_OK(cudaMemsetAsync(r->send, 0xee, bufBytes, r->stream));
   char* in = coll == 0 && inPlace ? r->recv + (size_t)r->rank * count * es : r->send;
   char* out = coll == 1 && inPlace ? r->send + (size_t)r->rank * count * es : r->recv;
   CUDA_OK(cudaMemcpyAsync(in, r->peerIn[r->rank], inCount * es, cudaMemcpyHostToDevice, r->stream));
@@ -143,6 +147,23 @@ static void sweep(struct rank* r, int coll, const char* algo) {
       }
     }
   }
+}
+
+/* Whole buffers of 64 MiB (a power of two of bytes, several staging chunks, rounds or one
+ * zero-copy launch) and an odd million elements per rank, fp32 sum and bf16 (avg for
+ * reduce-scatter), in place and not. Full runs only. */
+static void largeSweep(struct rank* r, int coll, const char* algo) {
+  if (quick) return;
+  useAlgo(r, coll, algo);
+  const size_t counts[2] = {LARGE_BYTES / 4 / (size_t)nranks, 1000003};
+  uint64_t seed = seed0 + 424242u + (uint64_t)coll;
+  for (int k = 0; k < 2; k++)
+    for (int t = 0; t < 2; t++) {
+      const ncclDataType_t dt = t == 0 ? ncclFloat32 : ncclBfloat16;
+      const ncclRedOp_t op = t == 0 || coll == 0 ? ncclSum : ncclAvg;
+      for (int inPlace = 0; inPlace < 2; inPlace++)
+        runCase(r, coll, dt, op, counts[k], inPlace, seed++, 1, algo);
+    }
 }
 
 /* A graph of our calls, replayed with new input written between replays: each replay reads the
@@ -277,12 +298,12 @@ static void registeredTest(struct rank* r) {
   char *plainSend = r->send, *plainRecv = r->recv;
   void *send = NULL, *recv = NULL;
   ncclWindow_t sendWin = NULL, recvWin = NULL;
-  TCHECK_EQ_INT(ncclMemAlloc(&send, MAX_BYTES), ncclSuccess);
-  TCHECK_EQ_INT(ncclMemAlloc(&recv, MAX_BYTES), ncclSuccess);
+  TCHECK_EQ_INT(ncclMemAlloc(&send, bufBytes), ncclSuccess);
+  TCHECK_EQ_INT(ncclMemAlloc(&recv, bufBytes), ncclSuccess);
   if (send == NULL || recv == NULL) return;
-  TCHECK_EQ_INT(ncclCommWindowRegister(r->comm, send, MAX_BYTES, &sendWin, NCCL_WIN_COLL_SYMMETRIC),
+  TCHECK_EQ_INT(ncclCommWindowRegister(r->comm, send, bufBytes, &sendWin, NCCL_WIN_COLL_SYMMETRIC),
                 ncclSuccess);
-  TCHECK_EQ_INT(ncclCommWindowRegister(r->comm, recv, MAX_BYTES, &recvWin, NCCL_WIN_COLL_SYMMETRIC),
+  TCHECK_EQ_INT(ncclCommWindowRegister(r->comm, recv, bufBytes, &recvWin, NCCL_WIN_COLL_SYMMETRIC),
                 ncclSuccess);
   r->send = send;
   r->recv = recv;
@@ -290,6 +311,9 @@ static void registeredTest(struct rank* r) {
   sweep(r, 0, "push");
   sweep(r, 0, "ce");
   sweep(r, 1, "pull");
+  largeSweep(r, 0, "push");
+  largeSweep(r, 0, "ce");
+  largeSweep(r, 1, "pull");
   graphTest(r, 0, "push");
   graphTest(r, 0, "ce");
   graphTest(r, 1, "pull");
@@ -310,16 +334,18 @@ static void* rankMain(void* arg) {
   CUDA_OK(arLoadKernels());
   TCHECK_EQ_INT(ncclCommInitRank(&r->comm, nranks, uid, r->rank), ncclSuccess);
   CUDA_OK(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
-  CUDA_OK(cudaMalloc((void**)&r->send, MAX_BYTES));
-  CUDA_OK(cudaMalloc((void**)&r->recv, MAX_BYTES));
-  r->hostIn = malloc(MAX_BYTES);
-  r->hostOut = malloc(MAX_BYTES);
-  r->ref = malloc(MAX_BYTES);
-  for (int q = 0; q < nranks; q++) r->peerIn[q] = malloc(MAX_BYTES);
+  CUDA_OK(cudaMalloc((void**)&r->send, bufBytes));
+  CUDA_OK(cudaMalloc((void**)&r->recv, bufBytes));
+  r->hostIn = malloc(bufBytes);
+  r->hostOut = malloc(bufBytes);
+  r->ref = malloc(bufBytes);
+  for (int q = 0; q < nranks; q++) r->peerIn[q] = malloc(bufBytes);
   static const char* const agAlgos[] = {"lamport", "push", "ce", "multimem"};
   static const char* const rsAlgos[] = {"lamport", "pull", "multimem"};
   for (int a = 0; a < 4; a++) sweep(r, 0, agAlgos[a]);
   for (int a = 0; a < 3; a++) sweep(r, 1, rsAlgos[a]);
+  for (int a = 1; a < 4; a++) largeSweep(r, 0, agAlgos[a]);
+  for (int a = 1; a < 3; a++) largeSweep(r, 1, rsAlgos[a]);
   for (int a = 0; a < 4; a++) graphTest(r, 0, agAlgos[a]);
   for (int a = 0; a < 3; a++) graphTest(r, 1, rsAlgos[a]);
   /* The copy engine in many rounds per call (an odd round size, rounded to whole elements). */
@@ -358,6 +384,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--soak") && i + 1 < argc) soakCalls = atol(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed0 = strtoull(argv[++i], NULL, 0);
   }
+  if (!quick) bufBytes = LARGE_BYTES;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     printf("test_collectives: no GPU, skipped\n");
     return TEST_SKIP_CODE;
