@@ -4,6 +4,8 @@
 # path's tests, 3-8 ranks through the test bootstrap, all-gather and reduce-scatter, the 10^6-call
 # soaks, disassembly):
 #   test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]     (or source it and call run_gpu_suite)
+#   PART=repeats [REPEATS=10 CALLS=3000] test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]: the soak,
+#   REPEATS consecutive runs at each world size 2..8
 # One log per command in OUT_DIR, a summary table at the end.
 run_gpu_suite() {
   local TB=$B/test/transport T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
@@ -24,11 +26,13 @@ run_gpu_suite() {
     run core_fault_$n 60 env $CB $F SYMMCOLL_TEST_FAIL_RANK=1 SYMMCOLL_TEST_FAIL_CALL=3 $C fault $n
   done
   run core_streams_1e5 300 env $CB $F $C streams 2 100000
-  run core_abort_1000 600 env $CB $F $C abort 2 1000
+  run core_abort_1000 600 env $CB $F SYMM_BOOTSTRAP_SYNC=1 $C abort 2 1000
   run core_group 60 env $CB $F $C group 2
   run core_nonblocking 60 env $CB $F $C nonblocking 2
   run core_mismatch 60 env $CB $F SYMMCOLL_TEST_KNOB_SKEW_RANK=1 $C mismatch 2
   for m in cta-zero cta-efficiency max-ctas; do run core_$m 60 env $CB $F $C $m 2; done
+  run core_cta_zero_8 60 env $CB $F $C cta-zero 8
+  for n in 2 4 8; do run core_ce_abort_$n 60 env $CB $C ce-abort $n; done
   for n in 2 3 4 5 6 7 8; do run core_soak_$n 300 env $CB $C soak $n 20000; done
   # All-reduce kernels (test/algos, owned with the kernels).
   run ar_direct_2     150 $T --mode direct --ranks 2 --quick --replays 1000 --soak 20000 --max-mb 256
@@ -38,7 +42,7 @@ run_gpu_suite() {
   run ar_g2_r1000     150 $T --mode nccl --ranks 2 --quick --soak 20000 --replays 1000 --max-mb 64
   run ar_procs_r1000  150 $T --mode nccl --procs 2 --quick --soak 20000 --replays 1000 --max-mb 256
   run ar_threads_2    90  $T --mode nccl --threads --ranks 2 --quick --soak 5000 --replays 200 --max-mb 16
-  for n in 3 4 5 6 7 8; do run ar_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" $T --mode nccl --threads --ranks $n --quick --no-nccl-compare --soak 1000 --replays 50 --max-mb 4; done
+  for n in 3 4 5 6 7 8; do run ar_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" SYMM_BOOTSTRAP_SYNC=1 $T --mode nccl --threads --ranks $n --quick --no-nccl-compare --soak 1000 --replays 50 --max-mb 4; done
   run ar_soak_1e6     120 $T --mode nccl --procs 2 --quick --soak 1000000 --replays 0 --max-mb 1
   # All-gather and reduce-scatter: every algorithm (multimem emulated), type, op, size and
   # placement, graph replays, then the mixed soak of all three collectives (issue 14: 10^6 calls).
@@ -48,9 +52,20 @@ run_gpu_suite() {
   run disasm 300 python3 test/algos/test_disasm.py $B/src/libsymmcoll.so.0 $B/src/device-keep
 }
 
+# Consecutive runs of the mixed soak (ours and forwarded calls in flight together on two
+# streams, graphs of both) at every world size: REPEATS runs of CALLS calls each.
+run_soak_repeats() {
+  local C=$B/test/core/test_core_gpu n i
+  for n in 2 3 4 5 6 7 8; do
+    for i in $(seq 1 "${REPEATS:-10}"); do
+      run soak_${n}_run$i 120 env SYMMCOLL_NCCL_LIB="$BOOT" $C soak $n "${CALLS:-3000}"
+    done
+  done
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   # shellcheck source=test/device/common.sh
   source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
-  run_gpu_suite
+  if [ "${PART:-suite}" = repeats ]; then run_soak_repeats; else run_gpu_suite; fi
   print_rows
 fi
