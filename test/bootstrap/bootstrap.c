@@ -2,30 +2,34 @@
 /* A test-only stand-in for libnccl.so.2: ranks are threads of one process, several per GPU.
  *
  * Rendezvous: ranks of one communicator meet in a process-wide registry keyed by the unique id.
- * Collectives are stream-ordered, as NCCL's: a call with count > 0 enqueues its part on the
- * rank's stream and returns; a runner thread computes the operation once every rank's stream has
- * reached it (runner.c). Count-0 calls are a rendezvous on the host, with no stream work. Inside
- * ncclGroupStart/End, inits and collectives are queued and made at the outermost GroupEnd, so one
- * thread may drive several ranks. Runtime failures surface through ncclCommGetAsyncError. */
+ * Collectives: each rank posts its arguments to the k-th operation of its communicator; the rank
+ * that posts last runs the operation for everyone (inputs synchronized and read to the host,
+ * reduced there in rank order, written back with cudaMemcpyAsync on each rank's stream, which it
+ * then synchronizes), and the others wait for it. Inside ncclGroupStart/End, posts are queued and
+ * made at the outermost GroupEnd before anyone waits, so one thread may drive several ranks.
+ * Correctness over speed: every call is synchronous with the host; graph capture is refused. */
 #define _GNU_SOURCE
+#include <cuda_runtime.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
-#include "boot.h"
 #include "boot_types.h"
+#include "nccl_api.h"
 
-const char* const bootOpName[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
-                                  "Reduce"};
+#define BOOT_MAX_RANKS 64
 
-/* --- errors, waits ---------------------------------------------------------------------------- */
+/* --- errors ----------------------------------------------------------------------------------- */
 
 static __thread char lastError[256];
 
-void bootWarn(const char* fmt, ...) {
+static void bootWarn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bootWarn(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(lastError, sizeof(lastError), fmt, ap);
@@ -33,22 +37,68 @@ void bootWarn(const char* fmt, ...) {
   fprintf(stderr, "nccl-bootstrap: %s\n", lastError);
 }
 
+#define BOOT_CUDA(call, res, label)                                                         \
+  do {                                                                                      \
+    cudaError_t err_ = (call);                                                              \
+    if (err_ != cudaSuccess) {                                                              \
+      bootWarn("%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      (res) = ncclUnhandledCudaError;                                                       \
+      goto label;                                                                           \
+    }                                                                                       \
+  } while (0)
+
 /* Seconds a rank waits for its peers before giving up (a test that forgot a rank must not hang). */
-int bootWaitLimitSeconds(void) {
+static int waitLimitSeconds(void) {
   const char* s = getenv("SYMM_BOOTSTRAP_TIMEOUT");
   int v = s ? atoi(s) : 0;
   return v > 0 ? v : 300;
 }
 
-struct timespec bootDeadline(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += bootWaitLimitSeconds();
-  return ts;
-}
+/* --- worlds, communicators, operations ---------------------------------------------------------- */
 
-pthread_mutex_t bootLock = PTHREAD_MUTEX_INITIALIZER;
-pthread_cond_t bootCond;
+enum opKind { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE };
+static const char* const opKindName[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
+                                         "Reduce"};
+
+struct rankArgs {
+  const void* send;
+  void* recv;
+  cudaStream_t stream;
+  int dev;
+};
+
+struct bootOp {
+  uint64_t seq;
+  enum opKind kind;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t redOp;
+  int root;
+  int posted, finished; /* ranks that posted / that saw the result */
+  int state;            /* 0 collecting, 1 running, 2 done */
+  ncclResult_t result;
+  struct bootOp* next;
+  struct rankArgs args[];
+};
+
+struct bootWorld {
+  ncclUniqueId id;
+  int nranks, arrived, complete, aborted, refs;
+  int running; /* operations being run outside the lock (their ranks' buffers and streams in use) */
+  struct ncclComm* ranks[BOOT_MAX_RANKS];
+  struct bootOp* ops;
+  struct bootWorld* next; /* registry chain while collecting ranks */
+};
+
+struct ncclComm {
+  struct bootWorld* world;
+  int rank, nranks, dev;
+  uint64_t nextSeq;
+};
+
+/* One lock and one condition for everything: simple, and the bootstrap is not about speed. */
+static pthread_mutex_t bootLock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bootCond;
 static pthread_once_t condOnce = PTHREAD_ONCE_INIT;
 static struct bootWorld* collecting;
 
@@ -60,15 +110,27 @@ static void condInit(void) {
   pthread_condattr_destroy(&attr);
 }
 
-void bootCondInit(void) { pthread_once(&condOnce, condInit); }
+static struct timespec deadlineFromNow(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += waitLimitSeconds();
+  return ts;
+}
 
-/* Drops `comm` from its world; an abort, or leaving before every rank arrived, fails the others
- * (ncclRemoteError) and releases every waiting stream. A plain leave first waits for this rank's
- * enqueued operations. */
+static void worldUnref(struct bootWorld* w) { /* caller holds bootLock */
+  if (--w->refs > 0) return;
+  while (w->ops) {
+    struct bootOp* op = w->ops;
+    w->ops = op->next;
+    free(op);
+  }
+  free(w);
+}
+
+/* Drops `comm` from its world; an abort, or leaving before every rank arrived, fails the others. */
 static void worldLeave(struct ncclComm* comm, int abort) {
   struct bootWorld* w = comm->world;
   if (w == NULL) return;
-  if (!abort) bootCommQuiesce(comm);
   pthread_mutex_lock(&bootLock);
   if (!w->complete) {
     struct bootWorld** link = &collecting;
@@ -76,22 +138,21 @@ static void worldLeave(struct ncclComm* comm, int abort) {
     if (*link) *link = w->next;
     abort = 1;
   }
-  if (abort) bootWorldFailLocked(w, ncclRemoteError, NULL);
+  if (abort) w->aborted = 1;
   w->ranks[comm->rank] = NULL;
   pthread_cond_broadcast(&bootCond);
-  /* An operation being computed may use this rank's buffers, which the caller frees once we
-   * return: wait for it (it is short: copies and host arithmetic). */
+  /* An operation already running may use this rank's buffers and streams, which the caller
+   * frees once we return: wait for it (it is short: copies and host arithmetic). */
   while (w->running > 0) pthread_cond_wait(&bootCond, &bootLock);
-  bootCommDropLocked(comm);
-  comm->world = NULL;
-  bootWorldUnrefLocked(w);
+  worldUnref(w);
   pthread_mutex_unlock(&bootLock);
+  comm->world = NULL;
 }
 
 /* --- communicator creation -------------------------------------------------------------------- */
 
 static ncclResult_t initPost(struct ncclComm* comm, int nranks, const ncclUniqueId* id, int rank) {
-  bootCondInit();
+  pthread_once(&condOnce, condInit);
   pthread_mutex_lock(&bootLock);
   struct bootWorld* w = collecting;
   while (w && memcmp(&w->id, id, sizeof(*id)) != 0) w = w->next;
@@ -105,7 +166,6 @@ static ncclResult_t initPost(struct ncclComm* comm, int nranks, const ncclUnique
     w->nranks = nranks;
     w->next = collecting;
     collecting = w;
-    bootWorldLinkLocked(w);
   }
   if (w->nranks != nranks || w->ranks[rank] != NULL) {
     pthread_mutex_unlock(&bootLock);
@@ -128,18 +188,18 @@ static ncclResult_t initPost(struct ncclComm* comm, int nranks, const ncclUnique
 }
 
 static ncclResult_t initWait(struct ncclComm* comm) {
-  struct timespec deadline = bootDeadline();
+  struct timespec deadline = deadlineFromNow();
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&bootLock);
   struct bootWorld* w = comm->world;
-  while (!w->complete && w->error == ncclSuccess && res == ncclSuccess)
+  while (!w->complete && !w->aborted && res == ncclSuccess)
     if (pthread_cond_timedwait(&bootCond, &bootLock, &deadline) == ETIMEDOUT) res = ncclSystemError;
-  if (res == ncclSuccess) res = w->error;
+  if (res == ncclSuccess && w->aborted) res = ncclRemoteError;
   int arrived = w->arrived;
   pthread_mutex_unlock(&bootLock);
   if (res == ncclSystemError)
     bootWarn("rank %d: only %d of %d ranks arrived within %d s", comm->rank, arrived, comm->nranks,
-             bootWaitLimitSeconds());
+             waitLimitSeconds());
   return res;
 }
 
@@ -153,9 +213,13 @@ struct groupItem {
   int nranks, rank;
   ncclUniqueId id;
   /* ITEM_OP */
-  struct opShape shape;
+  enum opKind opKind;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t redOp;
+  int root;
   struct rankArgs args;
-  struct bootOp* syncOp; /* count 0: the rendezvous to wait for */
+  struct bootOp* posted;
 };
 
 static __thread int groupDepth;
@@ -177,47 +241,211 @@ static ncclResult_t groupQueue(const struct groupItem* item) {
 
 /* --- collectives ------------------------------------------------------------------------------ */
 
-/* Posts a count-0 rendezvous, or enqueues the operation on the rank's stream (never waits). */
-static ncclResult_t opStart(struct groupItem* item) {
-  item->syncOp = NULL;
-  if (item->shape.count == 0) return bootSyncPost(item->comm, &item->shape, &item->syncOp);
-  return bootEnqueue(item->comm, &item->shape, &item->args);
+static ncclResult_t opPost(struct groupItem* item, struct bootOp** out, int* runIt) {
+  struct ncclComm* comm = item->comm;
+  struct bootWorld* w = comm->world;
+  *runIt = 0;
+  pthread_mutex_lock(&bootLock);
+  if (w->aborted) {
+    /* An aborted world runs nothing more: a posted rank's buffers may already be gone. */
+    pthread_mutex_unlock(&bootLock);
+    return ncclRemoteError;
+  }
+  uint64_t seq = comm->nextSeq++;
+  struct bootOp* op = w->ops;
+  while (op && op->seq != seq) op = op->next;
+  if (op == NULL) {
+    op = calloc(1, sizeof(*op) + (size_t)w->nranks * sizeof(struct rankArgs));
+    if (op == NULL) {
+      pthread_mutex_unlock(&bootLock);
+      return ncclSystemError;
+    }
+    op->seq = seq;
+    op->kind = item->opKind;
+    op->count = item->count;
+    op->type = item->type;
+    op->redOp = item->redOp;
+    op->root = item->root;
+    op->next = w->ops;
+    w->ops = op;
+  } else if (op->kind != item->opKind || op->count != item->count || op->type != item->type ||
+             op->redOp != item->redOp || op->root != item->root) {
+    bootWarn("rank %d: operation #%llu is %s count %zu type %d op %d root %d here but %s count %zu "
+             "type %d op %d root %d on another rank",
+             comm->rank, (unsigned long long)seq, opKindName[item->opKind], item->count,
+             (int)item->type, (int)item->redOp, item->root, opKindName[op->kind], op->count,
+             (int)op->type, (int)op->redOp, op->root);
+    op->result = ncclInvalidUsage;
+  }
+  op->args[comm->rank] = item->args;
+  if (++op->posted == w->nranks) {
+    op->state = 1;
+    *runIt = 1;
+  }
+  pthread_mutex_unlock(&bootLock);
+  *out = op;
+  return ncclSuccess;
 }
 
-/* Waits for what opStart began where the caller must: a rendezvous, or SYMM_BOOTSTRAP_SYNC. */
-static ncclResult_t opFinish(struct groupItem* item) {
-  if (item->syncOp != NULL) return bootSyncWait(item->comm, item->syncOp);
-  if (item->shape.count > 0 && bootSyncMode()) return bootStreamWait(item->comm, item->args.stream);
-  return ncclSuccess;
+/* One non-blocking stream per device for reading inputs: the legacy default stream would wait
+ * for the application's blocking streams, where a kernel may spin waiting for a rank that is
+ * still inside this call. */
+static pthread_mutex_t copyLock = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t copyStreams[BOOT_MAX_RANKS];
+
+static cudaError_t copyStream(int dev, cudaStream_t* out) {
+  cudaError_t err = cudaSuccess;
+  if (dev < 0 || dev >= BOOT_MAX_RANKS) return cudaErrorInvalidDevice;
+  pthread_mutex_lock(&copyLock);
+  if (copyStreams[dev] == NULL) err = cudaStreamCreateWithFlags(&copyStreams[dev], cudaStreamNonBlocking);
+  *out = copyStreams[dev];
+  pthread_mutex_unlock(&copyLock);
+  return err;
+}
+
+/* Synchronizes every rank's stream, reads inputs, computes, writes outputs. No lock held. */
+static ncclResult_t opRun(struct bootOp* op, int nranks) {
+  ncclResult_t res = ncclSuccess;
+  size_t elt = symmTypeSize(op->type);
+  size_t inCount = op->count, outCount = op->count; /* per rank, in elements */
+  if (op->kind == OP_ALLGATHER) outCount = op->count * (size_t)nranks;
+  if (op->kind == OP_REDUCESCATTER) inCount = op->count * (size_t)nranks;
+  if (op->count == 0) return ncclSuccess;
+  int savedDev = -1;
+  void** inputs = calloc((size_t)nranks, sizeof(void*));
+  void* result = malloc(outCount * elt > inCount * elt ? outCount * elt : inCount * elt);
+  if (inputs == NULL || result == NULL) {
+    res = ncclSystemError;
+    goto free_host;
+  }
+  BOOT_CUDA(cudaGetDevice(&savedDev), res, free_host);
+  for (int r = 0; r < nranks; r++) {
+    enum cudaStreamCaptureStatus capture;
+    BOOT_CUDA(cudaSetDevice(op->args[r].dev), res, restore_device);
+    BOOT_CUDA(cudaStreamIsCapturing(op->args[r].stream, &capture), res, restore_device);
+    if (capture != cudaStreamCaptureStatusNone) {
+      bootWarn("%s: graph capture is not supported by the test bootstrap", opKindName[op->kind]);
+      res = ncclInvalidUsage;
+      goto restore_device;
+    }
+    BOOT_CUDA(cudaStreamSynchronize(op->args[r].stream), res, restore_device);
+  }
+  /* Inputs first (some may alias outputs: in-place operations). */
+  for (int r = 0; r < nranks; r++) {
+    int needed = op->kind == OP_BROADCAST ? r == op->root : 1;
+    if (!needed) continue;
+    inputs[r] = malloc(inCount * elt);
+    if (inputs[r] == NULL) {
+      res = ncclSystemError;
+      goto restore_device;
+    }
+    cudaStream_t copy;
+    BOOT_CUDA(cudaSetDevice(op->args[r].dev), res, restore_device);
+    BOOT_CUDA(copyStream(op->args[r].dev, &copy), res, restore_device);
+    BOOT_CUDA(cudaMemcpyAsync(inputs[r], op->args[r].send, inCount * elt, cudaMemcpyDefault, copy),
+              res, restore_device);
+    BOOT_CUDA(cudaStreamSynchronize(copy), res, restore_device);
+  }
+  switch (op->kind) {
+    case OP_ALLGATHER:
+      for (int r = 0; r < nranks; r++)
+        memcpy((char*)result + (size_t)r * inCount * elt, inputs[r], inCount * elt);
+      break;
+    case OP_BROADCAST: memcpy(result, inputs[op->root], inCount * elt); break;
+    default:
+      res = bootReduce(result, (const void* const*)inputs, nranks, inCount, op->type, op->redOp);
+      if (res != ncclSuccess) goto restore_device;
+      break;
+  }
+  for (int r = 0; r < nranks; r++) {
+    if (op->kind == OP_REDUCE && r != op->root) continue;
+    const char* src = result;
+    if (op->kind == OP_REDUCESCATTER) src += (size_t)r * outCount * elt;
+    BOOT_CUDA(cudaSetDevice(op->args[r].dev), res, restore_device);
+    BOOT_CUDA(cudaMemcpyAsync(op->args[r].recv, src, outCount * elt, cudaMemcpyDefault,
+                              op->args[r].stream),
+              res, restore_device);
+    /* The source is pageable host memory freed below. */
+    BOOT_CUDA(cudaStreamSynchronize(op->args[r].stream), res, restore_device);
+  }
+restore_device:
+  if (savedDev >= 0) (void)cudaSetDevice(savedDev);
+free_host:
+  if (inputs)
+    for (int r = 0; r < nranks; r++) free(inputs[r]);
+  free(inputs);
+  free(result);
+  return res;
+}
+
+/* Runs `op` if this rank posted last; then waits for it to be done and drops our reference. */
+static ncclResult_t opFinish(struct ncclComm* comm, struct bootOp* op, int runIt) {
+  struct bootWorld* w = comm->world;
+  ncclResult_t res = ncclSuccess;
+  if (runIt) {
+    pthread_mutex_lock(&bootLock);
+    const int run = op->result == ncclSuccess && !w->aborted;
+    if (run) w->running++;
+    pthread_mutex_unlock(&bootLock);
+    ncclResult_t ran = run ? opRun(op, w->nranks) : op->result != ncclSuccess ? op->result : ncclRemoteError;
+    pthread_mutex_lock(&bootLock);
+    if (run) w->running--;
+    op->result = ran;
+    op->state = 2;
+    pthread_cond_broadcast(&bootCond);
+  } else {
+    struct timespec deadline = deadlineFromNow();
+    pthread_mutex_lock(&bootLock);
+    while (op->state != 2 && !w->aborted && res == ncclSuccess)
+      if (pthread_cond_timedwait(&bootCond, &bootLock, &deadline) == ETIMEDOUT) res = ncclSystemError;
+    if (res == ncclSystemError)
+      bootWarn("rank %d: %s #%llu: only %d of %d ranks posted within %d s", comm->rank,
+               opKindName[op->kind], (unsigned long long)op->seq, op->posted, w->nranks,
+               waitLimitSeconds());
+    else if (op->state != 2)
+      res = ncclRemoteError;
+  }
+  if (res == ncclSuccess) res = op->result;
+  /* The last rank to leave frees the record (a timed-out or aborted one is left to the world). */
+  if (op->state == 2 && ++op->finished == w->nranks) {
+    struct bootOp** link = &w->ops;
+    while (*link != op) link = &(*link)->next;
+    *link = op->next;
+    free(op);
+  }
+  pthread_mutex_unlock(&bootLock);
+  return res;
 }
 
 static ncclResult_t collective(struct groupItem* item) {
   struct ncclComm* comm = item->comm;
-  const struct opShape* s = &item->shape;
-  if (comm == NULL) {
-    bootWarn("%s: invalid communicator", bootOpName[s->kind]);
+  if (comm == NULL || comm->world == NULL) {
+    bootWarn("%s: invalid communicator", opKindName[item->opKind]);
     return ncclInvalidArgument;
   }
-  if (symmTypeSize(s->type) == 0) {
-    bootWarn("%s: invalid datatype %d", bootOpName[s->kind], (int)s->type);
+  if (symmTypeSize(item->type) == 0) {
+    bootWarn("%s: invalid datatype %d", opKindName[item->opKind], (int)item->type);
     return ncclInvalidArgument;
   }
-  if ((s->kind == OP_ALLREDUCE || s->kind == OP_REDUCESCATTER || s->kind == OP_REDUCE) &&
-      ((int)s->redOp < 0 || (int)s->redOp >= (int)ncclNumOps)) {
-    bootWarn("%s: invalid (or unsupported) reduction op %d", bootOpName[s->kind], (int)s->redOp);
+  if ((item->opKind == OP_ALLREDUCE || item->opKind == OP_REDUCESCATTER || item->opKind == OP_REDUCE) &&
+      ((int)item->redOp < 0 || (int)item->redOp >= (int)ncclNumOps)) {
+    bootWarn("%s: invalid (or unsupported) reduction op %d", opKindName[item->opKind],
+             (int)item->redOp);
     return ncclInvalidArgument;
   }
-  if ((s->kind == OP_BROADCAST || s->kind == OP_REDUCE) &&
-      (s->root < 0 || s->root >= comm->nranks)) {
-    bootWarn("%s: invalid root %d", bootOpName[s->kind], s->root);
+  if ((item->opKind == OP_BROADCAST || item->opKind == OP_REDUCE) &&
+      (item->root < 0 || item->root >= comm->nranks)) {
+    bootWarn("%s: invalid root %d", opKindName[item->opKind], item->root);
     return ncclInvalidArgument;
   }
   item->args.dev = comm->dev; /* NCCL uses the communicator's device, whatever is current */
   item->kind = ITEM_OP;
   if (groupDepth > 0) return groupQueue(item);
-  ncclResult_t res = opStart(item);
+  int runIt;
+  struct bootOp* op;
+  ncclResult_t res = opPost(item, &op, &runIt);
   if (res != ncclSuccess) return res;
-  return opFinish(item);
+  return opFinish(comm, op, runIt);
 }
 
 /* --- exported entry points -------------------------------------------------------------------- */
@@ -244,17 +472,7 @@ BOOT_API(const char*, ncclGetErrorString, (ncclResult_t result)) {
   }
 }
 
-/* The calling thread's last warning, or the world's failure (seen on the runner's thread). */
-BOOT_API(const char*, ncclGetLastError, (ncclComm_t comm)) {
-  if (comm != NULL) {
-    pthread_mutex_lock(&bootLock);
-    const struct bootWorld* w = comm->world;
-    if (w != NULL && w->error != ncclSuccess && w->errorText[0] != '\0')
-      snprintf(lastError, sizeof(lastError), "%s", w->errorText);
-    pthread_mutex_unlock(&bootLock);
-  }
-  return lastError;
-}
+BOOT_API(const char*, ncclGetLastError, (ncclComm_t comm)) { return lastError; }
 
 BOOT_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId* uniqueId)) {
   if (uniqueId == NULL) return ncclInvalidArgument;
@@ -279,11 +497,6 @@ static ncclResult_t commCreate(ncclComm_t* out, int nranks, const ncclUniqueId* 
     bootWarn("ncclCommInitRank: invalid rank %d of %d (at most %d ranks)", rank, nranks,
              BOOT_MAX_RANKS);
     return ncclInvalidArgument;
-  }
-  /* Flag words now, not while streams wait on us (pinned allocation may synchronize). */
-  if (dev >= 0) {
-    ncclResult_t res = bootFlagsReserve(nranks);
-    if (res != ncclSuccess) return res;
   }
   struct ncclComm* comm = calloc(1, sizeof(*comm));
   if (comm == NULL) return ncclSystemError;
@@ -431,19 +644,26 @@ BOOT_API(ncclResult_t, ncclGroupEnd, (void)) {
     return ncclInternalError;
   }
   ncclResult_t res = groupError;
-  /* Everything is made first (nothing here waits), then the rendezvous are waited for: ranks
-   * this thread drives meet each other. */
-  int started = 0;
-  while (started < groupCount && res == ncclSuccess) {
-    struct groupItem* it = &groupItems[started];
-    res = it->kind == ITEM_INIT ? initPost(it->comm, it->nranks, &it->id, it->rank) : opStart(it);
-    if (res == ncclSuccess) started++;
+  int n = groupCount;
+  int* runIt = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+  if (runIt == NULL) res = ncclSystemError;
+  /* Post everything first (never blocks), then wait: ranks of this thread meet each other. */
+  int postedUpTo = 0;
+  for (; postedUpTo < n && res == ncclSuccess; postedUpTo++) {
+    struct groupItem* it = &groupItems[postedUpTo];
+    if (it->kind == ITEM_INIT) res = initPost(it->comm, it->nranks, &it->id, it->rank);
+    else res = opPost(it, &it->posted, &runIt[postedUpTo]);
   }
-  for (int i = 0; i < started; i++) {
-    struct groupItem* it = &groupItems[i];
-    ncclResult_t r = it->kind == ITEM_INIT ? initWait(it->comm) : opFinish(it);
-    if (res == ncclSuccess) res = r;
-  }
+  /* Operations this thread completed run first: a later wait of ours may be for one of them. */
+  for (int pass = 1; pass >= 0; pass--)
+    for (int i = 0; i < postedUpTo; i++) {
+      struct groupItem* it = &groupItems[i];
+      if ((it->kind == ITEM_OP && runIt[i]) != pass) continue;
+      ncclResult_t r = it->kind == ITEM_INIT ? initWait(it->comm)
+                                             : opFinish(it->comm, it->posted, runIt[i]);
+      if (res == ncclSuccess) res = r;
+    }
+  free(runIt);
   groupDrop();
   return res;
 }
@@ -466,30 +686,15 @@ BOOT_API(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int* device)) {
   return ncclSuccess;
 }
 
-/* Aborted communicators are kept, not freed: abort may come from another thread while one is
- * inside a call on it (PyTorch's watchdog), which then finds no world (a few dozen bytes per
- * abort, reachable from here). */
-static struct ncclComm* retired;
-
 static ncclResult_t commFree(ncclComm_t comm, int abort) {
   if (comm == NULL) return ncclInvalidArgument;
   worldLeave(comm, abort);
-  if (!abort) {
-    free(comm);
-    return ncclSuccess;
-  }
-  pthread_mutex_lock(&bootLock);
-  comm->retiredNext = retired;
-  retired = comm;
-  pthread_mutex_unlock(&bootLock);
+  free(comm);
   return ncclSuccess;
 }
 
-/* Waits for this rank's enqueued operations (NCCL's finalize flushes them). */
 BOOT_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm)) {
-  if (comm == NULL) return ncclInvalidArgument;
-  if (comm->world != NULL) bootCommQuiesce(comm);
-  return ncclSuccess;
+  return comm == NULL ? ncclInvalidArgument : ncclSuccess;
 }
 BOOT_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm)) { return commFree(comm, 0); }
 BOOT_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm)) { return commFree(comm, 1); }
@@ -497,7 +702,7 @@ BOOT_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm)) { return commFree(comm,
 BOOT_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError)) {
   if (comm == NULL || asyncError == NULL) return ncclInvalidArgument;
   pthread_mutex_lock(&bootLock);
-  *asyncError = comm->world ? comm->world->error : ncclSuccess;
+  *asyncError = comm->world && comm->world->aborted ? ncclRemoteError : ncclSuccess;
   pthread_mutex_unlock(&bootLock);
   return ncclSuccess;
 }
@@ -505,31 +710,31 @@ BOOT_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* as
 BOOT_API(ncclResult_t, ncclAllReduce,
          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)) {
-  struct groupItem it = {.comm = comm, .shape = {OP_ALLREDUCE, count, datatype, op, 0},
-                         .args = {sendbuff, recvbuff, stream, -1}};
+  struct groupItem it = {.comm = comm, .opKind = OP_ALLREDUCE, .count = count, .type = datatype,
+                         .redOp = op, .args = {sendbuff, recvbuff, stream, -1}};
   return collective(&it);
 }
 
 BOOT_API(ncclResult_t, ncclReduceScatter,
          (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)) {
-  struct groupItem it = {.comm = comm, .shape = {OP_REDUCESCATTER, recvcount, datatype, op, 0},
-                         .args = {sendbuff, recvbuff, stream, -1}};
+  struct groupItem it = {.comm = comm, .opKind = OP_REDUCESCATTER, .count = recvcount,
+                         .type = datatype, .redOp = op, .args = {sendbuff, recvbuff, stream, -1}};
   return collective(&it);
 }
 
 BOOT_API(ncclResult_t, ncclReduce,
          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
           ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)) {
-  struct groupItem it = {.comm = comm, .shape = {OP_REDUCE, count, datatype, op, root},
-                         .args = {sendbuff, recvbuff, stream, -1}};
+  struct groupItem it = {.comm = comm, .opKind = OP_REDUCE, .count = count, .type = datatype,
+                         .redOp = op, .root = root, .args = {sendbuff, recvbuff, stream, -1}};
   return collective(&it);
 }
 
 BOOT_API(ncclResult_t, ncclAllGather,
          (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
           ncclComm_t comm, cudaStream_t stream)) {
-  struct groupItem it = {.comm = comm, .shape = {OP_ALLGATHER, sendcount, datatype, ncclSum, 0},
+  struct groupItem it = {.comm = comm, .opKind = OP_ALLGATHER, .count = sendcount, .type = datatype,
                          .args = {sendbuff, recvbuff, stream, -1}};
   return collective(&it);
 }
@@ -537,8 +742,8 @@ BOOT_API(ncclResult_t, ncclAllGather,
 BOOT_API(ncclResult_t, ncclBroadcast,
          (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
           ncclComm_t comm, cudaStream_t stream)) {
-  struct groupItem it = {.comm = comm, .shape = {OP_BROADCAST, count, datatype, ncclSum, root},
-                         .args = {sendbuff, recvbuff, stream, -1}};
+  struct groupItem it = {.comm = comm, .opKind = OP_BROADCAST, .count = count, .type = datatype,
+                         .root = root, .args = {sendbuff, recvbuff, stream, -1}};
   return collective(&it);
 }
 

@@ -1,15 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The test bootstrap on GPUs: collectives at world sizes 1..8 (several ranks per GPU) against a
- * reference computed here, with threads and with one thread driving every rank in a group; calls
- * that return before a peer has called; captured graphs replayed with new inputs; abort, a
- * mismatch and a timeout while streams wait for peers. One line per check group. */
+ * reference computed here, with threads and with one thread driving every rank in a group. */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include <nccl.h>
 
@@ -19,11 +16,7 @@ ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
 #define MAX_WORLD 8
-/* Checks made on rank threads running at the same time (CUDA_OK is used there too). */
-#define TCHECK(cond) HARNESS_TCHECK(cond)
-#define TCHECK_EQ_INT(a, b) HARNESS_TCHECK_EQ_INT(a, b)
-#define TCUDA_OK(call) TCHECK_EQ_INT((call), cudaSuccess)
-#define CUDA_OK(call) TCUDA_OK(call)
+#define CUDA_OK(call) CHECK_EQ_INT((call), cudaSuccess)
 
 static int ndev;
 
@@ -194,9 +187,7 @@ static int checkAllReduce(struct world* w, int r, size_t n, ncclDataType_t t, nc
   size_t bytes = n * typeSize(t);
   char* host = malloc(bytes);
   cudaSetDevice(r % ndev);
-  /* Calls only enqueue: the result is there once the rank's stream is. */
-  int bad = cudaStreamSynchronize(w->streams[r]) != cudaSuccess;
-  bad |= cudaMemcpy(host, w->recv[r], bytes, cudaMemcpyDeviceToHost) != cudaSuccess;
+  int bad = cudaMemcpy(host, w->recv[r], bytes, cudaMemcpyDeviceToHost) != cudaSuccess;
   for (size_t i = 0; i < n && !bad; i++) {
     if (isInt(t)) {
       int64_t want = expectedInt(w->nranks, i, t, op), got = loadInt(host, i, t);
@@ -255,11 +246,8 @@ static void runOthers(struct world* w, int r) {
   for (int k = lo; k < hi; k++) {
     for (size_t i = 0; i < n * (size_t)nr; i++) host[i] = k * 100000 + (int32_t)i;
     cudaSetDevice(k % ndev);
-    /* On the rank's stream: the legacy stream is not ordered with the bootstrap's copies. */
-    CUDA_OK(cudaMemcpyAsync(w->send[k], host, n * (size_t)nr * sizeof(int32_t),
-                            cudaMemcpyHostToDevice, w->streams[k]));
-    CUDA_OK(cudaMemsetAsync(w->recv[k], 0xa5, n * (size_t)nr * sizeof(int32_t), w->streams[k]));
-    CUDA_OK(cudaStreamSynchronize(w->streams[k]));
+    CUDA_OK(cudaMemcpy(w->send[k], host, n * (size_t)nr * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(w->recv[k], 0xa5, n * (size_t)nr * sizeof(int32_t)));
   }
   for (int kind = 0; kind < 3; kind++) {
     ncclResult_t res = ncclSuccess;
@@ -279,7 +267,6 @@ static void runOthers(struct world* w, int r) {
     for (int k = lo; k < hi; k++) {
       size_t outCount = kind == 0 ? n * (size_t)nr : n;
       cudaSetDevice(k % ndev);
-      bad |= cudaStreamSynchronize(w->streams[k]) != cudaSuccess;
       bad |= cudaMemcpy(got, w->recv[k], outCount * sizeof(int32_t), cudaMemcpyDeviceToHost) != cudaSuccess;
       for (size_t i = 0; i < outCount && !bad; i++) {
         int64_t want;
@@ -346,399 +333,14 @@ static void* rankMain(void* p) {
   return NULL;
 }
 
-/* --- stream order: calls return at once, streams wait for the peers ------------------------- */
-
-static double nowMs(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static void sleepMs(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* Polls `s` until it has drained or `limitMs` passed; cudaSuccess once drained. */
-static cudaError_t drainWithin(cudaStream_t s, double limitMs) {
-  const double t0 = nowMs();
-  cudaError_t e = cudaStreamQuery(s);
-  while (e == cudaErrorNotReady && nowMs() - t0 < limitMs) {
-    sleepMs(1);
-    e = cudaStreamQuery(s);
+int main(void) {
+  harnessManyStreamsPerGpu();
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    printf("bootstrap_gpu: no GPU, skipped\n");
+    return TEST_SKIP_CODE;
   }
-  return e;
-}
-
-/* Wrong elements of an int32 result read back from the device (-1: the copy failed). */
-static long wrongInts(const int32_t* dev, const int32_t* want, size_t n) {
-  int32_t* got = malloc(n * sizeof(int32_t));
-  if (got == NULL ||
-      cudaMemcpy(got, dev, n * sizeof(int32_t), cudaMemcpyDeviceToHost) != cudaSuccess) {
-    free(got);
-    return -1;
-  }
-  long wrong = 0;
-  for (size_t i = 0; i < n; i++) wrong += got[i] != want[i];
-  free(got);
-  return wrong;
-}
-
-static int32_t pattern(int rank, size_t i, int salt) {
-  return (int32_t)((rank + 1) * 1000 + (int)(i % 997) + salt * 7);
-}
-
-/* Fills `host` with rank's pattern, `want` with the sum over `nranks` ranks. */
-static void sumPattern(int32_t* host, int32_t* want, int rank, int nranks, size_t n, int salt) {
-  for (size_t i = 0; i < n; i++) {
-    host[i] = pattern(rank, i, salt);
-    want[i] = 0;
-    for (int q = 0; q < nranks; q++) want[i] += pattern(q, i, salt);
-  }
-}
-
-struct asyncArg {
-  ncclUniqueId id;
-  int rank, nranks;
-};
-static int peersCalled; /* (a): ranks other than 0 that have called */
-
-/* (a) Rank 0 calls at once; every other rank sleeps 200 ms first. Rank 0's call returns before
- * any peer has called, its stream waits for them, and the result is right. */
-#define ASYNC_COUNT 4099
-static void* asyncRank(void* p) {
-  struct asyncArg* a = p;
-  ncclComm_t comm = NULL;
-  cudaStream_t s = NULL;
-  int32_t *in = NULL, *out = NULL;
-  int32_t* host = malloc(ASYNC_COUNT * sizeof(int32_t));
-  int32_t* want = malloc(ASYNC_COUNT * sizeof(int32_t));
-  TCHECK(host != NULL && want != NULL);
-  if (host == NULL || want == NULL) goto free_host;
-  /* Allocations before the rendezvous: one may synchronize the device while a peer's stream
-   * already waits for us. */
-  TCUDA_OK(cudaSetDevice(a->rank % ndev));
-  TCUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  TCUDA_OK(cudaMalloc((void**)&in, ASYNC_COUNT * sizeof(int32_t)));
-  TCUDA_OK(cudaMalloc((void**)&out, ASYNC_COUNT * sizeof(int32_t)));
-  if (s == NULL || in == NULL || out == NULL) goto free_host;
-  sumPattern(host, want, a->rank, a->nranks, ASYNC_COUNT, 0);
-  TCUDA_OK(cudaMemcpy(in, host, ASYNC_COUNT * sizeof(int32_t), cudaMemcpyHostToDevice));
-  TCUDA_OK(cudaMemset(out, 0x5a, ASYNC_COUNT * sizeof(int32_t)));
-  TCUDA_OK(cudaDeviceSynchronize());
-  TCHECK_EQ_INT(ncclCommInitRank(&comm, a->nranks, a->id, a->rank), ncclSuccess);
-  if (comm == NULL) goto free_host;
-  if (a->rank != 0) {
-    sleepMs(200);
-    __atomic_add_fetch(&peersCalled, 1, __ATOMIC_SEQ_CST);
-  }
-  const double t0 = nowMs();
-  TCHECK_EQ_INT(ncclAllReduce(in, out, ASYNC_COUNT, ncclInt32, ncclSum, comm, s), ncclSuccess);
-  if (a->rank == 0) {
-    const double took = nowMs() - t0;
-    TCHECK_EQ_INT(__atomic_load_n(&peersCalled, __ATOMIC_SEQ_CST), 0);
-    TCHECK_EQ_INT(cudaStreamQuery(s), cudaErrorNotReady); /* waits for the peers */
-    if (__atomic_load_n(&peersCalled, __ATOMIC_SEQ_CST) != 0)
-      fprintf(stderr, "async: rank 0's ncclAllReduce returned after %.1f ms, after a peer called\n",
-              took);
-  }
-  TCUDA_OK(cudaStreamSynchronize(s));
-  TCHECK_EQ_INT(wrongInts(out, want, ASYNC_COUNT), 0);
-free_host:
-  if (in) TCUDA_OK(cudaFree(in));
-  if (out) TCUDA_OK(cudaFree(out));
-  if (s) TCUDA_OK(cudaStreamDestroy(s));
-  if (comm) TCHECK_EQ_INT(ncclCommDestroy(comm), ncclSuccess);
-  free(host);
-  free(want);
-  return NULL;
-}
-
-static void asyncReturn(int nranks) {
-  struct asyncArg args[MAX_WORLD];
-  pthread_t tids[MAX_WORLD];
-  ncclUniqueId id;
-  CHECK_EQ_INT(ncclGetUniqueId(&id), ncclSuccess);
-  peersCalled = 0;
-  for (int r = 0; r < nranks; r++) {
-    args[r] = (struct asyncArg){.id = id, .rank = r, .nranks = nranks};
-    CHECK_EQ_INT(pthread_create(&tids[r], NULL, asyncRank, &args[r]), 0);
-  }
-  for (int r = 0; r < nranks; r++) pthread_join(tids[r], NULL);
-}
-
-/* (b) Captured graphs: an all-reduce, the input overwritten right after it, an all-gather;
- * replayed GRAPH_REPLAYS times with new inputs written before each replay (and an eager call
- * now and then between replays), every result checked on the host. Rank 0 destroys its graph
- * before its communicator, the others after theirs. */
-#define GRAPH_N 1031
-#define GRAPH_M 257
-#define GRAPH_REPLAYS 200
-static void* graphRank(void* p) {
-  struct asyncArg* a = p;
-  const int nr = a->nranks;
-  ncclComm_t comm = NULL;
-  cudaStream_t s = NULL;
-  cudaGraph_t graph = NULL;
-  cudaGraphExec_t exec = NULL;
-  int32_t *send = NULL, *recv = NULL, *send2 = NULL, *gathered = NULL, *eager = NULL;
-  int32_t* hostIn = malloc(GRAPH_N * sizeof(int32_t));
-  int32_t* wantSum = malloc(GRAPH_N * sizeof(int32_t));
-  int32_t* hostIn2 = malloc(GRAPH_M * sizeof(int32_t));
-  int32_t* wantSum2 = malloc(GRAPH_M * sizeof(int32_t));
-  int32_t* wantGather = malloc(GRAPH_M * (size_t)nr * sizeof(int32_t));
-  long wrong = 0, eagerWrong = 0;
-  TCHECK(hostIn && wantSum && hostIn2 && wantSum2 && wantGather);
-  if (!(hostIn && wantSum && hostIn2 && wantSum2 && wantGather)) goto free_host;
-  TCUDA_OK(cudaSetDevice(a->rank % ndev));
-  TCUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  TCUDA_OK(cudaMalloc((void**)&send, GRAPH_N * sizeof(int32_t)));
-  TCUDA_OK(cudaMalloc((void**)&recv, GRAPH_N * sizeof(int32_t)));
-  TCUDA_OK(cudaMalloc((void**)&send2, GRAPH_M * sizeof(int32_t)));
-  TCUDA_OK(cudaMalloc((void**)&gathered, GRAPH_M * (size_t)nr * sizeof(int32_t)));
-  TCUDA_OK(cudaMalloc((void**)&eager, GRAPH_M * sizeof(int32_t)));
-  TCHECK_EQ_INT(ncclCommInitRank(&comm, nr, a->id, a->rank), ncclSuccess); /* after allocating */
-  if (!(comm && s && send && recv && send2 && gathered && eager)) goto free_device;
-  TCUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  TCHECK_EQ_INT(ncclAllReduce(send, recv, GRAPH_N, ncclInt32, ncclSum, comm, s), ncclSuccess);
-  TCUDA_OK(cudaMemsetAsync(send, 0xff, GRAPH_N * sizeof(int32_t), s)); /* read before this */
-  TCHECK_EQ_INT(ncclAllGather(send2, gathered, GRAPH_M, ncclInt32, comm, s), ncclSuccess);
-  TCUDA_OK(cudaStreamEndCapture(s, &graph));
-  if (graph != NULL) TCUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  if (exec == NULL) goto free_device;
-  for (int it = 0; it < GRAPH_REPLAYS; it++) {
-    sumPattern(hostIn, wantSum, a->rank, nr, GRAPH_N, it);
-    sumPattern(hostIn2, wantSum2, a->rank, nr, GRAPH_M, it + 1000);
-    for (int q = 0; q < nr; q++)
-      for (size_t i = 0; i < GRAPH_M; i++)
-        wantGather[(size_t)q * GRAPH_M + i] = pattern(q, i, it + 1000);
-    TCUDA_OK(cudaMemcpyAsync(send, hostIn, GRAPH_N * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-    TCUDA_OK(cudaMemcpyAsync(send2, hostIn2, GRAPH_M * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-    TCUDA_OK(cudaMemsetAsync(recv, 0x5a, GRAPH_N * sizeof(int32_t), s));
-    TCUDA_OK(cudaMemsetAsync(gathered, 0x5a, GRAPH_M * (size_t)nr * sizeof(int32_t), s));
-    const int withEager = it % 10 == 5; /* eager and graph operations on one stream */
-    if (withEager)
-      TCHECK_EQ_INT(ncclAllReduce(send2, eager, GRAPH_M, ncclInt32, ncclSum, comm, s), ncclSuccess);
-    TCUDA_OK(cudaGraphLaunch(exec, s));
-    TCUDA_OK(cudaStreamSynchronize(s));
-    const long w1 = wrongInts(recv, wantSum, GRAPH_N);
-    const long w2 = wrongInts(gathered, wantGather, GRAPH_M * (size_t)nr);
-    if (w1 != 0 || w2 != 0)
-      fprintf(stderr, "graph: world %d rank %d replay %d: %ld wrong in the all-reduce, %ld in the "
-              "all-gather\n", nr, a->rank, it, w1, w2);
-    wrong += (w1 != 0) + (w2 != 0);
-    if (withEager) eagerWrong += wrongInts(eager, wantSum2, GRAPH_M) != 0;
-  }
-  TCHECK_EQ_INT(wrong, 0);
-  TCHECK_EQ_INT(eagerWrong, 0);
-free_device:
-  if (a->rank == 0) { /* graph first */
-    if (exec) TCUDA_OK(cudaGraphExecDestroy(exec));
-    if (graph) TCUDA_OK(cudaGraphDestroy(graph));
-    exec = NULL;
-    graph = NULL;
-  }
-  if (comm) TCHECK_EQ_INT(ncclCommDestroy(comm), ncclSuccess);
-  /* The others' graphs outlive their communicators. */
-  if (exec) TCUDA_OK(cudaGraphExecDestroy(exec));
-  if (graph) TCUDA_OK(cudaGraphDestroy(graph));
-  if (send) TCUDA_OK(cudaFree(send));
-  if (recv) TCUDA_OK(cudaFree(recv));
-  if (send2) TCUDA_OK(cudaFree(send2));
-  if (gathered) TCUDA_OK(cudaFree(gathered));
-  if (eager) TCUDA_OK(cudaFree(eager));
-  if (s) TCUDA_OK(cudaStreamDestroy(s));
-free_host:
-  free(hostIn);
-  free(wantSum);
-  free(hostIn2);
-  free(wantSum2);
-  free(wantGather);
-  return NULL;
-}
-
-static void graphReplays(int nranks) {
-  struct asyncArg args[MAX_WORLD];
-  pthread_t tids[MAX_WORLD];
-  ncclUniqueId id;
-  CHECK_EQ_INT(ncclGetUniqueId(&id), ncclSuccess);
-  for (int r = 0; r < nranks; r++) {
-    args[r] = (struct asyncArg){.id = id, .rank = r, .nranks = nranks};
-    CHECK_EQ_INT(pthread_create(&tids[r], NULL, graphRank, &args[r]), 0);
-  }
-  for (int r = 0; r < nranks; r++) pthread_join(tids[r], NULL);
-}
-
-/* Two ranks made by one thread (ncclCommInitAll), each with a stream and int32 buffers. */
-struct pair {
-  ncclComm_t comms[2];
-  cudaStream_t streams[2];
-  int32_t *in[2], *out[2];
-};
-#define PAIR_COUNT 4096
-
-static int pairOpen(struct pair* p) {
-  memset(p, 0, sizeof(*p));
-  CHECK_EQ_INT(ncclCommInitAll(p->comms, 2, NULL), ncclSuccess);
-  for (int r = 0; r < 2; r++) {
-    CUDA_OK(cudaSetDevice(r % ndev));
-    CUDA_OK(cudaStreamCreateWithFlags(&p->streams[r], cudaStreamNonBlocking));
-    CUDA_OK(cudaMalloc((void**)&p->in[r], PAIR_COUNT * sizeof(int32_t)));
-    CUDA_OK(cudaMalloc((void**)&p->out[r], PAIR_COUNT * sizeof(int32_t)));
-    if (p->in[r] == NULL || p->out[r] == NULL) return 0;
-    /* On the rank's stream: the legacy stream is not ordered with the bootstrap's copies. */
-    CUDA_OK(cudaMemsetAsync(p->in[r], 1, PAIR_COUNT * sizeof(int32_t), p->streams[r]));
-    CUDA_OK(cudaMemsetAsync(p->out[r], 0x5a, PAIR_COUNT * sizeof(int32_t), p->streams[r]));
-    CUDA_OK(cudaStreamSynchronize(p->streams[r])); /* untouched output: 0x5a5a5a5a */
-  }
-  return p->comms[0] != NULL && p->comms[1] != NULL;
-}
-
-static void pairClose(struct pair* p) {
-  for (int r = 0; r < 2; r++) {
-    if (p->comms[r]) CHECK_EQ_INT(ncclCommDestroy(p->comms[r]), ncclSuccess);
-    CUDA_OK(cudaSetDevice(r % ndev));
-    if (p->streams[r]) CUDA_OK(cudaStreamDestroy(p->streams[r]));
-    if (p->in[r]) CUDA_OK(cudaFree(p->in[r]));
-    if (p->out[r]) CUDA_OK(cudaFree(p->out[r]));
-  }
-}
-
-/* Elements of rank r's output that an operation wrote (0 when none ran). */
-static long written(const struct pair* p, int r) {
-  int32_t* want = malloc(PAIR_COUNT * sizeof(int32_t));
-  if (want == NULL) return -1;
-  for (size_t i = 0; i < PAIR_COUNT; i++) want[i] = 0x5a5a5a5a;
-  CUDA_OK(cudaSetDevice(r % ndev));
-  const long n = wrongInts(p->out[r], want, PAIR_COUNT);
-  free(want);
-  return n;
-}
-
-/* Rank r's all-reduce of `count` int32 on its own stream. */
-static ncclResult_t pairAllReduce(const struct pair* p, int r, size_t count) {
-  return ncclAllReduce(p->in[r], p->out[r], count, ncclInt32, ncclSum, p->comms[r], p->streams[r]);
-}
-
-static void* abortLater(void* arg) {
-  CHECK_EQ_INT(ncclCommAbort((ncclComm_t)arg), ncclSuccess);
-  return NULL;
-}
-
-/* (c) Rank 0's stream waits for rank 1, which never calls; another thread aborts rank 0: the
- * stream drains within 2 s, nothing is written, rank 1 learns ncclRemoteError. Then a new
- * world works. */
-static void abortWhileStalled(void) {
-  struct pair p;
-  if (!pairOpen(&p)) {
-    pairClose(&p);
-    return;
-  }
-  CUDA_OK(cudaSetDevice(0));
-  CHECK_EQ_INT(pairAllReduce(&p, 0, PAIR_COUNT), ncclSuccess);
-  sleepMs(200);
-  CHECK_EQ_INT(cudaStreamQuery(p.streams[0]), cudaErrorNotReady);
-  pthread_t tid;
-  const double t0 = nowMs();
-  CHECK_EQ_INT(pthread_create(&tid, NULL, abortLater, p.comms[0]), 0);
-  const cudaError_t e = drainWithin(p.streams[0], 3000);
-  const double ms = nowMs() - t0;
-  pthread_join(tid, NULL);
-  p.comms[0] = NULL;
-  CHECK_EQ_INT(e, cudaSuccess);
-  CHECK(ms < 2000);
-  printf("bootstrap_gpu: abort: the waiting stream drained %.1f ms after ncclCommAbort\n", ms);
-  CHECK_EQ_INT(written(&p, 0), 0);
-  ncclResult_t state = ncclSuccess;
-  CHECK_EQ_INT(ncclCommGetAsyncError(p.comms[1], &state), ncclSuccess);
-  CHECK_EQ_INT(state, ncclRemoteError);
-  CUDA_OK(cudaSetDevice(1 % ndev));
-  CHECK_EQ_INT(pairAllReduce(&p, 1, PAIR_COUNT), ncclRemoteError);
-  CHECK_EQ_INT(cudaStreamQuery(p.streams[1]), cudaSuccess); /* nothing was enqueued */
-  pairClose(&p);
-
-  /* A new world on the same GPUs works: one thread, both ranks, one group. */
-  if (!pairOpen(&p)) {
-    pairClose(&p);
-    return;
-  }
-  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
-  for (int r = 0; r < 2; r++)
-    CHECK_EQ_INT(pairAllReduce(&p, r, PAIR_COUNT), ncclSuccess);
-  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
-  int32_t* want = malloc(PAIR_COUNT * sizeof(int32_t));
-  for (size_t i = 0; want != NULL && i < PAIR_COUNT; i++) want[i] = 2 * 0x01010101;
-  for (int r = 0; r < 2 && want != NULL; r++) {
-    CUDA_OK(cudaSetDevice(r % ndev));
-    CUDA_OK(cudaStreamSynchronize(p.streams[r]));
-    CHECK_EQ_INT(wrongInts(p.out[r], want, PAIR_COUNT), 0);
-  }
-  free(want);
-  pairClose(&p);
-}
-
-/* (e) Runtime failures surface through ncclCommGetAsyncError and release the waiting streams:
- * ranks that disagree on the count (one thread calls both, no group: calls do not block), and a
- * rank whose peer never calls (SYMM_BOOTSTRAP_TIMEOUT=1). Later calls fail at once. */
-static void asyncErrors(void) {
-  struct pair p;
-  if (pairOpen(&p)) {
-    for (int r = 0; r < 2; r++) {
-      CUDA_OK(cudaSetDevice(r % ndev));
-      CHECK_EQ_INT(pairAllReduce(&p, r, 100 + (size_t)r), ncclSuccess);
-    }
-    for (int r = 0; r < 2; r++) {
-      CUDA_OK(cudaSetDevice(r % ndev));
-      CHECK_EQ_INT(drainWithin(p.streams[r], 2000), cudaSuccess);
-      ncclResult_t state = ncclSuccess;
-      CHECK_EQ_INT(ncclCommGetAsyncError(p.comms[r], &state), ncclSuccess);
-      CHECK_EQ_INT(state, ncclInvalidUsage);
-      CHECK_EQ_INT(written(&p, r), 0);
-      CHECK_EQ_INT(pairAllReduce(&p, r, 100), ncclInvalidUsage);
-    }
-  }
-  pairClose(&p);
-
-  const char* limit = getenv("SYMM_BOOTSTRAP_TIMEOUT");
-  char* saved = limit != NULL ? strdup(limit) : NULL;
-  setenv("SYMM_BOOTSTRAP_TIMEOUT", "1", 1);
-  if (pairOpen(&p)) {
-    CUDA_OK(cudaSetDevice(0));
-    const double t0 = nowMs();
-    CHECK_EQ_INT(pairAllReduce(&p, 0, PAIR_COUNT), ncclSuccess);
-    CHECK_EQ_INT(drainWithin(p.streams[0], 5000), cudaSuccess);
-    const double ms = nowMs() - t0;
-    CHECK(ms >= 900 && ms < 4000);
-    printf("bootstrap_gpu: timeout: the waiting stream drained %.0f ms after the call (1 s)\n", ms);
-    CHECK_EQ_INT(written(&p, 0), 0);
-    for (int r = 0; r < 2; r++) {
-      ncclResult_t state = ncclSuccess;
-      CHECK_EQ_INT(ncclCommGetAsyncError(p.comms[r], &state), ncclSuccess);
-      CHECK_EQ_INT(state, ncclSystemError);
-    }
-  }
-  pairClose(&p);
-  if (saved != NULL) setenv("SYMM_BOOTSTRAP_TIMEOUT", saved, 1);
-  else unsetenv("SYMM_BOOTSTRAP_TIMEOUT");
-  free(saved);
-}
-
-/* --- driver ---------------------------------------------------------------------------------- */
-
-static int lineChecks, lineFailures;
-static void lineBegin(void) {
-  lineChecks = harnessChecks;
-  lineFailures = harnessFailures;
-}
-static void lineEnd(const char* what) {
-  printf("bootstrap_gpu: %-58s %d checks, %d failed\n", what, harnessChecks - lineChecks,
-         harnessFailures - lineFailures);
-  fflush(stdout);
-}
-
-/* Every collective, type and op, one thread per rank (grouped = 0) or one thread for all. */
-static void sweep(int nranks, int grouped) {
-  if (!grouped) {
+  for (int nranks = 1; nranks <= MAX_WORLD; nranks++) {
+    /* Threads, one per rank. */
     struct world w = {.nranks = nranks};
     struct rankArg args[MAX_WORLD];
     pthread_t tids[MAX_WORLD];
@@ -752,41 +354,13 @@ static void sweep(int nranks, int grouped) {
       pthread_join(tids[r], NULL);
       CHECK_EQ_INT(args[r].initRes, ncclSuccess);
     }
-    return;
+    /* One thread, every rank, through ncclCommInitAll and groups. */
+    struct world g = {.nranks = nranks, .grouped = 1};
+    for (int r = 0; r < nranks; r++) allocRank(&g, r);
+    CHECK_EQ_INT(ncclCommInitAll(g.comms, nranks, NULL), ncclSuccess);
+    runAllReduces(&g, 0);
+    runOthers(&g, 0);
+    for (int r = 0; r < nranks; r++) freeRank(&g, r);
   }
-  struct world g = {.nranks = nranks, .grouped = 1};
-  for (int r = 0; r < nranks; r++) allocRank(&g, r);
-  CHECK_EQ_INT(ncclCommInitAll(g.comms, nranks, NULL), ncclSuccess);
-  runAllReduces(&g, 0);
-  runOthers(&g, 0);
-  for (int r = 0; r < nranks; r++) freeRank(&g, r);
-}
-
-int main(void) {
-  harnessManyStreamsPerGpu();
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-    printf("bootstrap_gpu: no GPU, skipped\n");
-    return TEST_SKIP_CODE;
-  }
-  lineBegin();
-  asyncReturn(2);
-  asyncReturn(4);
-  lineEnd("(a) rank 0's call returns before its peers call (2, 4)");
-  lineBegin();
-  graphReplays(2);
-  graphReplays(3);
-  lineEnd("(b) captured graphs, 200 replays with new inputs (2, 3)");
-  lineBegin();
-  abortWhileStalled();
-  lineEnd("(c) abort while a stream waits for a peer: drained < 2 s");
-  lineBegin();
-  for (int nranks = 1; nranks <= MAX_WORLD; nranks++) sweep(nranks, 0);
-  lineEnd("every collective/type/op, a thread per rank (1..8)");
-  lineBegin();
-  for (int nranks = 1; nranks <= MAX_WORLD; nranks++) sweep(nranks, 1);
-  lineEnd("(d) every collective/type/op, one thread in groups (1..8)");
-  lineBegin();
-  asyncErrors();
-  lineEnd("(e) mismatch and timeout through ncclCommGetAsyncError");
   return harnessReport("bootstrap_gpu");
 }

@@ -26,7 +26,7 @@ run_gpu_suite() {
     run core_fault_$n 60 env $CB $F SYMMCOLL_TEST_FAIL_RANK=1 SYMMCOLL_TEST_FAIL_CALL=3 $C fault $n
   done
   run core_streams_1e5 300 env $CB $F $C streams 2 100000
-  run core_abort_1000 600 env $CB $F SYMM_BOOTSTRAP_SYNC=1 $C abort 2 1000
+  run core_abort_1000 600 env $CB $F $C abort 2 1000
   run core_group 60 env $CB $F $C group 2
   run core_nonblocking 60 env $CB $F $C nonblocking 2
   run core_mismatch 60 env $CB $F SYMMCOLL_TEST_KNOB_SKEW_RANK=1 $C mismatch 2
@@ -42,7 +42,7 @@ run_gpu_suite() {
   run ar_g2_r1000     150 $T --mode nccl --ranks 2 --quick --soak 20000 --replays 1000 --max-mb 64
   run ar_procs_r1000  150 $T --mode nccl --procs 2 --quick --soak 20000 --replays 1000 --max-mb 256
   run ar_threads_2    90  $T --mode nccl --threads --ranks 2 --quick --soak 5000 --replays 200 --max-mb 16
-  for n in 3 4 5 6 7 8; do run ar_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" SYMM_BOOTSTRAP_SYNC=1 $T --mode nccl --threads --ranks $n --quick --no-nccl-compare --soak 1000 --replays 50 --max-mb 4; done
+  for n in 3 4 5 6 7 8; do run ar_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" $T --mode nccl --threads --ranks $n --quick --no-nccl-compare --soak 1000 --replays 50 --max-mb 4; done
   run ar_soak_1e6     120 $T --mode nccl --procs 2 --quick --soak 1000000 --replays 0 --max-mb 1
   # All-gather and reduce-scatter: every algorithm (multimem emulated), type, op, size and
   # placement, graph replays, then the mixed soak of all three collectives (issue 14: 10^6 calls).
@@ -52,8 +52,8 @@ run_gpu_suite() {
   run disasm 300 python3 test/algos/test_disasm.py $B/src/libsymmcoll.so.0 $B/src/device-keep
 }
 
-# Consecutive runs of the mixed soak (ours and forwarded calls in flight together on two
-# streams, graphs of both) at every world size: REPEATS runs of CALLS calls each.
+# Consecutive runs of the mixed soak (ours and forwarded calls on two streams) at every world
+# size: REPEATS runs of CALLS calls each.
 run_soak_repeats() {
   local C=$B/test/core/test_core_gpu n i
   for n in 2 3 4 5 6 7 8; do
