@@ -21,6 +21,7 @@ run() { # name timeout cmd...
   e=$(date +%s.%N)
   rows+=("$(printf '%-28s rc=%-4s %6.1fs %s' "$name" "$rc" "$(awk "BEGIN{print $e-$s}")" \
     "$(grep -E 'checks, [0-9]+ failed|processes, [0-9]+ failed|PASS|mismatches' "$out/$name.log" | tail -1)")")
+  echo "${rows[-1]}" # as it happens too: a run cut short still shows its rows
   [ "$rc" = 0 ] || { echo "---- $name rc=$rc"; grep -E "MISMATCH|FAIL|failed|gave up|rror" "$out/$name.log" | head -8; }
 }
 print_rows() { echo; printf '%s\n' "${rows[@]}"; }
