@@ -26,6 +26,23 @@ static CUdeviceptr ceWord(const struct symmPeers* peers, int rank, enum symmCeWo
   return (CUdeviceptr)(uintptr_t)(peers->signals[rank] + symmPadCeWord(kind, writer));
 }
 
+/* One 32-bit stream memory operation: wait until *address == value, or write value there (after
+ * a fence ordering the stream's earlier work before it). */
+static void memOp(CUstreamBatchMemOpParams* op, int wait, CUdeviceptr address, uint32_t value) {
+  memset(op, 0, sizeof(*op));
+  if (wait) {
+    op->waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op->waitValue.address = address;
+    op->waitValue.value = value;
+    op->waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  } else {
+    op->writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op->writeValue.address = address;
+    op->writeValue.value = value;
+    op->writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  }
+}
+
 /* Arrive at barrier `kind` on every peer, then wait for every peer's arrival and reset. */
 static ncclResult_t ceBarrier(const struct symmPeers* peers, enum symmCeWord kind,
                               cudaStream_t stream) {
@@ -40,25 +57,12 @@ static ncclResult_t ceBarrier(const struct symmPeers* peers, enum symmCeWord kin
   }
   CUstreamBatchMemOpParams ops[2 * SYMM_MAX_RANKS];
   unsigned count = 0;
-  memset(ops, 0, sizeof(ops));
-  for (int q = 0; q < n; q++) {
-    if (q == me) continue;
-    ops[count].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-    ops[count].waitValue.address = ceWord(peers, me, kind, q);
-    ops[count].waitValue.value = 1;
-    ops[count].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
-    count++;
-  }
+  for (int q = 0; q < n; q++)
+    if (q != me) memOp(&ops[count++], 1, ceWord(peers, me, kind, q), 1);
   /* After every wait (a batch runs in order): a peer writes this word again only after a
    * barrier of another kind, which needs our arrival there, issued after this reset. */
-  for (int q = 0; q < n; q++) {
-    if (q == me) continue;
-    ops[count].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    ops[count].writeValue.address = ceWord(peers, me, kind, q);
-    ops[count].writeValue.value = 0;
-    ops[count].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    count++;
-  }
+  for (int q = 0; q < n; q++)
+    if (q != me) memOp(&ops[count++], 0, ceWord(peers, me, kind, q), 0);
   /* CU_CALL, not CUCHECK: a nested macro would expand the name to its _v2 spelling. */
   if (CU_CALL(SYMM_LOG_WARN, cuStreamBatchMemOp, ((CUstream)stream, count, ops, 0)) != CUDA_SUCCESS)
     return ncclUnhandledCudaError;
@@ -131,15 +135,9 @@ void symmCopyEngineRelease(const struct symmPeers* peers, cudaStream_t stream) {
   (void)cudaThreadExchangeStreamCaptureMode(&mode);
   CUstreamBatchMemOpParams ops[SYMM_CE_KINDS * SYMM_MAX_RANKS];
   unsigned count = 0;
-  memset(ops, 0, sizeof(ops));
   for (int k = 0; k < SYMM_CE_KINDS; k++)
-    for (int q = 0; q < peers->nranks; q++) {
-      ops[count].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-      ops[count].writeValue.address = ceWord(peers, peers->rank, (enum symmCeWord)k, q);
-      ops[count].writeValue.value = 1;
-      ops[count].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-      count++;
-    }
+    for (int q = 0; q < peers->nranks; q++)
+      memOp(&ops[count++], 0, ceWord(peers, peers->rank, (enum symmCeWord)k, q), 1);
   (void)CU_CALL(SYMM_LOG_INFO, cuStreamBatchMemOp, ((CUstream)stream, count, ops, 0));
   (void)cudaThreadExchangeStreamCaptureMode(&mode);
 }
