@@ -80,13 +80,20 @@ static void fill(struct rank* r, float* dev, size_t count, int salt, cudaStream_
   CUDA_OK(cudaStreamSynchronize(s));
 }
 
+/* Wrong elements among `count` floats at dev (synchronized): expected(i, salt) for a sum,
+ * else pattern(root, i, salt) for a broadcast from `root`. */
+static int wrongAt(struct rank* r, const float* dev, size_t count, int salt, int root) {
+  CUDA_OK(cudaMemcpy(r->host, dev, count * sizeof(float), cudaMemcpyDeviceToHost));
+  int wrong = 0;
+  for (size_t i = 0; i < count; i++)
+    wrong += r->host[i] != (root < 0 ? expected(i, salt) : pattern(root, i, salt));
+  return wrong;
+}
+
 /* Wrong elements of an all-reduce output (stream synchronized). */
 static int wrongSum(struct rank* r, const float* dev, size_t count, int salt, cudaStream_t s) {
   CUDA_OK(cudaStreamSynchronize(s));
-  CUDA_OK(cudaMemcpy(r->host, dev, count * sizeof(float), cudaMemcpyDeviceToHost));
-  int wrong = 0;
-  for (size_t i = 0; i < count; i++) wrong += r->host[i] != expected(i, salt);
-  return wrong;
+  return wrongAt(r, dev, count, salt, -1);
 }
 
 static ncclResult_t allReduce(struct rank* r, const float* in, float* out, size_t count, cudaStream_t s) {
@@ -98,10 +105,8 @@ static void checkedAllGather(struct rank* r, size_t each, int salt, cudaStream_t
   fill(r, r->in, each, salt, s);
   TCHECK_EQ_INT(ncclAllGather(r->in, r->out, each, ncclFloat32, r->comm, s), ncclSuccess);
   CUDA_OK(cudaStreamSynchronize(s));
-  CUDA_OK(cudaMemcpy(r->host, r->out, each * (size_t)nranks * sizeof(float), cudaMemcpyDeviceToHost));
   int wrong = 0;
-  for (int q = 0; q < nranks; q++)
-    for (size_t i = 0; i < each; i++) wrong += r->host[(size_t)q * each + i] != pattern(q, i, salt);
+  for (int q = 0; q < nranks; q++) wrong += wrongAt(r, r->out + (size_t)q * each, each, salt, q);
   TCHECK_EQ_INT(wrong, 0);
 }
 
@@ -321,10 +326,7 @@ static void nonBlockingRank(struct rank* r) {
     TCHECK(res == ncclSuccess || res == ncclInProgress);
     TCHECK_EQ_INT(settle(r->comm, ncclGroupEnd()), ncclSuccess);
     TCHECK_EQ_INT(wrongSum(r, r->out, 4096, k, r->s1), 0);
-    int wrongB = 0;
-    CUDA_OK(cudaMemcpy(r->host, r->out + 4096, 4096 * sizeof(float), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < 4096; i++) wrongB += r->host[i] != pattern(k % nranks, i, k);
-    TCHECK_EQ_INT(wrongB, 0);
+    TCHECK_EQ_INT(wrongAt(r, r->out + 4096, 4096, k, k % nranks), 0);
   }
 }
 
@@ -382,15 +384,6 @@ static void mismatchRank(struct rank* r) {
 
 /* ---- soak: ours and forwarded calls, same and other streams -------------------------------- */
 
-/* Wrong elements among `count` floats at dev (synchronized): expected(i, salt) for a sum,
- * else pattern(root, i, salt) for a broadcast from `root`. */
-static int wrongAt(struct rank* r, const float* dev, size_t count, int salt, int root) {
-  CUDA_OK(cudaMemcpy(r->host, dev, count * sizeof(float), cudaMemcpyDeviceToHost));
-  int wrong = 0;
-  for (size_t i = 0; i < count; i++)
-    wrong += r->host[i] != (root < 0 ? expected(i, salt) : pattern(root, i, salt));
-  return wrong;
-}
 
 /* Four calls issued on two streams with nothing synchronized in between: all-reduce (ours) on
  * s1, broadcast (forwarded; the test bootstrap runs it synchronously) on s2, all-gather on s1,
@@ -433,10 +426,7 @@ static void soakRank(struct rank* r) {
         const int root = (int)(k % nranks);
         TCHECK_EQ_INT(ncclBroadcast(r->in, r->out, count, ncclFloat32, root, r->comm, s), ncclSuccess);
         CUDA_OK(cudaStreamSynchronize(s));
-        CUDA_OK(cudaMemcpy(r->host, r->out, count * sizeof(float), cudaMemcpyDeviceToHost));
-        int wrong = 0;
-        for (size_t i = 0; i < count; i++) wrong += r->host[i] != pattern(root, i, salt);
-        TCHECK_EQ_INT(wrong, 0);
+        TCHECK_EQ_INT(wrongAt(r, r->out, count, salt, root), 0);
         break;
       }
       default: /* all-gather: ours (the table's Lamport) or forwarded, by size */
