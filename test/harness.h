@@ -88,9 +88,15 @@ static inline void harnessRecord(int ok, const char* file, int line, const char*
  * CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and two streams sharing a queue
  * run in one order. Ranks that queue several spinning kernels each then deadlock: rank A's call
  * k can sit behind rank B's call k+1, which waits for A's call k+1. One rank per GPU (every real
- * job) cannot meet this; 32 queues cover the tests' 8 ranks x 2 streams plus internal ones. An
- * explicit setting wins. */
-static inline void harnessManyStreamsPerGpu(void) { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+ * job) cannot meet this; 32 queues cover the tests' 8 ranks x 2 streams plus internal ones. A
+ * lower value in the environment (Megatron recipes set 1) is raised, with a line saying so. */
+static inline void harnessManyStreamsPerGpu(void) {
+  const char* set = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (set != NULL && atoi(set) >= 32) return;
+  if (set != NULL)
+    fprintf(stderr, "test: CUDA_DEVICE_MAX_CONNECTIONS=%s raised to 32 (several ranks per GPU)\n", set);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
+}
 
 /* Ends main(): prints "N passed, N failed" and returns the exit code. */
 static inline int harnessReport(const char* name) {
