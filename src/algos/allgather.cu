@@ -104,18 +104,14 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
 
 template <typename E>
 static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
-  allGatherPushKernel<E><<<blocks, kThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launchKernel(allGatherPushKernel<E>, blocks, stream, args);
 }
 
 template <typename E>
 static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t stream,
                                        const KernelArgs& args) {
-  if (emulate)
-    allGatherMultimemKernel<E, true><<<blocks, kThreads, 0, stream>>>(args);
-  else
-    allGatherMultimemKernel<E, false><<<blocks, kThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launchKernel(emulate ? allGatherMultimemKernel<E, true> : allGatherMultimemKernel<E, false>,
+                      blocks, stream, args);
 }
 
 cudaError_t launchAllGatherMultimem(ncclDataType_t dt, bool emulate, int blocks,

@@ -118,8 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
 
 template <typename E, int Kind>
 static cudaError_t launchOneShotTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
-  oneShotKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launchKernel(oneShotKernel<E, Kind>, blocks, stream, args);
 }
 
 cudaError_t launchOneShot(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
@@ -133,11 +132,8 @@ template <typename E, int Kind>
 static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t stream,
                                        const KernelArgs& args) {
   if constexpr (Mm<E, Kind>::kOk) {
-    if (emulate)
-      multimemKernel<E, Kind, true><<<blocks, kThreads, 0, stream>>>(args);
-    else
-      multimemKernel<E, Kind, false><<<blocks, kThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launchKernel(emulate ? multimemKernel<E, Kind, true> : multimemKernel<E, Kind, false>,
+                        blocks, stream, args);
   } else {
     return cudaErrorInvalidValue;
   }

@@ -209,8 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
 
 template <typename E, int Kind, int R>
 static cudaError_t twoShotLaunchTyped(int blocks, cudaStream_t stream, const KernelArgs& a) {
-  twoShotKernel<E, Kind, R><<<blocks, kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launchKernel(twoShotKernel<E, Kind, R>, blocks, stream, a);
 }
 
 /* Launch (or load every type/op instance of) the kernel for at most R ranks. */

@@ -149,18 +149,14 @@ template <typename E, int Kind>
 static cudaError_t launchTyped(enum symmColl coll, int blocks, cudaStream_t stream, const KernelArgs& a) {
   switch (coll) {
     case SYMM_COLL_ALLREDUCE:
-      lamportKernel<E, Kind, SYMM_COLL_ALLREDUCE><<<blocks, kThreads, 0, stream>>>(a);
-      break;
+      return launchKernel(lamportKernel<E, Kind, SYMM_COLL_ALLREDUCE>, blocks, stream, a);
     case SYMM_COLL_REDUCESCATTER:
-      lamportKernel<E, Kind, SYMM_COLL_REDUCESCATTER><<<blocks, kThreads, 0, stream>>>(a);
-      break;
+      return launchKernel(lamportKernel<E, Kind, SYMM_COLL_REDUCESCATTER>, blocks, stream, a);
     case SYMM_COLL_ALLGATHER: /* moves bits: one instance per element size would do; kSum only */
-      lamportKernel<E, kSum, SYMM_COLL_ALLGATHER><<<blocks, kThreads, 0, stream>>>(a);
-      break;
+      return launchKernel(lamportKernel<E, kSum, SYMM_COLL_ALLGATHER>, blocks, stream, a);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 cudaError_t launchLamport(enum symmColl coll, ncclDataType_t dt, ncclRedOp_t op, int blocks,

@@ -7,8 +7,10 @@
 
 #include "copyengine.h"
 #include "launch.h"
+#include "primitives.cuh" /* kThreads */
 
 extern "C" {
+#include "../transport/cudriver.h"
 #include "debug.h"
 #include "param.h"
 }
@@ -90,6 +92,66 @@ size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t e
     sliceMax = (size_t)roundBytes / ((size_t)peers->nranks * esize);
   if (sliceMax < 16 / esize) sliceMax = 16 / esize;
   return sliceMax;
+}
+
+/* Kernel handles (cudaGetKernel: one per kernel, valid in every context), keyed by the kernel's
+ * host address in an open-addressed table that readers search without a lock: a slot's key is
+ * published after its handle, and slots are never reused. */
+static const int kHandleSlots = 4096; /* a power of two, several times our kernel count */
+struct HandleSlot {
+  KernelFn kernel;
+  CUkernel handle;
+};
+static HandleSlot handleSlots[kHandleSlots];
+static pthread_mutex_t handleLock = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned handleHome(KernelFn kernel) {
+  return (unsigned)(((uintptr_t)kernel * 0x9E3779B97F4A7C15ull) >> 52) & (kHandleSlots - 1);
+}
+
+/* NULL when the runtime has none for it (then the runtime launches it). */
+static CUkernel kernelHandle(KernelFn kernel) {
+  const unsigned home = handleHome(kernel);
+  for (int i = 0; i < kHandleSlots; i++) {
+    const HandleSlot& slot = handleSlots[(home + i) & (kHandleSlots - 1)];
+    const KernelFn k = __atomic_load_n(&slot.kernel, __ATOMIC_ACQUIRE);
+    if (k == kernel) return slot.handle;
+    if (k == NULL) break;
+  }
+  CUkernel found = NULL;
+  pthread_mutex_lock(&handleLock);
+  for (int i = 0; i < kHandleSlots; i++) {
+    HandleSlot& slot = handleSlots[(home + i) & (kHandleSlots - 1)];
+    if (slot.kernel == kernel) {
+      found = slot.handle;
+      break;
+    }
+    if (slot.kernel == NULL) {
+      cudaKernel_t handle = NULL;
+      if (cudaGetKernel(&handle, (const void*)kernel) == cudaSuccess && handle != NULL) {
+        slot.handle = (CUkernel)handle;
+        __atomic_store_n(&slot.kernel, kernel, __ATOMIC_RELEASE);
+        found = slot.handle;
+      } else {
+        (void)cudaGetLastError();
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&handleLock);
+  return found;
+}
+
+cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const KernelArgs& args) {
+  void* params[] = {const_cast<KernelArgs*>(&args)};
+  const CUkernel handle = symmCu.p_cuLaunchKernel != NULL ? kernelHandle(kernel) : NULL;
+  /* A CUkernel passed as a CUfunction launches in the current context. */
+  if (handle != NULL &&
+      symmCu.p_cuLaunchKernel((CUfunction)handle, (unsigned)blocks, 1, 1, kThreads, 1, 1, 0,
+                              (CUstream)stream, params, NULL) == CUDA_SUCCESS)
+    return cudaSuccess;
+  return cudaLaunchKernel((const void*)kernel, dim3((unsigned)blocks), dim3(kThreads), params, 0,
+                          stream);
 }
 
 /* Lamport: one launch. Push/pull and multimem: one launch per chunk of every rank's share, the

@@ -30,6 +30,14 @@ int gridBlocks(size_t moved, const struct symmLaunch* call, const struct symmPee
 /* Two-shot: most elements of one rank's slice per round (staging and SYMMCOLL_AR_ROUND_BYTES). */
 size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize);
 
+/* Every kernel of ours takes one KernelArgs. launchKernel starts blocks x kThreads of one on
+ * `stream` through the driver (cuLaunchKernel of the kernel's context-independent handle, found
+ * once per kernel): 0.3-0.5 us cheaper per call than the runtime's <<<>>> on an H100
+ * (perf/RESULTS.md section 0). Without that handle or driver entry point, or when the driver
+ * refuses (no current context, a real error), the runtime launches it or reports the error. */
+typedef void (*KernelFn)(KernelArgs);
+cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const KernelArgs& args);
+
 /* Kernel families (one translation unit each): launch one kernel, or load every instance. */
 cudaError_t launchLamport(enum symmColl coll, ncclDataType_t dt, ncclRedOp_t op, int blocks,
                           cudaStream_t stream, const KernelArgs& args);

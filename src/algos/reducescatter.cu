@@ -125,8 +125,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
 
 template <typename E, int Kind>
 static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
-  reduceScatterPullKernel<E, Kind><<<blocks, kThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launchKernel(reduceScatterPullKernel<E, Kind>, blocks, stream, args);
 }
 
 cudaError_t launchReduceScatterPull(ncclDataType_t dt, ncclRedOp_t op, int blocks,
@@ -140,11 +139,9 @@ template <typename E, int Kind>
 static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t stream,
                                        const KernelArgs& args) {
   if constexpr (Mm<E, Kind>::kOk) {
-    if (emulate)
-      reduceScatterMultimemKernel<E, Kind, true><<<blocks, kThreads, 0, stream>>>(args);
-    else
-      reduceScatterMultimemKernel<E, Kind, false><<<blocks, kThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return launchKernel(emulate ? reduceScatterMultimemKernel<E, Kind, true>
+                                : reduceScatterMultimemKernel<E, Kind, false>,
+                        blocks, stream, args);
   } else {
     return cudaErrorInvalidValue;
   }

@@ -9,7 +9,8 @@
 #include "nccl_api.h"
 
 /* X(name, cudaVersion, required): every driver call the library makes (the
- * transport's, and the copy-engine all-gather's stream memory operations). `cudaVersion` is the
+ * transport's, the copy-engine all-gather's stream memory operations, and our kernel launches,
+ * which fall back to the runtime without it). `cudaVersion` is the
  * ABI version we ask the driver for; optional entries (multicast) may be missing. */
 #define SYMM_CU_FUNCS(X)                           \
   X(cuGetErrorString, 6000, 1)                     \
@@ -30,6 +31,7 @@
   X(cuMemGetAddressRange, 3020, 1)                 \
   X(cuStreamWriteValue32, 12000, 1)                \
   X(cuStreamBatchMemOp, 12000, 1)                  \
+  X(cuLaunchKernel, 12000, 0)                      \
   X(cuMulticastCreate, 12010, 0)                   \
   X(cuMulticastAddDevice, 12010, 0)                \
   X(cuMulticastBindMem, 12010, 0)                  \
