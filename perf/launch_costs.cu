@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Host cost of the CUDA calls on our eager all-reduce path, one at a time (perf/NOTES.md):
- * kernel launches with a small and with an all-reduce-sized argument block, cudaEventRecord,
- * cudaStreamIsCapturing, cudaGetDevice. Prints microseconds per call (median of 11 batches). */
+ * kernel launches with a small and with an all-reduce-sized argument block (runtime and driver),
+ * cudaEventRecord, the stream queries, cudaGetDevice, and all of them in the sequence one eager
+ * call of ours makes. Prints microseconds per call (median of 11 batches). */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+/* CUDA 13 gave the edge-data form the plain name; 12.3-12.9 call it _v3 (as src/order.c). */
+#if CUDART_VERSION < 13000
+#define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v3
+#endif
 
 struct Big {
   char bytes[328]; /* about sizeof(symm::KernelArgs) */
@@ -86,6 +92,13 @@ int main() {
       void* args[] = {&big};
       (void)launch((CUfunction)f, 1, 1, 1, 32, 1, 1, 0, (CUstream)s, args, NULL);
     });
+    /* The context-independent handle (cudaGetKernel) launched in the current context. */
+    cudaKernel_t k;
+    CK(cudaGetKernel(&k, (const void*)bigKernel));
+    perCall("cuLaunchKernel (CUkernel), 328 B", s, [&] {
+      void* args[] = {&big};
+      (void)launch((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, (CUstream)s, args, NULL);
+    });
   }
   perCall("cudaEventRecord", s, [&] { (void)cudaEventRecord(ev, s); });
   perCall("launch 328 B + cudaEventRecord", s, [&] {
@@ -99,6 +112,29 @@ int main() {
   perCall("cudaGetDevice", s, [&] {
     int d;
     (void)cudaGetDevice(&d);
+  });
+  perCall("cudaStreamGetCaptureInfo", s, [&] {
+    cudaStreamCaptureStatus st;
+    unsigned long long id;
+    cudaGraph_t g;
+    (void)cudaStreamGetCaptureInfo(s, &st, &id, &g, NULL, NULL, NULL);
+  });
+  perCall("cudaStreamGetId", s, [&] {
+    unsigned long long id;
+    (void)cudaStreamGetId(s, &id);
+  });
+  /* The CUDA calls of one eager call on our path (src/enqueue.c, src/order.c), in order. */
+  perCall("our path's CUDA calls, in sequence", s, [&] {
+    int d;
+    (void)cudaGetDevice(&d);
+    cudaStreamCaptureStatus st;
+    unsigned long long id;
+    cudaGraph_t g;
+    (void)cudaStreamGetCaptureInfo(s, &st, &id, &g, NULL, NULL, NULL);
+    (void)cudaStreamGetId(s, &id);
+    bigKernel<<<1, 32, 0, s>>>(big);
+    (void)cudaGetLastError();
+    (void)cudaEventRecord(ev, s);
   });
   return 0;
 }
