@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GPU tests of the host path through the test bootstrap (ranks are threads; SYMMCOLL_NCCL_LIB
  * names test/bootstrap/libnccl.so.2): a late rank, an injected kernel error, two streams with
- * eager calls and graph replays, abort from a watchdog thread, groups, non-blocking
+ * eager calls and graph replays (streams-eager: the replayed calls issued eagerly), abort from a watchdog thread, groups, non-blocking
  * communicators, an agreed knob that differs, and a mixed soak. Exits 77 without a GPU.
- *   test_core_gpu late N DELAY_MS | fault N | streams N ITERS | abort N CYCLES | group N |
+ *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES | group N |
  *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | ce-abort N |
  *                 cta-efficiency N | max-ctas N */
 #define _GNU_SOURCE
@@ -215,6 +215,19 @@ static void faultRank(struct rank* r) {
 #define EAGER_SLOTS 7
 #define GRAPH_OPS 4
 #define SLOT_COUNT 1024
+static int streamsReplay = 1; /* 0 (streams-eager): the graph's calls issued eagerly on s2 */
+
+/* The GRAPH_OPS calls of the second stream: one replay, or the same calls issued eagerly. */
+static void secondStreamCalls(struct rank* r, cudaGraphExec_t exec, float* gIn, float* gOut) {
+  if (streamsReplay) {
+    CUDA_OK(cudaGraphLaunch(exec, r->s2));
+    return;
+  }
+  for (int j = 0; j < GRAPH_OPS; j++)
+    TCHECK_EQ_INT(allReduce(r, gIn + j * SLOT_COUNT, gOut + j * SLOT_COUNT, SLOT_COUNT, r->s2),
+                  ncclSuccess);
+}
+
 static void streamsRank(struct rank* r) {
   float* eIn = r->in;                            /* EAGER_SLOTS + GRAPH_OPS input slots */
   float* eOut = r->out;
@@ -239,7 +252,7 @@ static void streamsRank(struct rank* r) {
                   ncclSuccess);
     done++;
     if (it % 3 == 1) {
-      CUDA_OK(cudaGraphLaunch(exec, r->s2));
+      secondStreamCalls(r, exec, gIn, gOut);
       done += GRAPH_OPS;
     }
     if (it % 100 == 99 || done >= param) {
@@ -257,7 +270,7 @@ static void streamsRank(struct rank* r) {
       for (int k = 0; k < EAGER_SLOTS; k++)
         TCHECK_EQ_INT(allReduce(r, eIn + k * SLOT_COUNT, eOut + k * SLOT_COUNT, SLOT_COUNT, r->s1),
                       ncclSuccess);
-      CUDA_OK(cudaGraphLaunch(exec, r->s2));
+      secondStreamCalls(r, exec, gIn, gOut);
       done += EAGER_SLOTS + GRAPH_OPS;
     }
   }
@@ -533,8 +546,8 @@ int main(int argc, char** argv) {
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
-    fprintf(stderr, "usage: test_core_gpu late|fault|streams|abort|group|nonblocking|mismatch|soak|"
-            "cta-zero|ce-abort|cta-efficiency|max-ctas N [number]\n");
+    fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|group|nonblocking|"
+            "mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -554,6 +567,10 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "late")) runWorld(lateRank, 0, NULL, NULL);
   else if (!strcmp(mode, "fault")) runWorld(faultRank, 0, NULL, NULL);
   else if (!strcmp(mode, "streams")) runWorld(streamsRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "streams-eager")) {
+    streamsReplay = 0;
+    runWorld(streamsRank, 0, NULL, NULL);
+  }
   else if (!strcmp(mode, "abort")) runAbortCycles();
   else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
   else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
