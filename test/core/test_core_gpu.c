@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GPU tests of the host path through the test bootstrap (ranks are threads; SYMMCOLL_NCCL_LIB
  * names test/bootstrap/libnccl.so.2): a late rank, an injected kernel error, two streams with
- * eager calls and graph replays (streams-eager: the replayed calls issued eagerly), abort from a watchdog thread, groups, non-blocking
- * communicators, an agreed knob that differs, and a mixed soak. Exits 77 without a GPU.
+ * eager calls and graph replays (streams-eager: no graph, its calls issued eagerly), abort from
+ * a watchdog thread, groups, non-blocking communicators, an agreed knob that differs, and a
+ * mixed soak. Exits 77 without a GPU.
  *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES | group N |
  *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | ce-abort N |
  *                 cta-efficiency N | max-ctas N */
@@ -215,7 +216,8 @@ static void faultRank(struct rank* r) {
 #define EAGER_SLOTS 7
 #define GRAPH_OPS 4
 #define SLOT_COUNT 1024
-static int streamsReplay = 1; /* 0 (streams-eager): the graph's calls issued eagerly on s2 */
+/* 0 (streams-eager): nothing captured; the graph's calls are issued eagerly on s2 instead. */
+static int streamsReplay = 1;
 
 /* The GRAPH_OPS calls of the second stream: one replay, or the same calls issued eagerly. */
 static void secondStreamCalls(struct rank* r, cudaGraphExec_t exec, float* gIn, float* gOut) {
@@ -239,12 +241,14 @@ static void streamsRank(struct rank* r) {
   CUDA_OK(cudaStreamSynchronize(r->s1));
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
-  CUDA_OK(cudaStreamBeginCapture(r->s2, cudaStreamCaptureModeThreadLocal));
-  for (int j = 0; j < GRAPH_OPS; j++)
-    TCHECK_EQ_INT(allReduce(r, gIn + j * SLOT_COUNT, gOut + j * SLOT_COUNT, SLOT_COUNT, r->s2),
-                  ncclSuccess);
-  CUDA_OK(cudaStreamEndCapture(r->s2, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  if (streamsReplay) {
+    CUDA_OK(cudaStreamBeginCapture(r->s2, cudaStreamCaptureModeThreadLocal));
+    for (int j = 0; j < GRAPH_OPS; j++)
+      TCHECK_EQ_INT(allReduce(r, gIn + j * SLOT_COUNT, gOut + j * SLOT_COUNT, SLOT_COUNT, r->s2),
+                    ncclSuccess);
+    CUDA_OK(cudaStreamEndCapture(r->s2, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  }
   long done = 0, wrong = 0;
   for (long it = 0; done < param; it++) {
     const int slot = (int)(it % EAGER_SLOTS);
@@ -278,8 +282,8 @@ static void streamsRank(struct rank* r) {
   CUDA_OK(cudaStreamSynchronize(r->s2));
   TCHECK_EQ_INT(wrong, 0);
   if (r->rank == 0) printf("streams: %ld calls per rank (eager and graph), %ld wrong\n", done, wrong);
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(graph));
+  if (exec != NULL) CUDA_OK(cudaGraphExecDestroy(exec));
+  if (graph != NULL) CUDA_OK(cudaGraphDestroy(graph));
 }
 
 /* ---- groups: simulate, then a normal call; a failing GroupEnd (bootstrap knob) ------------- */
