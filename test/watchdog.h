@@ -29,11 +29,32 @@ static void watchdogStackHandler(int sig) {
   backtrace_symbols_fd(frames, n, 2);
 }
 
+/* Set by a test: what it can say about its own state when the deadline passes (it runs in a
+ * thread of its own; the stacks follow after it returns or after 5 s). */
+static void (*watchdogReport)(void);
+
+static void* watchdogReportThread(void* done) {
+  watchdogReport();
+  __atomic_store_n((int*)done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
 static void* watchdogThread(void* arg) {
   const long seconds = (long)(intptr_t)arg;
   struct timespec ts = {seconds, 0};
   while (nanosleep(&ts, &ts) != 0) {}
-  fprintf(stderr, "watchdog: still running after %ld s; stacks follow\n", seconds);
+  fprintf(stderr, "watchdog: still running after %ld s\n", seconds);
+  static int reported;
+  pthread_t reporter;
+  if (watchdogReport != NULL &&
+      pthread_create(&reporter, NULL, watchdogReportThread, &reported) == 0) {
+    pthread_detach(reporter);
+    for (int i = 0; i < 500 && !__atomic_load_n(&reported, __ATOMIC_ACQUIRE); i++) {
+      struct timespec tick = {0, 10 * 1000 * 1000};
+      nanosleep(&tick, NULL);
+    }
+  }
+  fprintf(stderr, "watchdog: stacks follow\n");
   FILE* maps = fopen("/proc/self/maps", "r");
   char buf[512];
   while (maps != NULL && fgets(buf, sizeof(buf), maps) != NULL)

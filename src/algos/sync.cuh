@@ -63,6 +63,8 @@ constexpr size_t kPadBytes =
 __host__ __device__ constexpr int signalIndex(int purpose, int block, int writer) {
   return kPadSignalBase + (purpose * SYMM_MAX_BLOCKS + block) * SYMM_MAX_RANKS + writer;
 }
+static_assert(SYMM_PAD_SIGNAL_WORD(kSigMid, 5, 3) == signalIndex(kSigMid, 5, 3),
+              "the host's view of the signal words (algos.h) must match this layout");
 static_assert(SYMM_PAD_CE_BASE == signalIndex(kSigCopyEngine, 0, 0) &&
                   SYMM_PAD_CE_BASE + SYMM_CE_KINDS * SYMM_MAX_RANKS <=
                       signalIndex(kSigCopyEngine + 1, 0, 0),

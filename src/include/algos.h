@@ -86,6 +86,11 @@ void symmCopyEngineRelease(const struct symmPeers* peers, cudaStream_t stream);
 /* Most thread blocks of any kernel of ours (grids pair block b with block b on every peer). */
 #define SYMM_MAX_BLOCKS 128
 
+/* Word of the kernels' signal (purpose, block, writer) in a pad, for host readers (the tests'
+ * hang reports); src/algos/sync.cuh owns the layout and checks this against it. */
+#define SYMM_PAD_SIGNAL_WORD(purpose, block, writer) \
+  (8 + ((purpose) * SYMM_MAX_BLOCKS + (block)) * SYMM_MAX_RANKS + (writer))
+
 /* The copy-engine all-gather's barrier words (src/algos/copyengine.c): in each rank's signal pad,
  * one 64-bit word per (kind, writer) of which the stream memory operations use the low 32 bits
  * (0 or 1). They sit in the rows of the pad's third signal purpose (sync.cuh checks it), which

@@ -17,12 +17,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "algos.h"
 #include "comm.h"
 #include "debug.h"
 #include "forward.h"
 #include "harness.h"
 #include "watchdog.h"
 #include "nccl_api.h"
+#include "transport.h"
 #include "vmm.h"
 
 #define TCHECK(cond) HARNESS_TCHECK(cond)
@@ -496,10 +498,53 @@ typedef void (*rankBody)(struct rank*);
 static rankBody body;
 static int blockingComms = 1;
 
+/* The ranks of the running world, for the watchdog's report. */
+static struct rank* liveRanks[9];
+
+/* When a test hangs (SYMMCOLL_TEST_WATCHDOG_S): each rank's launches of ours and what its device
+ * state says, read on a stream of its own (copies still run while kernels spin): the epoch and
+ * block ticket, and the start/mid signal words its blocks 0 and 1 received from each writer.
+ * Ranks whose epochs or signals disagree show who waits for whom. */
+static void reportDeviceState(void) {
+  for (int q = 0; q < nranks; q++) {
+    struct rank* r = liveRanks[q];
+    struct symmComm* c = r != NULL ? symmCommFind(r->comm) : NULL;
+    const struct symmPeers* p = c != NULL ? symmTransportPeers(c) : NULL;
+    if (p == NULL) continue;
+    uint64_t state[2] = {0, 0}, sig[2][2][SYMM_MAX_RANKS];
+    memset(sig, 0, sizeof(sig));
+    const enum cudaMemcpyKind toHost = cudaMemcpyDeviceToHost;
+    cudaStream_t s = NULL;
+    int ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+             cudaMemcpyAsync(state, p->localState, sizeof(state), toHost, s) == cudaSuccess;
+    for (int purpose = 0; purpose < 2 && ok; purpose++)
+      for (int b = 0; b < 2 && ok; b++) {
+        const uint64_t* words = p->signals[p->rank] + SYMM_PAD_SIGNAL_WORD(purpose, b, 0);
+        const size_t bytes = (size_t)p->nranks * sizeof(uint64_t);
+        ok = cudaMemcpyAsync(sig[purpose][b], words, bytes, toHost, s) == cudaSuccess;
+      }
+    ok = ok && cudaStreamSynchronize(s) == cudaSuccess;
+    fprintf(stderr, "rank %d: %llu launches of ours; device %s: epoch %llu, ticket %llu\n", q,
+            (unsigned long long)__atomic_load_n(&c->launches, __ATOMIC_RELAXED),
+            ok ? "state" : "state unreadable", (unsigned long long)state[0],
+            (unsigned long long)state[1]);
+    for (int purpose = 0; ok && purpose < 2; purpose++)
+      for (int b = 0; b < 2; b++) {
+        fprintf(stderr, "  %s signals, block %d, from writers 0..%d:", purpose ? "mid" : "start", b,
+                p->nranks - 1);
+        for (int w = 0; w < p->nranks; w++)
+          fprintf(stderr, " %llu", (unsigned long long)sig[purpose][b][w]);
+        fprintf(stderr, "\n");
+      }
+  }
+}
+
 static void* rankMain(void* arg) {
   struct rank r = {.rank = (int)(long)arg};
   if (openRank(&r, blockingComms)) {
+    __atomic_store_n(&liveRanks[r.rank], &r, __ATOMIC_RELEASE);
     body(&r);
+    __atomic_store_n(&liveRanks[r.rank], NULL, __ATOMIC_RELEASE);
     closeRank(&r, r.comm != NULL);
   }
   return NULL;
@@ -543,6 +588,7 @@ static void runAbortCycles(void) {
 }
 
 int main(int argc, char** argv) {
+  watchdogReport = reportDeviceState;
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
   harnessManyStreamsPerGpu();
   (void)symmLogLevel();
