@@ -6,6 +6,7 @@
 #   test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]     (or source it and call run_gpu_suite)
 #   PART=repeats [REPEATS=10 CALLS=3000] test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]: the soak,
 #   REPEATS consecutive runs at each world size 2..8
+#   PART=hangs [REPEATS=20] ...: the open streams_2 hang, with the watchdog's reports
 # One log per command in OUT_DIR, a summary table at the end.
 run_gpu_suite() {
   local TB=$B/test/transport T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
@@ -63,9 +64,26 @@ run_soak_repeats() {
   done
 }
 
+# The open streams_2 hang (test/core/README.md): REPEATS runs each of `streams` and
+# `streams-eager` under the watchdog, whose report (device epochs, tickets, signal words) and
+# stacks land in the logs of the runs that hang.
+run_stream_hangs() {
+  local C=$B/test/core/test_core_gpu m i
+  for m in streams streams-eager; do
+    for i in $(seq 1 "${REPEATS:-20}"); do
+      run ${m}_run$i 40 env SYMMCOLL_NCCL_LIB="$BOOT" SYMMCOLL_ALLREDUCE_ALGO=oneshot \
+        SYMMCOLL_TEST_WATCHDOG_S=10 CUDA_MODULE_LOADING=EAGER $C $m 2 20000
+    done
+  done
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   # shellcheck source=test/device/common.sh
   source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
-  if [ "${PART:-suite}" = repeats ]; then run_soak_repeats; else run_gpu_suite; fi
+  case "${PART:-suite}" in
+    repeats) run_soak_repeats ;;
+    hangs) run_stream_hangs ;;
+    *) run_gpu_suite ;;
+  esac
   print_rows
 fi
