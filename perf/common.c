@@ -86,6 +86,7 @@ struct perfRun {
   struct perfWorld world;
   const char* prog;
   int nranks, nLocal, firstRank;
+  int nDevices; /* visible GPUs (--share_gpus wraps local ranks onto them) */
   size_t allocBytes;
   int ncclVersion;
   FILE* csv;
@@ -562,12 +563,17 @@ static void* threadMain(void* arg) {
 
 #define PERF_DEVICE_TEXT 16384
 
+/* The GPU of this process's local rank i: one each, or wrapped onto the GPUs (--share_gpus). */
+static int localDevice(const struct perfRun* run, int firstDev, int i) {
+  return run->opt.shareGpus ? (firstDev + i) % run->nDevices : firstDev + i;
+}
+
 static int deviceReport(struct perfRun* run, int firstDev, char* text, size_t cap, size_t* minMem) {
   char host[256] = "?";
   gethostname(host, sizeof(host) - 1);
   size_t len = 0;
   for (int i = 0; i < run->nLocal; i++) {
-    int dev = firstDev + i;
+    int dev = localDevice(run, firstDev, i);
     struct cudaDeviceProp prop;
     CUDA_TRY(cudaGetDeviceProperties(&prop, dev));
     if (prop.totalGlobalMem < *minMem) *minMem = prop.totalGlobalMem;
@@ -737,8 +743,9 @@ static int runProcess(struct perfRun* run) {
             e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return PERF_EXIT_FAILURE;
   }
+  run->nDevices = nDev;
   int firstDev = w->localRank * run->nLocal;
-  if (firstDev + run->nLocal > nDev) {
+  if (firstDev + run->nLocal > nDev && !opt->shareGpus) {
     fprintf(stderr, "%s: invalid number of GPUs: %d requested but only %d were found (process %d)\n", run->prog,
             firstDev + run->nLocal, nDev, w->proc);
     return PERF_EXIT_USAGE;
@@ -797,7 +804,7 @@ static int runProcess(struct perfRun* run) {
     goto free_arrays;
   }
   for (int i = 0; i < run->nLocal; i++) {
-    run->gpus[i].dev = firstDev + i;
+    run->gpus[i].dev = localDevice(run, firstDev, i);
     run->gpus[i].rank = run->firstRank + i;
     e = cudaSetDevice(run->gpus[i].dev);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&run->gpus[i].stream, cudaStreamNonBlocking);

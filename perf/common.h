@@ -29,6 +29,7 @@ struct perfOptions {
   int nThreads;       /* -t */
   int nGpus;          /* -g: GPUs per thread */
   int nProcs;         /* -P: processes forked by the built-in launcher (0: none) */
+  int shareGpus;      /* --share_gpus: rank i of a process on GPU i % (GPUs); test bootstrap only */
   int mpi;            /* --mpi: ranks come from MPI (only in builds with MPI) */
   size_t minBytes;    /* -b */
   size_t maxBytes;    /* -e */

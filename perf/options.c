@@ -116,6 +116,8 @@ void perfPrintUsage(FILE* out, const char* prog) {
           "\t[-g,--ngpus <gpus per thread>]\n"
           "\t[-P,--nprocs <processes>] fork one process per GPU group on this node (built-in launcher;\n"
           "\t                          not in nccl-tests, which has no -P)\n"
+          "\t[--share_gpus] several ranks per GPU when there are more ranks than GPUs (only through\n"
+          "\t               libsymmcoll's test bootstrap: the real NCCL refuses it; single-GPU proxies)\n"
 #ifdef PERF_HAVE_MPI
           "\t[--mpi] take ranks from MPI (run under mpirun)\n"
 #endif
@@ -150,7 +152,7 @@ void perfPrintUsage(FILE* out, const char* prog) {
           prog);
 }
 
-enum { OPT_CSV = 1000, OPT_LABEL, OPT_ALLOC, OPT_MPI, OPT_COMPARE_REPS };
+enum { OPT_CSV = 1000, OPT_LABEL, OPT_ALLOC, OPT_MPI, OPT_COMPARE_REPS, OPT_SHARE_GPUS };
 
 /* nccl-tests options we take but cannot honour, by letter: the run goes on and says so. */
 static const struct {
@@ -179,6 +181,7 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
       {"compare", required_argument, 0, 'X'},      {"csv", required_argument, 0, OPT_CSV},
       {"label", required_argument, 0, OPT_LABEL},  {"mpi", no_argument, 0, OPT_MPI},
       {"compare_reps", required_argument, 0, OPT_COMPARE_REPS},
+      {"share_gpus", no_argument, 0, OPT_SHARE_GPUS},
       {"agg_iters", required_argument, 0, 'm'},    {"parallel_init", required_argument, 0, 'p'},
       {"stream_null", required_argument, 0, 'y'},
       {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
@@ -249,6 +252,7 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
         break;
       case 'X': opt->compareOut = arg; bad = *arg == '\0'; break;
       case OPT_COMPARE_REPS: bad = parseInt(arg, 1, 99, &opt->compareReps); break;
+      case OPT_SHARE_GPUS: opt->shareGpus = 1; break;
       case OPT_CSV: opt->csvPath = arg; bad = *arg == '\0'; break;
       case OPT_LABEL: opt->library = arg; bad = *arg == '\0'; break;
       case OPT_MPI:

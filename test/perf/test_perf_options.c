@@ -41,6 +41,7 @@ static void testDefaults(void) {
   CHECK_EQ_INT(o.nGpus, 1);
   CHECK_EQ_INT(o.nThreads, 1);
   CHECK_EQ_INT(o.nProcs, 0);
+  CHECK_EQ_INT(o.shareGpus, 0);
   CHECK_EQ_INT(o.average, PERF_AVG_MEAN);
   CHECK(o.compareOut == NULL);
 }
@@ -104,6 +105,9 @@ static void testGoodArgs(void) {
   CHECK_EQ_INT(o.op, PERF_AVG);
   CHECK_EQ_INT(PARSE(&o, err, "-h"), 1);
   CHECK_EQ_INT(PARSE(&o, err, "-b", "0", "-e", "0"), 0); /* a zero-byte sweep is allowed */
+  CHECK_EQ_INT(PARSE(&o, err, "-t", "2", "--share_gpus"), 0);
+  CHECK_EQ_INT(o.shareGpus, 1);
+  CHECK_EQ_INT(o.nThreads, 2);
 }
 
 static void expectBad(const char* what, int rc, const char* err, const char* needle) {
