@@ -96,7 +96,7 @@ void symmCopyEngineRelease(const struct symmPeers* peers, cudaStream_t stream);
  * (0 or 1). They sit in the rows of the pad's third signal purpose (sync.cuh checks it), which
  * no kernel uses. */
 enum symmCeWord { SYMM_CE_ARRIVE = 0, SYMM_CE_READY = 1, SYMM_CE_EXIT = 2, SYMM_CE_KINDS = 3 };
-#define SYMM_PAD_CE_BASE (8 + 2 * SYMM_MAX_BLOCKS * SYMM_MAX_RANKS)
+#define SYMM_PAD_CE_BASE SYMM_PAD_SIGNAL_WORD(2, 0, 0)
 /* Pad word 1 of each rank holds the constant 1 its barriers copy into peers' words. */
 #define SYMM_PAD_CE_ONE 1
 static inline size_t symmPadCeWord(enum symmCeWord kind, int writer) {
