@@ -173,8 +173,7 @@ static void issueAllReduce(void* arg, int i) {
 static void issueMeet(void* arg, int i) {
   struct rankCtx* c = arg;
   const unsigned target = (unsigned)nranks * (unsigned)(i + 1);
-  memcpy(c->meetArgs, &meetCounter, sizeof(meetCounter));
-  memcpy(c->meetArgs + 8, &target, sizeof(target));
+  memcpy(c->meetArgs + 8, &target, sizeof(target)); /* the counter's address is already there */
   void* params[] = {c->meetArgs};
   if (launchFn(meetFn, 1, 1, 1, 1, 1, 1, 0, (CUstream)c->stream, params, NULL) != CUDA_SUCCESS) {
     fprintf(stderr, "host_path: cuLaunchKernel(meet) failed\n");
@@ -192,6 +191,7 @@ static void* rankMain(void* arg) {
   CK(cudaMalloc((void**)&c.buf, bytes));
   CK(cudaMemset(c.buf, 0, bytes));
   c.count = bytes / sizeof(float);
+  memcpy(c.meetArgs, &meetCounter, sizeof(meetCounter));
   /* The warmup's first call given to our kernels builds their memory. */
   timedLoop(rank, c.stream, issueAllReduce, &c, &ncclCalls[rank]);
   if (rank == 0) __atomic_store_n(&turn, 0, __ATOMIC_RELEASE);

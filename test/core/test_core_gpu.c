@@ -403,13 +403,17 @@ static void mismatchRank(struct rank* r) {
 
 /* ---- soak: ours and forwarded calls, same and other streams -------------------------------- */
 
+/* Elements per rank of the soak's all-gathers of about `count` in all (at least 1). */
+static size_t perRank(size_t count) {
+  return count / (size_t)nranks > 0 ? count / (size_t)nranks : 1;
+}
 
 /* Four calls issued on two streams with nothing synchronized in between: all-reduce (ours) on
  * s1, broadcast (forwarded; the test bootstrap runs it synchronously) on s2, all-gather on s1,
  * all-reduce on s2; then every output checked. Our ordering across streams must hold. */
 static void soakBurst(struct rank* r, size_t count, int salt, int root) {
   fill(r, r->in, count, salt, r->s1);
-  const size_t each = count / (size_t)nranks > 0 ? count / (size_t)nranks : 1;
+  const size_t each = perRank(count);
   float *ar1 = r->out, *bc = ar1 + count, *ag = bc + count, *ar2 = ag + each * (size_t)nranks;
   TCHECK_EQ_INT(allReduce(r, r->in, ar1, count, r->s1), ncclSuccess);
   TCHECK_EQ_INT(ncclBroadcast(r->in, bc, count, ncclFloat32, root, r->comm, r->s2), ncclSuccess);
@@ -449,7 +453,7 @@ static void soakRank(struct rank* r) {
         break;
       }
       default: /* all-gather: ours (the table's Lamport) or forwarded, by size */
-        checkedAllGather(r, count / (size_t)nranks > 0 ? count / (size_t)nranks : 1, salt, s);
+        checkedAllGather(r, perRank(count), salt, s);
         break;
     }
   }
@@ -536,6 +540,7 @@ static void reportDeviceState(void) {
           fprintf(stderr, " %llu", (unsigned long long)sig[purpose][b][w]);
         fprintf(stderr, "\n");
       }
+    if (s != NULL) (void)cudaStreamDestroy(s);
   }
 }
 
