@@ -570,6 +570,9 @@ static void graphTest(struct driver* d) {
           cudaGraph_t graph;
           CUDA_OR_DIE(cudaStreamEndCapture(c->stream, &graph));
           CUDA_OR_DIE(cudaGraphInstantiate(&exec[i], graph, 0));
+          /* Uploaded first: see test/core/README.md, "graph uploads". */
+          CUDA_OR_DIE(cudaGraphUpload(exec[i], c->stream));
+          CUDA_OR_DIE(cudaStreamSynchronize(c->stream));
           CUDA_OR_DIE(cudaGraphDestroy(graph));
         }
         const long every = opt.replays >= 10 ? opt.replays / 10 : 1;

@@ -184,6 +184,9 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
   }
   CUDA_OK(cudaStreamEndCapture(r->stream, &graph));
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  /* Uploaded first: see test/core/README.md, "graph uploads". */
+  CUDA_OK(cudaGraphUpload(exec, r->stream));
+  CUDA_OK(cudaStreamSynchronize(r->stream));
   const int replays = quick ? 50 : 500;
   for (int it = 0; it < replays; it++) {
     const uint64_t seed = seed0 + 1000 + (uint64_t)it;

@@ -250,6 +250,10 @@ static void streamsRank(struct rank* r) {
                     ncclSuccess);
     CUDA_OK(cudaStreamEndCapture(r->s2, &graph));
     CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    /* Uploaded before the ranks replay at once: a lazy upload inside the first cudaGraphLaunch
+     * can block every rank thread of the process (test/core/README.md, "graph uploads"). */
+    CUDA_OK(cudaGraphUpload(exec, r->s2));
+    CUDA_OK(cudaStreamSynchronize(r->s2));
   }
   long done = 0, wrong = 0;
   for (long it = 0; done < param; it++) {
