@@ -295,6 +295,26 @@ SYMM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
 
+/* Waits until no thread builds staging on `ours` (its real communicator must outlive that work).
+ * Such a thread may be blocked inside the real NCCL, in the setup exchange, waiting for peers
+ * that will never call (the real NCCL connects to its peers on the host at a first collective;
+ * the test bootstrap's collectives wait for every rank): the real communicator is revoked then,
+ * which ends those waits with an error, so the staging fails and returns. */
+static void waitStagingDone(struct symmComm* ours) {
+  int revoked = 0;
+  while (__atomic_load_n(&ours->stagingBusy, __ATOMIC_ACQUIRE)) {
+    if (!revoked && symmRealLoad() == ncclSuccess && symmReal.ncclCommRevoke != NULL) {
+      ncclResult_t res = ncclSuccess;
+      SYMM_CALL_REAL(res, ncclCommRevoke, (ours->real, NCCL_REVOKE_DEFAULT));
+      INFO(SYMM_INIT, "comm %p: aborted while building staging; real communicator revoked (%d)",
+           (void*)ours->real, (int)res);
+    }
+    revoked = 1;
+    struct timespec pause = {0, 100 * 1000};
+    nanosleep(&pause, NULL);
+  }
+}
+
 /* From any thread, also while another one is inside a call on the communicator (PyTorch's
  * watchdog): the abort flag goes up first so that our kernels exit, our setup work stops at its
  * next wait, the real NCCL aborts (its kernels exit too), then our memory goes once the kernels
@@ -306,10 +326,7 @@ SYMM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (ours != NULL) {
       symmTransportSetAbort(ours);
       symmCommWaitJob(ours);
-      while (__atomic_load_n(&ours->stagingBusy, __ATOMIC_ACQUIRE)) {
-        struct timespec pause = {0, 100 * 1000};
-        nanosleep(&pause, NULL);
-      }
+      waitStagingDone(ours);
       symmGroupDropParked(ours);
     } else {
       symmCommRemove(comm);

@@ -10,6 +10,7 @@
 #endif
 #include <dirent.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -76,6 +77,22 @@ static void* watchdogThread(void* arg) {
   return NULL;
 }
 
+/* A crash under the watchdog prints the crashing thread's stack and the executable mappings,
+ * then the signal takes its default course. */
+static void watchdogCrashHandler(int sig) {
+  char line[64];
+  const int len = snprintf(line, sizeof(line), "watchdog: fatal signal %d\n", sig);
+  if (write(2, line, (size_t)len) < 0) return;
+  watchdogStackHandler(sig);
+  const int maps = open("/proc/self/maps", O_RDONLY);
+  char buf[4096];
+  ssize_t n;
+  while (maps >= 0 && (n = read(maps, buf, sizeof(buf))) > 0)
+    if (write(2, buf, (size_t)n) < 0) break;
+  if (maps >= 0) close(maps);
+  raise(sig);
+}
+
 /* Arms the watchdog: SYMMCOLL_TEST_WATCHDOG_S seconds (0 or unset: `seconds`; negative: off). */
 static inline void watchdogArm(long seconds) {
   const char* env = getenv("SYMMCOLL_TEST_WATCHDOG_S");
@@ -87,6 +104,10 @@ static inline void watchdogArm(long seconds) {
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = watchdogStackHandler;
   sigaction(SIGUSR2, &sa, NULL);
+  sa.sa_handler = watchdogCrashHandler;
+  sa.sa_flags = (int)SA_RESETHAND;
+  sigaction(SIGSEGV, &sa, NULL);
+  sigaction(SIGBUS, &sa, NULL);
   pthread_t t;
   if (pthread_create(&t, NULL, watchdogThread, (void*)(intptr_t)seconds) == 0) pthread_detach(t);
 }

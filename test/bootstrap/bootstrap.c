@@ -396,7 +396,9 @@ static ncclResult_t opFinish(struct ncclComm* comm, struct bootOp* op, int runIt
   } else {
     struct timespec deadline = deadlineFromNow();
     pthread_mutex_lock(&bootLock);
-    while (op->state != 2 && !w->aborted && res == ncclSuccess)
+    /* An abort releases the waiters of an operation that will never run; once every rank has
+     * posted, the runner uses their buffers and streams, so they wait for it to finish. */
+    while (op->state != 2 && !(w->aborted && op->state == 0) && res == ncclSuccess)
       if (pthread_cond_timedwait(&bootCond, &bootLock, &deadline) == ETIMEDOUT) res = ncclSystemError;
     if (res == ncclSystemError)
       bootWarn("rank %d: %s #%llu: only %d of %d ranks posted within %d s", comm->rank,
@@ -698,6 +700,16 @@ BOOT_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm)) {
 }
 BOOT_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm)) { return commFree(comm, 0); }
 BOOT_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm)) { return commFree(comm, 1); }
+/* Ends every wait of the world's ranks with an error and runs nothing more on it; the rank
+ * stays a member until it is aborted or destroyed. */
+BOOT_API(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags)) {
+  if (comm == NULL || revokeFlags != NCCL_REVOKE_DEFAULT) return ncclInvalidArgument;
+  pthread_mutex_lock(&bootLock);
+  if (comm->world != NULL) comm->world->aborted = 1;
+  pthread_cond_broadcast(&bootCond);
+  pthread_mutex_unlock(&bootLock);
+  return ncclSuccess;
+}
 
 BOOT_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError)) {
   if (comm == NULL || asyncError == NULL) return ncclInvalidArgument;

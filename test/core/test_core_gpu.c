@@ -501,6 +501,44 @@ static void* watchdog(void* arg) {
   return NULL;
 }
 
+/* ---- abort while first calls build staging and one rank never calls ------------------------ */
+/* The first call's setup exchange waits inside the real NCCL (here the bootstrap, whose
+ * collectives wait for every rank; the real NCCL connects to its peers on the host) for a rank
+ * that never calls. An abort from another thread ends that wait: every caller returns and every
+ * abort completes within seconds (before: the bootstrap's 300 s limit). */
+static double setupCallReturnedMs[8];
+
+static void abortSetupRank(struct rank* r) {
+  ab.comms[r->rank] = r->comm;
+  pthread_barrier_wait(&barrier);
+  if (r->rank != nranks - 1) {
+    const ncclResult_t res = allReduce(r, r->in, r->out, 256, r->s1);
+    TCHECK(res == ncclSuccess || res == ncclInvalidUsage || res == ncclRemoteError);
+  }
+  setupCallReturnedMs[r->rank] = nowMs();
+  pthread_barrier_wait(&barrier); /* every abort returned */
+  r->comm = NULL;
+}
+
+static void* abortSetupHelper(void* arg) {
+  (void)arg;
+  pthread_barrier_wait(&barrier);
+  sleepMs(500); /* the callers are waiting in their first call's setup by now */
+  const double t0 = nowMs();
+  for (int q = 0; q < nranks; q++) TCHECK_EQ_INT(ncclCommAbort(ab.comms[q]), ncclSuccess);
+  const double aborts = nowMs() - t0;
+  pthread_barrier_wait(&barrier);
+  double lastReturn = 0;
+  for (int q = 0; q < nranks; q++)
+    if (setupCallReturnedMs[q] - t0 > lastReturn) lastReturn = setupCallReturnedMs[q] - t0;
+  printf("abort-setup: %d aborts took %.0f ms; the last first call returned %.0f ms after the "
+         "first abort began\n", nranks, aborts, lastReturn);
+  TCHECK(aborts < 5000);
+  TCHECK(lastReturn < 5000);
+  pthread_barrier_wait(&barrier); /* the ranks' closeRank */
+  return NULL;
+}
+
 /* ---- driver --------------------------------------------------------------------------------- */
 typedef void (*rankBody)(struct rank*);
 static rankBody body;
@@ -605,8 +643,8 @@ int main(int argc, char** argv) {
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
-    fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|group|nonblocking|"
-            "mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas N [number]\n");
+    fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup|group|"
+            "nonblocking|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -631,6 +669,7 @@ int main(int argc, char** argv) {
     runWorld(streamsRank, 0, NULL, NULL);
   }
   else if (!strcmp(mode, "abort")) runAbortCycles();
+  else if (!strcmp(mode, "abort-setup")) runWorld(abortSetupRank, 1, abortSetupHelper, NULL);
   else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
   else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
   else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
