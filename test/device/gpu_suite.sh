@@ -6,7 +6,7 @@
 #   test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]     (or source it and call run_gpu_suite)
 #   PART=repeats [REPEATS=10 CALLS=3000] test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]: the soak,
 #   REPEATS consecutive runs at each world size 2..8
-#   PART=hangs [REPEATS=20] ...: the open streams_2 hang, with the watchdog's reports
+#   PART=hangs [REPEATS=20] ...: the streams_2 hang, with the watchdog's reports
 # One log per command in OUT_DIR, a summary table at the end.
 run_gpu_suite() {
   local TB=$B/test/transport T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
@@ -64,7 +64,7 @@ run_soak_repeats() {
   done
 }
 
-# The open streams_2 hang (test/core/README.md): REPEATS runs each of `streams` and
+# The streams_2 hang (test/core/README.md): REPEATS runs each of `streams` and
 # `streams-eager` under the watchdog, whose report (device epochs, tickets, signal words) and
 # stacks land in the logs of the runs that hang.
 run_stream_hangs() {
