@@ -256,8 +256,8 @@ static int endCapture(struct perfThread* t) {
   for (int i = 0; i < t->nGpus && rc == 0; i++) {
     CUDA_TRY(cudaSetDevice(t->gpus[i].dev));
     CUDA_TRY(cudaGraphInstantiate(&t->gpus[i].exec, t->gpus[i].graph, 0));
-    /* Uploaded before any replay: a lazy upload inside cudaGraphLaunch can wait for work that
-     * needs another rank's launch in this process (test/core/README.md, "graph uploads"). */
+    /* Uploaded before any replay: without it, cudaGraphLaunch sometimes blocked every rank
+     * thread of a process holding several ranks (test/core/README.md, "Graph uploads"). */
     CUDA_TRY(cudaGraphUpload(t->gpus[i].exec, t->gpus[i].stream));
     CUDA_TRY(cudaStreamSynchronize(t->gpus[i].stream));
   }

@@ -301,15 +301,15 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
  * the test bootstrap's collectives wait for every rank): the real communicator is revoked then,
  * which ends those waits with an error, so the staging fails and returns. */
 static void waitStagingDone(struct symmComm* ours) {
-  int revoked = 0;
+  int revokeTried = 0;
   while (__atomic_load_n(&ours->stagingBusy, __ATOMIC_ACQUIRE)) {
-    if (!revoked && symmRealLoad() == ncclSuccess && symmReal.ncclCommRevoke != NULL) {
+    if (!revokeTried && symmRealLoad() == ncclSuccess && symmReal.ncclCommRevoke != NULL) {
       ncclResult_t res = ncclSuccess;
       SYMM_CALL_REAL(res, ncclCommRevoke, (ours->real, NCCL_REVOKE_DEFAULT));
       INFO(SYMM_INIT, "comm %p: aborted while building staging; real communicator revoked (%d)",
            (void*)ours->real, (int)res);
     }
-    revoked = 1;
+    revokeTried = 1;
     struct timespec pause = {0, 100 * 1000};
     nanosleep(&pause, NULL);
   }

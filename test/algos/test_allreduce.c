@@ -570,7 +570,7 @@ static void graphTest(struct driver* d) {
           cudaGraph_t graph;
           CUDA_OR_DIE(cudaStreamEndCapture(c->stream, &graph));
           CUDA_OR_DIE(cudaGraphInstantiate(&exec[i], graph, 0));
-          /* Uploaded first: see test/core/README.md, "graph uploads". */
+          /* Uploaded first: see test/core/README.md, "Graph uploads". */
           CUDA_OR_DIE(cudaGraphUpload(exec[i], c->stream));
           CUDA_OR_DIE(cudaStreamSynchronize(c->stream));
           CUDA_OR_DIE(cudaGraphDestroy(graph));

@@ -184,7 +184,7 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
   }
   CUDA_OK(cudaStreamEndCapture(r->stream, &graph));
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  /* Uploaded first: see test/core/README.md, "graph uploads". */
+  /* Uploaded first: see test/core/README.md, "Graph uploads". */
   CUDA_OK(cudaGraphUpload(exec, r->stream));
   CUDA_OK(cudaStreamSynchronize(r->stream));
   const int replays = quick ? 50 : 500;

@@ -250,8 +250,8 @@ static void streamsRank(struct rank* r) {
                     ncclSuccess);
     CUDA_OK(cudaStreamEndCapture(r->s2, &graph));
     CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    /* Uploaded before the ranks replay at once: a lazy upload inside the first cudaGraphLaunch
-     * can block every rank thread of the process (test/core/README.md, "graph uploads"). */
+    /* Uploaded before the ranks replay at once: without it, cudaGraphLaunch sometimes blocked
+     * every rank thread of the process in the driver (test/core/README.md, "Graph uploads"). */
     CUDA_OK(cudaGraphUpload(exec, r->s2));
     CUDA_OK(cudaStreamSynchronize(r->s2));
   }
