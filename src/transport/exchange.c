@@ -239,4 +239,9 @@ void symmFillRendezvous(const struct symmTransport* t, uint32_t tag, struct symm
   memcpy(rv->pids, t->pids, sizeof(rv->pids));
   rv->uid = t->uid;
   rv->timeoutMs = t->timeoutMs;
+  rv->stop = symmSetupStop(t);
+}
+
+const volatile uint32_t* symmSetupStop(const struct symmTransport* t) {
+  return t->flags.host != NULL ? &t->flags.host[SYMM_HOST_ABORT] : NULL;
 }

@@ -46,9 +46,32 @@ static int64_t nowMs(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Waits are cut into slices this long so that they notice rv->stop. */
+#define STOP_POLL_MS 20
+
+static int stopped(const struct symmFdRendezvous* rv) {
+  return rv->stop != NULL && __atomic_load_n(rv->stop, __ATOMIC_ACQUIRE) != 0;
+}
+
 static int remainingMs(int64_t deadline) {
   int64_t left = deadline - nowMs();
   return left < 0 ? 0 : (int)(left > 1000000 ? 1000000 : left);
+}
+
+/* poll() on `pfds` until one is ready, the deadline passes (0) or rv->stop rises (-1, errno
+ * ECANCELED). */
+static int pollUntil(const struct symmFdRendezvous* rv, struct pollfd* pfds, nfds_t n,
+                     int64_t deadline) {
+  for (;;) {
+    if (stopped(rv)) {
+      errno = ECANCELED;
+      return -1;
+    }
+    const int left = remainingMs(deadline);
+    const int ready = poll(pfds, n, left < STOP_POLL_MS ? left : STOP_POLL_MS);
+    if (ready > 0 || (ready < 0 && errno != EINTR)) return ready;
+    if (ready == 0 && left <= STOP_POLL_MS) return 0;
+  }
 }
 
 /* SipHash-2-4 (Aumasson and Bernstein): a keyed hash, so that knowing some names reveals
@@ -201,8 +224,9 @@ static int serveOne(struct symmFdServer* s, int conn, int64_t deadline) {
     return -1;
   }
   struct pollfd pfd = {.fd = conn, .events = POLLIN};
-  if (poll(&pfd, 1, remainingMs(deadline)) <= 0) {
-    WARN("symmetric memory: member pid %d connected but sent no request in time", (int)cred.pid);
+  if (pollUntil(&s->rv, &pfd, 1, deadline) <= 0) {
+    if (!stopped(&s->rv))
+      WARN("symmetric memory: member pid %d connected but sent no request in time", (int)cred.pid);
     return -1;
   }
   struct fdRequest req;
@@ -229,8 +253,8 @@ static void* serverMain(void* arg) {
   int64_t deadline = nowMs() + s->rv.timeoutMs;
   while (s->pending != 0) {
     struct pollfd pfds[2] = {{.fd = s->listenFd, .events = POLLIN}, {.fd = s->stopFd, .events = POLLIN}};
-    int ready = poll(pfds, 2, remainingMs(deadline));
-    if (ready < 0 && errno == EINTR) continue;
+    int ready = pollUntil(&s->rv, pfds, 2, deadline);
+    if (ready < 0 && stopped(&s->rv)) break; /* aborted */
     if (ready <= 0) {
       WARN("symmetric memory: rank %d timed out waiting for peers to fetch its handle",
            s->rv.rank);
@@ -337,6 +361,7 @@ static int connectToRank(const struct symmFdRendezvous* rv, int fromRank, int64_
       WARN("symmetric memory: connecting to rank %d failed: %s", fromRank, strerror(err));
       return -1;
     }
+    if (stopped(rv)) return -1; /* aborted */
     if (remainingMs(deadline) == 0) {
       WARN("symmetric memory: rank %d's handle server did not appear in time", fromRank);
       return -1;
@@ -367,12 +392,8 @@ ncclResult_t symmFdFetch(const struct symmFdRendezvous* rv, int fromRank, int* f
     goto close_conn;
   }
   struct pollfd pfd = {.fd = conn, .events = POLLIN};
-  int ready;
-  do {
-    ready = poll(&pfd, 1, remainingMs(deadline));
-  } while (ready < 0 && errno == EINTR);
-  if (ready <= 0) {
-    WARN("symmetric memory: rank %d did not answer in time", fromRank);
+  if (pollUntil(rv, &pfd, 1, deadline) <= 0) {
+    if (!stopped(rv)) WARN("symmetric memory: rank %d did not answer in time", fromRank);
     goto close_conn;
   }
   struct fdReply reply;

@@ -19,6 +19,9 @@ struct symmFdRendezvous {
   int32_t pids[SYMM_MAX_RANKS];      /* member pids, as seen by each member */
   uint32_t uid;                      /* everyone's uid (checked equal at eligibility) */
   int timeoutMs;                     /* overall budget of one serve or one fetch */
+  /* When non-NULL and nonzero (the communicator's abort flag), every wait ends early and fails:
+   * an abort must not sit out the budget behind a peer that will never come. */
+  const volatile uint32_t* stop;
 };
 
 struct symmFdServer;
@@ -27,12 +30,13 @@ struct symmFdServer;
  * serves a duplicate of `fd` from a thread, once to each rank in `clientMask`. */
 ncclResult_t symmFdServerStart(const struct symmFdRendezvous* rv, int fd, uint32_t clientMask,
                                struct symmFdServer** out);
-/* Waits for the server to finish (served everyone, or timed out); with `cancel` it stops at once.
+/* Waits for the server to finish (served everyone, timed out or stopped through rv->stop); with
+ * `cancel` it stops at once.
  * Returns ncclSuccess only if every expected client was served. Closes everything. */
 ncclResult_t symmFdServerFinish(struct symmFdServer* server, int cancel);
 
 /* Connects to rank `fromRank`'s server, checks its credentials and obtains its descriptor
- * (close-on-exec). Retries until the server appears or rv->timeoutMs passes. */
+ * (close-on-exec). Retries until the server appears, rv->timeoutMs passes or rv->stop rises. */
 ncclResult_t symmFdFetch(const struct symmFdRendezvous* rv, int fromRank, int* fdOut);
 
 /* 1 if the `n` bytes at `a` and `b` are equal, in a time that does not depend on where they

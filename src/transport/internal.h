@@ -98,6 +98,10 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
 void symmAllRanksAgree(struct symmComm** comms, int n, const int* inExchange,
                        const uint32_t* myVote, uint32_t* allVoted);
 
+/* The abort flag, for setup waits to stop at (ncclCommAbort and ncclCommRevoke raise it); NULL
+ * before it exists. */
+const volatile uint32_t* symmSetupStop(const struct symmTransport* t);
+
 struct symmFdRendezvous;
 /* The socket rendezvous of this rank for exchanges tagged `tag` (zero it after use: it holds
  * the secret). */

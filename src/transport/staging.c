@@ -94,7 +94,8 @@ static ncclResult_t mapPeers(struct stageCtx* x) {
     struct symmMapKey key;
     symmKeyOf(t, SYMM_TAG_STAGING, q, &key);
     if (t->pids[q] == t->pids[c->rank]) {
-      res = symmRegistryAcquireLocal(&key, c->cudaDev, t->timeoutMs, &t->maps[q]);
+      res = symmRegistryAcquireLocal(&key, c->cudaDev, t->timeoutMs, symmSetupStop(t),
+                                      &t->maps[q]);
     } else {
       int fd = -1;
       res = symmFdFetch(&rv, q, &fd);

@@ -151,28 +151,34 @@ ncclResult_t symmRegistryPublish(const struct symmMapKey* key, CUmemGenericAlloc
 }
 
 ncclResult_t symmRegistryAcquireLocal(const struct symmMapKey* key, int cudaDev, int timeoutMs,
-                                      struct symmMapping** out) {
+                                      const volatile uint32_t* stop, struct symmMapping** out) {
   pthread_once(&registryOnce, registryInit);
-  struct timespec deadline;
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  deadline.tv_sec += timeoutMs / 1000;
-  deadline.tv_nsec += (long)(timeoutMs % 1000) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) {
-    deadline.tv_sec++;
-    deadline.tv_nsec -= 1000000000L;
-  }
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const int64_t deadlineNs = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec +
+                             (int64_t)timeoutMs * 1000000;
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&registryLock);
   struct symmMapping* m;
-  /* Threads of one process reach setup in any order: wait for the owner to publish. */
+  /* Threads of one process reach setup in any order: wait for the owner to publish, in slices
+   * of 20 ms so that an abort (`stop`) is noticed. */
   while ((m = findLocked(key)) == NULL) {
-    int err = pthread_cond_timedwait(&registryChanged, &registryLock, &deadline);
-    if (err == ETIMEDOUT && (m = findLocked(key)) == NULL) {
+    if (stop != NULL && __atomic_load_n(stop, __ATOMIC_ACQUIRE) != 0) {
+      res = ncclSystemError; /* aborted: no WARN, the abort is the news */
+      goto unlock;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const int64_t nowNs = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    if (nowNs >= deadlineNs) {
       WARN("symmetric memory: rank %d in this process did not publish its memory in time",
            key->rank);
       res = ncclSystemError;
       goto unlock;
     }
+    int64_t wakeNs = nowNs + 20 * 1000000;
+    if (wakeNs > deadlineNs) wakeNs = deadlineNs;
+    const struct timespec wake = {.tv_sec = wakeNs / 1000000000, .tv_nsec = wakeNs % 1000000000};
+    (void)pthread_cond_timedwait(&registryChanged, &registryLock, &wake);
   }
   res = grantLocked(m, cudaDev);
   if (res != ncclSuccess) goto unlock;

@@ -46,10 +46,11 @@ struct symmMapping {
 ncclResult_t symmRegistryPublish(const struct symmMapKey* key, CUmemGenericAllocationHandle handle,
                                  CUdeviceptr base, size_t bytes, int borrowed, int cudaDev,
                                  struct symmMapping** out);
-/* A rank in the same process as the owner: waits (up to timeoutMs) for the owner to publish,
- * takes a reference and grants `cudaDev` access. */
+/* A rank in the same process as the owner: waits (up to timeoutMs, or until *stop is nonzero
+ * when stop is non-NULL) for the owner to publish, takes a reference and grants `cudaDev`
+ * access. */
 ncclResult_t symmRegistryAcquireLocal(const struct symmMapKey* key, int cudaDev, int timeoutMs,
-                                      struct symmMapping** out);
+                                      const volatile uint32_t* stop, struct symmMapping** out);
 /* A rank in another process: imports `fd` (always closed here) once per process, maps it and
  * grants `cudaDev` access; later callers with the same key share that mapping. */
 ncclResult_t symmRegistryAcquireFd(const struct symmMapKey* key, int fd, size_t bytes, int cudaDev,

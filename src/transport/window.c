@@ -217,7 +217,8 @@ static uint32_t fetchJob(struct windowJob* j) {
     const int q = (comm->rank + k) % comm->nranks;
     symmKeyOf(t, j->tag, q, &key);
     if (t->pids[q] == t->pids[comm->rank]) {
-      ok = symmRegistryAcquireLocal(&key, t->cudaDev, t->timeoutMs, &j->w->maps[q]) == ncclSuccess;
+      ok = symmRegistryAcquireLocal(&key, t->cudaDev, t->timeoutMs, symmSetupStop(t),
+                                     &j->w->maps[q]) == ncclSuccess;
     } else {
       int peerFd = -1;
       ok = symmFdFetch(&rv, q, &peerFd) == ncclSuccess &&

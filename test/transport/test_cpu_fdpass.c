@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* CPU test: descriptor passing between forked processes, credential checks, squatting, cleanup. */
+/* CPU test: descriptor passing between forked processes, credential checks, squatting, cleanup,
+ * and setup waits that stop at an abort. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 
 #include "fdpass.h"
 #include "harness.h"
+#include "vmm.h"
 
 static int countFds(void) { return harnessCountEntries("/proc/self/fd"); }
 
@@ -294,6 +297,80 @@ static void testTimeouts(void) {
   CHECK_EQ_INT(countFds(), fdsBefore);
 }
 
+
+static double secondsSince(const struct timespec* t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* Raises *flag after 100 ms (what ncclCommAbort does to the abort flag). */
+static void* raiseLater(void* flag) {
+  struct timespec pause = {0, 100 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  __atomic_store_n((uint32_t*)flag, 1u, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* An abort during a setup wait ends it long before the budget (here 20 s): a fetch from a server
+ * that never appears, a server that nobody fetches from, and a wait for a rank of this process
+ * that never publishes. Each returns within 2 s of the abort and fails. */
+static void testStop(void) {
+  int fdsBefore = countFds();
+  struct symmFdRendezvous rv;
+  freshRendezvous(&rv, 2, 20000);
+  uint32_t stop = 0;
+  rv.stop = &stop;
+  rv.rank = 1;
+  rv.pids[0] = getpid();
+  rv.pids[1] = getpid();
+  pthread_t raiser;
+  struct timespec t0;
+
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK(pthread_create(&raiser, NULL, raiseLater, &stop) == 0);
+  int fd = -1;
+  CHECK_EQ_INT(symmFdFetch(&rv, 0, &fd), ncclSystemError);
+  CHECK(secondsSince(&t0) < 2.0);
+  pthread_join(raiser, NULL);
+
+  stop = 0;
+  rv.rank = 0;
+  int memfd = makeMemfd("nobody comes");
+  struct symmFdServer* server = NULL;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, 1u << 1, &server), ncclSuccess);
+  close(memfd);
+  CHECK(pthread_create(&raiser, NULL, raiseLater, &stop) == 0);
+  CHECK_EQ_INT(symmFdServerFinish(server, 0), ncclSystemError);
+  CHECK(secondsSince(&t0) < 2.0);
+  pthread_join(raiser, NULL);
+
+  /* A flag raised before the call fails it at once. */
+  stop = 1;
+  rv.rank = 1;
+  CHECK_EQ_INT(symmFdFetch(&rv, 0, &fd), ncclSystemError);
+
+  stop = 0;
+  struct symmMapKey key;
+  memset(&key, 0, sizeof(key));
+  memcpy(key.secret, rv.secret, sizeof(key.secret));
+  key.tag = 7;
+  key.rank = 0;
+  struct symmMapping* mapping = NULL;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK(pthread_create(&raiser, NULL, raiseLater, &stop) == 0);
+  CHECK_EQ_INT(symmRegistryAcquireLocal(&key, 0, 20000, &stop, &mapping), ncclSystemError);
+  CHECK(mapping == NULL);
+  CHECK(secondsSince(&t0) < 2.0);
+  pthread_join(raiser, NULL);
+  /* Without a flag the budget still ends it. */
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CHECK_EQ_INT(symmRegistryAcquireLocal(&key, 0, 200, NULL, &mapping), ncclSystemError);
+  CHECK(secondsSince(&t0) >= 0.15);
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   testPassAndCleanup();
@@ -301,5 +378,6 @@ int main(void) {
   testSquatted();
   testUnexpectedDescriptors();
   testTimeouts();
+  testStop();
   return harnessReport("transport_cpu_fdpass");
 }
