@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Host time of one eager 1 KiB all-reduce through ncclAllReduce on libsymmcoll's path, against
  * one bare kernel launch. Ranks are threads on one GPU (run it with SYMMCOLL_NCCL_LIB naming the
- * test bootstrap's libnccl.so.2); each rank times its own calls, one by one, and reports the
- * median of --calls calls. The stream is synchronized every --sync calls so the GPU never backs
- * up. With --turns K the ranks take turns, K calls each (a host-side token passed after every
- * K calls), so no two threads are inside the CUDA driver at once; with K = --sync each rank
- * issues runs of calls back to back, as a process that drives its own GPU does, which is what
- * the bare launch (one thread, back to back) is compared with. Two baselines: a bare
- * cuLaunchKernel on an idle GPU, and a bare launch of a kernel that, like ours, waits on the GPU
- * for its peers' launches, issued by the same threads in the same turns (a rank's launches then
- * queue behind a waiting kernel, as ours do). Uses only NCCL's public API, so
- * it runs against any libsymmcoll (or NCCL itself). */
+ * test bootstrap's libnccl.so.2); each rank times its own calls, one by one. Three kinds of call
+ * are timed, interleaved in blocks of --sync calls (the stream is synchronized after each, so
+ * the GPU never backs up), in an order that rotates every round, so that drift falls on all
+ * three alike:
+ *   ours     ncclAllReduce;
+ *   meet     a bare cuLaunchKernel of a kernel that, like ours, waits on the GPU for its peers'
+ *            launches (so it queues behind a waiting kernel, as ours does);
+ *   replica  the meet launch with the CUDA calls our path makes around its launch;
+ *   driver replica  the same calls made to the driver directly.
+ * ours - meet is what the issue bounds; replica - meet is the part of it that is CUDA calls.
+ * With --turns K the ranks take turns, K calls each (a host-side token passed after every K
+ * calls), so no two threads are inside the CUDA driver at once, as a process that drives its
+ * own GPU issues them. Also printed: a bare launch on an idle GPU. Uses only NCCL's public API,
+ * so it runs against any libsymmcoll (or NCCL itself). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -38,7 +42,7 @@
     }                                                                                    \
   } while (0)
 
-static int nranks = 2, calls = 10000, syncEvery = 100, warmup = 500, turns = 0;
+static int nranks = 2, calls = 10000, rounds = 10, syncEvery = 100, warmup = 500, turns = 0;
 static int turn; /* --turns: the rank whose calls are next (atomic) */
 static size_t bytes = 1024;
 static ncclUniqueId uid;
@@ -82,6 +86,11 @@ typedef CUresult (*ModuleLoadDataFn)(CUmodule*, const void*);
 typedef CUresult (*ModuleGetFunctionFn)(CUfunction*, CUmodule, const char*);
 typedef CUresult (*LaunchKernelFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                    unsigned, unsigned, CUstream, void**, void**);
+typedef CUresult (*CtxGetDeviceFn)(CUdevice*);
+typedef CUresult (*StreamGetCaptureInfoFn)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
+                                           const CUgraphNode**, const CUgraphEdgeData**, size_t*);
+typedef CUresult (*StreamGetIdFn)(CUstream, unsigned long long*);
+typedef CUresult (*EventRecordFn)(CUevent, CUstream);
 
 /* Driver entry points through the runtime (nothing links libcuda); returned through a union so
  * that the object-to-function pointer conversion is explicit. */
@@ -90,12 +99,16 @@ union entryPoint {
   ModuleLoadDataFn load;
   ModuleGetFunctionFn get;
   LaunchKernelFn launch;
+  CtxGetDeviceFn ctxGetDevice;
+  StreamGetCaptureInfoFn captureInfo;
+  StreamGetIdFn streamId;
+  EventRecordFn eventRecord;
 };
 
-static union entryPoint driverEntry(const char* name) {
+static union entryPoint driverEntry(const char* name, unsigned version) {
   union entryPoint fn = {NULL};
   enum cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion(name, &fn.object, 12000, cudaEnableDefault, &q));
+  CK(cudaGetDriverEntryPointByVersion(name, &fn.object, version, cudaEnableDefault, &q));
   if (fn.object == NULL || q != cudaDriverEntryPointSuccess) {
     fprintf(stderr, "host_path: no driver entry point %s\n", name);
     exit(1);
@@ -104,15 +117,23 @@ static union entryPoint driverEntry(const char* name) {
 }
 
 static LaunchKernelFn launchFn;
+static CtxGetDeviceFn ctxGetDeviceFn;
+static StreamGetCaptureInfoFn captureInfoFn;
+static StreamGetIdFn streamIdFn;
+static EventRecordFn eventRecordFn;
 static CUfunction bigFn, smallFn, meetFn;
 static unsigned* meetCounter; /* device memory the "meet" launches count in */
 
 static void loadBareKernels(void) {
   CK(cudaSetDevice(0));
   CK(cudaFree(NULL));
-  ModuleLoadDataFn load = driverEntry("cuModuleLoadData").load;
-  ModuleGetFunctionFn get = driverEntry("cuModuleGetFunction").get;
-  launchFn = driverEntry("cuLaunchKernel").launch;
+  ModuleLoadDataFn load = driverEntry("cuModuleLoadData", 12000).load;
+  ModuleGetFunctionFn get = driverEntry("cuModuleGetFunction", 12000).get;
+  launchFn = driverEntry("cuLaunchKernel", 12000).launch;
+  ctxGetDeviceFn = driverEntry("cuCtxGetDevice", 12000).ctxGetDevice;
+  captureInfoFn = driverEntry("cuStreamGetCaptureInfo", 12030).captureInfo; /* the _v3 form */
+  streamIdFn = driverEntry("cuStreamGetId", 12000).streamId;
+  eventRecordFn = driverEntry("cuEventRecord", 12000).eventRecord;
   CUmodule mod;
   if (load(&mod, kPtx) != CUDA_SUCCESS || get(&bigFn, mod, "big") != CUDA_SUCCESS ||
       get(&smallFn, mod, "small") != CUDA_SUCCESS || get(&meetFn, mod, "meet") != CUDA_SUCCESS) {
@@ -123,56 +144,37 @@ static void loadBareKernels(void) {
   CK(cudaMemset(meetCounter, 0, sizeof(unsigned)));
 }
 
+/* What each rank times (the issuing functions are not inlined, so that profiles tell them
+ * apart), interleaved turn by turn so that drift (clocks, the other thread, the
+ * driver's state) falls on all three alike. */
+enum kind { KIND_OURS, KIND_MEET, KIND_REPLICA, KIND_DRIVER_REPLICA, KINDS };
+static const char* const kindNames[KINDS] = {"ncclAllReduce", "meet launch", "replica",
+                                             "driver replica"};
+
 struct samples {
   double p10, p50, p90;
 };
-/* Per rank: ncclAllReduce, and the bare "meet" launch issued the same way. */
-static struct samples ncclCalls[8], meetCalls[8];
-
-/* One rank's timed loop: warmup untimed, then `calls` timed issues of `issue(i)`, in turns and
- * with synchronization as the options say. */
-static void timedLoop(int rank, cudaStream_t stream, void (*issue)(void*, int), void* ctx,
-                      struct samples* out) {
-  for (int i = 0; i < warmup; i++) {
-    issue(ctx, i);
-    if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(stream));
-  }
-  CK(cudaStreamSynchronize(stream));
-  pthread_barrier_wait(&barrier);
-  double* t = malloc(sizeof(double) * (size_t)calls);
-  if (t == NULL) exit(1);
-  for (int i = 0; i < calls; i++) {
-    if (turns && i % turns == 0)
-      while (__atomic_load_n(&turn, __ATOMIC_ACQUIRE) != rank) continue;
-    const double t0 = nowUs();
-    issue(ctx, warmup + i);
-    t[i] = nowUs() - t0;
-    if (turns && (i + 1) % turns == 0) __atomic_store_n(&turn, (rank + 1) % nranks, __ATOMIC_RELEASE);
-    if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(stream));
-  }
-  CK(cudaStreamSynchronize(stream));
-  summarize(t, calls, &out->p10, &out->p50, &out->p90);
-  free(t);
-  pthread_barrier_wait(&barrier);
-}
+static struct samples timed[8][KINDS];
+/* Per rank and round: the median of each kind's calls in that round. */
+static double* roundMedian[8][KINDS];
 
 struct rankCtx {
+  int rank;
   ncclComm_t comm;
   cudaStream_t stream;
+  cudaEvent_t event;
   float* buf;
   size_t count;
+  int meets; /* meet kernels launched so far (also by the replica) */
   char meetArgs[328];
 };
 
-static void issueAllReduce(void* arg, int i) {
-  (void)i;
-  struct rankCtx* c = arg;
+static __attribute__((noinline)) void issueAllReduce(struct rankCtx* c) {
   NK(ncclAllReduce(c->buf, c->buf, c->count, ncclFloat32, ncclSum, c->comm, c->stream));
 }
 
-static void issueMeet(void* arg, int i) {
-  struct rankCtx* c = arg;
-  const unsigned target = (unsigned)nranks * (unsigned)(i + 1);
+static __attribute__((noinline)) void issueMeet(struct rankCtx* c) {
+  const unsigned target = (unsigned)nranks * (unsigned)(++c->meets);
   memcpy(c->meetArgs + 8, &target, sizeof(target)); /* the counter's address is already there */
   void* params[] = {c->meetArgs};
   if (launchFn(meetFn, 1, 1, 1, 1, 1, 1, 0, (CUstream)c->stream, params, NULL) != CUDA_SUCCESS) {
@@ -181,23 +183,130 @@ static void issueMeet(void* arg, int i) {
   }
 }
 
+#if CUDART_VERSION < 13000
+#define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v3
+#endif
+
+/* The CUDA calls an eager call of ours makes around its launch (src/enqueue.c, src/order.c on
+ * a stream it used last time), around the meet launch: the difference to "meet" is what those
+ * calls cost, the difference of ours to this is our own code. */
+static __attribute__((noinline)) void issueReplica(struct rankCtx* c) {
+  int dev = -1;
+  enum cudaStreamCaptureStatus status;
+  unsigned long long captureId = 0, streamId = 0;
+  cudaGraph_t graph = NULL;
+  CK(cudaGetDevice(&dev));
+  CK(cudaStreamGetCaptureInfo(c->stream, &status, &captureId, &graph, NULL, NULL, NULL));
+  CK(cudaStreamGetId(c->stream, &streamId));
+  issueMeet(c);
+  CK(cudaEventRecord(c->event, c->stream));
+}
+
+/* The same calls made to the driver directly (what our path would save by making them so). */
+static __attribute__((noinline)) void issueDriverReplica(struct rankCtx* c) {
+  CUdevice dev = -1;
+  CUstreamCaptureStatus status;
+  cuuint64_t captureId = 0;
+  unsigned long long streamId = 0;
+  CUgraph graph = NULL;
+  if (ctxGetDeviceFn(&dev) != CUDA_SUCCESS ||
+      captureInfoFn((CUstream)c->stream, &status, &captureId, &graph, NULL, NULL, NULL) !=
+          CUDA_SUCCESS ||
+      streamIdFn((CUstream)c->stream, &streamId) != CUDA_SUCCESS) {
+    fprintf(stderr, "host_path: a driver query failed\n");
+    exit(1);
+  }
+  issueMeet(c);
+  if (eventRecordFn((CUevent)c->event, (CUstream)c->stream) != CUDA_SUCCESS) {
+    fprintf(stderr, "host_path: cuEventRecord failed\n");
+    exit(1);
+  }
+}
+
+static void issue(struct rankCtx* c, enum kind k) {
+  if (k == KIND_OURS) issueAllReduce(c);
+  else if (k == KIND_MEET) issueMeet(c);
+  else if (k == KIND_REPLICA) issueReplica(c);
+  else issueDriverReplica(c);
+}
+
+static void waitTurn(int rank) {
+  while (__atomic_load_n(&turn, __ATOMIC_ACQUIRE) != rank) continue;
+}
+
+static void passTurn(int rank) { __atomic_store_n(&turn, (rank + 1) % nranks, __ATOMIC_RELEASE); }
+
+/* One rank: a warmup of every kind, untimed (the first call of ours builds its memory), then
+ * `rounds` rounds; a round issues `calls / rounds` calls of each kind in blocks of --sync calls,
+ * the kinds taking turns block by block in an order that rotates every round. With --turns K
+ * the ranks also take turns, K calls each. */
+static void rankLoop(struct rankCtx* c) {
+  const int rank = c->rank;
+  /* Not in turns: the first call of ours waits inside the call for its peers' first calls. */
+  for (int k = 0; k < KINDS; k++) {
+    for (int i = 0; i < warmup; i++) {
+      issue(c, (enum kind)k);
+      if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(c->stream));
+    }
+    CK(cudaStreamSynchronize(c->stream));
+  }
+  pthread_barrier_wait(&barrier);
+  const int perRound = calls / rounds;
+  double* t[KINDS];
+  double* blockT = malloc(sizeof(double) * (size_t)perRound);
+  for (int k = 0; k < KINDS; k++) {
+    t[k] = malloc(sizeof(double) * (size_t)calls);
+    roundMedian[rank][k] = malloc(sizeof(double) * (size_t)rounds);
+    if (t[k] == NULL || roundMedian[rank][k] == NULL || blockT == NULL) exit(1);
+  }
+  int n[KINDS] = {0};
+  for (int r = 0; r < rounds; r++) {
+    int start[KINDS];
+    for (int k = 0; k < KINDS; k++) start[k] = n[k];
+    for (int b = 0; b < perRound / syncEvery; b++) {
+      for (int j = 0; j < KINDS; j++) {
+        const enum kind k = (enum kind)((j + r) % KINDS);
+        for (int i = 0; i < syncEvery; i++) {
+          if (turns && i % turns == 0) waitTurn(rank);
+          const double t0 = nowUs();
+          issue(c, k);
+          t[k][n[k]++] = nowUs() - t0;
+          if (turns && (i + 1) % turns == 0) passTurn(rank);
+        }
+        CK(cudaStreamSynchronize(c->stream));
+      }
+    }
+    for (int k = 0; k < KINDS; k++) {
+      const int m = n[k] - start[k];
+      memcpy(blockT, t[k] + start[k], sizeof(double) * (size_t)m);
+      double p10, p50, p90;
+      summarize(blockT, m, &p10, &p50, &p90);
+      roundMedian[rank][k][r] = p50;
+    }
+  }
+  for (int k = 0; k < KINDS; k++) {
+    summarize(t[k], n[k], &timed[rank][k].p10, &timed[rank][k].p50, &timed[rank][k].p90);
+    free(t[k]);
+  }
+  free(blockT);
+  pthread_barrier_wait(&barrier);
+}
+
 static void* rankMain(void* arg) {
-  const int rank = (int)(long)arg;
-  CK(cudaSetDevice(0));
   struct rankCtx c;
   memset(&c, 0, sizeof(c));
-  NK(ncclCommInitRank(&c.comm, nranks, uid, rank));
+  c.rank = (int)(long)arg;
+  CK(cudaSetDevice(0));
+  NK(ncclCommInitRank(&c.comm, nranks, uid, c.rank));
   CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+  CK(cudaEventCreateWithFlags(&c.event, cudaEventDisableTiming));
   CK(cudaMalloc((void**)&c.buf, bytes));
   CK(cudaMemset(c.buf, 0, bytes));
   c.count = bytes / sizeof(float);
   memcpy(c.meetArgs, &meetCounter, sizeof(meetCounter));
-  /* The warmup's first call given to our kernels builds their memory. */
-  timedLoop(rank, c.stream, issueAllReduce, &c, &ncclCalls[rank]);
-  if (rank == 0) __atomic_store_n(&turn, 0, __ATOMIC_RELEASE);
-  pthread_barrier_wait(&barrier);
-  timedLoop(rank, c.stream, issueMeet, &c, &meetCalls[rank]);
+  rankLoop(&c);
   CK(cudaFree(c.buf));
+  CK(cudaEventDestroy(c.event));
   CK(cudaStreamDestroy(c.stream));
   NK(ncclCommDestroy(c.comm));
   return NULL;
@@ -226,19 +335,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--ranks")) nranks = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--calls")) calls = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--sync")) syncEvery = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--bytes")) bytes = (size_t)atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--turns")) turns = atoi(argv[i + 1]);
     else {
-      fprintf(stderr, "usage: host_path [--ranks 2] [--calls 10000] [--sync 100] [--bytes 1024] "
-              "[--turns K]\n");
+      fprintf(stderr, "usage: host_path [--ranks 2] [--calls 10000] [--rounds 10] [--sync 100] "
+              "[--bytes 1024] [--turns K]\n");
       return 2;
     }
   }
-  /* Turns: every rank's stream is synchronized only after its peers had their turn. */
+  /* Turns: every rank's stream is synchronized only after its peers had their turn; every round
+   * holds whole blocks of --sync calls. */
   if (nranks < 1 || nranks > 8 || calls < 10 || syncEvery < 1 || bytes < sizeof(float) ||
-      turns < 0 || (turns > 0 && syncEvery % turns != 0))
+      turns < 0 || (turns > 0 && syncEvery % turns != 0) || rounds < 1 ||
+      calls % (rounds * syncEvery) != 0 || warmup % syncEvery != 0) {
+    fprintf(stderr, "host_path: --calls must be a multiple of --rounds x --sync, --sync of --turns\n");
     return 2;
+  }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     fprintf(stderr, "host_path: no GPU\n");
@@ -262,21 +376,46 @@ int main(int argc, char** argv) {
 
   int version = 0;
   (void)ncclGetVersion(&version);
-  printf("host_path: %d ranks on one GPU, %zu-byte float sum, %d calls per rank, sync every %d, "
-         "ranks %s %d (NCCL version %d)\n", nranks, bytes, calls, syncEvery,
-         turns ? "taking turns of" : "calling at once", turns, version);
+  printf("host_path: %d ranks on one GPU, %zu-byte float sum, %d calls per rank of each kind in "
+         "%d rounds, sync every %d, ranks %s %d (NCCL version %d)\n", nranks, bytes, calls, rounds,
+         syncEvery, turns ? "taking turns of" : "calling at once", turns, version);
   printf("  bare cuLaunchKernel, idle GPU: %.3f us (328-byte argument), %.3f us (4-byte)\n",
          bareBig, bareSmall);
-  double worst = 0, worstMeet = 0;
-  for (int r = 0; r < nranks; r++) {
-    printf("  rank %d ncclAllReduce: median %.3f us (p10 %.3f, p90 %.3f); bare launch that waits "
-           "for its peers, issued the same way: %.3f us (p10 %.3f, p90 %.3f)\n", r,
-           ncclCalls[r].p50, ncclCalls[r].p10, ncclCalls[r].p90, meetCalls[r].p50,
-           meetCalls[r].p10, meetCalls[r].p90);
-    if (ncclCalls[r].p50 > worst) worst = ncclCalls[r].p50;
-    if (meetCalls[r].p50 > worstMeet) worstMeet = meetCalls[r].p50;
+  printf("  kinds: %s = ours; %s = a bare launch of a kernel that waits for its peers; %s = that "
+         "launch with the CUDA runtime calls our path makes around it; %s = the same calls to "
+         "the driver\n", kindNames[KIND_OURS], kindNames[KIND_MEET], kindNames[KIND_REPLICA],
+         kindNames[KIND_DRIVER_REPLICA]);
+  for (int r = 0; r < nranks; r++)
+    for (int k = 0; k < KINDS; k++)
+      printf("  rank %d %-13s median %.3f us (p10 %.3f, p90 %.3f)\n", r, kindNames[k],
+             timed[r][k].p50, timed[r][k].p10, timed[r][k].p90);
+  /* Per round, the slowest rank of each kind; then the median over rounds of the differences. */
+  double* oursOverMeet = malloc(sizeof(double) * (size_t)rounds);
+  double* callsOverMeet = malloc(sizeof(double) * (size_t)rounds);
+  double* driverOverMeet = malloc(sizeof(double) * (size_t)rounds);
+  if (oursOverMeet == NULL || callsOverMeet == NULL || driverOverMeet == NULL) return 1;
+  printf("  round: slowest rank's median of ours / meet / replica / driver replica (us)\n");
+  for (int i = 0; i < rounds; i++) {
+    double worst[KINDS] = {0};
+    for (int r = 0; r < nranks; r++)
+      for (int k = 0; k < KINDS; k++)
+        if (roundMedian[r][k][i] > worst[k]) worst[k] = roundMedian[r][k][i];
+    printf("  %5d: %.3f / %.3f / %.3f / %.3f\n", i, worst[KIND_OURS], worst[KIND_MEET],
+           worst[KIND_REPLICA], worst[KIND_DRIVER_REPLICA]);
+    oursOverMeet[i] = worst[KIND_OURS] - worst[KIND_MEET];
+    callsOverMeet[i] = worst[KIND_REPLICA] - worst[KIND_MEET];
+    driverOverMeet[i] = worst[KIND_DRIVER_REPLICA] - worst[KIND_MEET];
   }
-  printf("  slowest rank's median minus bare launch: %.3f us (idle GPU, 328 B), %.3f us (launch "
-         "that waits for its peers, same turns)\n", worst - bareBig, worst - worstMeet);
+  double p10, p50, p90, c10, c50, c90, d10, d50, d90;
+  summarize(oursOverMeet, rounds, &p10, &p50, &p90);
+  summarize(callsOverMeet, rounds, &c10, &c50, &c90);
+  summarize(driverOverMeet, rounds, &d10, &d50, &d90);
+  printf("  ours minus meet, median over rounds: %.3f us (p10 %.3f, p90 %.3f); of it the CUDA "
+         "calls around the launch (replica minus meet): %.3f us (p10 %.3f, p90 %.3f); the same "
+         "calls to the driver: %.3f us (p10 %.3f, p90 %.3f)\n", p50, p10, p90, c50, c10, c90,
+         d50, d10, d90);
+  free(oursOverMeet);
+  free(callsOverMeet);
+  free(driverOverMeet);
   return 0;
 }

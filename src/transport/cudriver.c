@@ -20,26 +20,29 @@ static void loadAll(void) {
     (void)cudaGetLastError();
     return;
   }
-#define SYMM_CU_LOOKUP(name, ver, required)                                                      \
+#define SYMM_CU_LOOKUP_INTO(slot, name, ver, required)                                           \
   do {                                                                                           \
     void* fn = NULL;                                                                             \
     enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;            \
-    err = cudaGetDriverEntryPointByVersion(#name, &fn, (ver), cudaEnableDefault, &status);       \
+    err = cudaGetDriverEntryPointByVersion(name, &fn, (ver), cudaEnableDefault, &status);        \
     if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || fn == NULL) {             \
       (void)cudaGetLastError();                                                                  \
       if (required) {                                                                            \
-        WARN("driver entry point %s (version %d) not found; symmetric memory unavailable", #name, \
+        WARN("driver entry point %s (version %d) not found; symmetric memory unavailable", name, \
              (ver));                                                                             \
         return;                                                                                  \
       }                                                                                          \
-      INFO(SYMM_TRANSPORT, "optional driver entry point %s not found", #name);                  \
+      INFO(SYMM_TRANSPORT, "optional driver entry point %s not found", name);                   \
       fn = NULL;                                                                                 \
     }                                                                                            \
     /* ISO C has no object-to-function pointer cast; copy the bits (POSIX guarantees they fit). */ \
-    memcpy(&symmCu.p_##name, &fn, sizeof(fn));                                                   \
+    memcpy(&symmCu.slot, &fn, sizeof(fn));                                                       \
   } while (0);
+#define SYMM_CU_LOOKUP(name, ver, required) SYMM_CU_LOOKUP_INTO(p_##name, #name, ver, required)
   SYMM_CU_FUNCS(SYMM_CU_LOOKUP)
+  SYMM_CU_LOOKUP_INTO(p_cuStreamGetCaptureInfo, "cuStreamGetCaptureInfo", 12030, 0)
 #undef SYMM_CU_LOOKUP
+#undef SYMM_CU_LOOKUP_INTO
   loadResult = ncclSuccess;
 }
 

@@ -9,8 +9,9 @@
 #include "nccl_api.h"
 
 /* X(name, cudaVersion, required): every driver call the library makes (the
- * transport's, the copy-engine all-gather's stream memory operations, and our kernel launches,
- * which fall back to the runtime without it). `cudaVersion` is the
+ * transport's, the copy-engine all-gather's stream memory operations, and on the launch path
+ * our kernel launches and the stream queries and event record around them, which fall back to
+ * the runtime without them). `cudaVersion` is the
  * ABI version we ask the driver for; optional entries (multicast) may be missing. */
 #define SYMM_CU_FUNCS(X)                           \
   X(cuGetErrorString, 6000, 1)                     \
@@ -32,16 +33,24 @@
   X(cuStreamWriteValue32, 12000, 1)                \
   X(cuStreamBatchMemOp, 12000, 1)                  \
   X(cuLaunchKernel, 12000, 0)                      \
+  X(cuStreamGetId, 12000, 0)                       \
+  X(cuEventRecord, 2000, 0)                        \
   X(cuMulticastCreate, 12010, 0)                   \
   X(cuMulticastAddDevice, 12010, 0)                \
   X(cuMulticastBindMem, 12010, 0)                  \
   X(cuMulticastUnbind, 12010, 0)                   \
   X(cuMulticastGetGranularity, 12010, 0)
 
+/* cuStreamGetCaptureInfo with edge data (the ABI of CUDA 12.3 on; its name in cuda.h differs
+ * between toolkits, so the type is spelled out). */
+typedef CUresult (*symmCuCaptureInfoFn)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
+                                        const CUgraphNode**, const CUgraphEdgeData**, size_t*);
+
 struct symmCuDriver {
 #define SYMM_CU_SLOT(name, ver, required) __typeof__(&name) p_##name;
   SYMM_CU_FUNCS(SYMM_CU_SLOT)
 #undef SYMM_CU_SLOT
+  symmCuCaptureInfoFn p_cuStreamGetCaptureInfo; /* optional, as the launch path's others */
 };
 
 extern struct symmCuDriver symmCu;
