@@ -13,7 +13,8 @@
  * ours - meet is what the issue bounds; replica - meet is the part of it that is CUDA calls.
  * With --turns K the ranks take turns, K calls each (a host-side token passed after every K
  * calls), so no two threads are inside the CUDA driver at once, as a process that drives its
- * own GPU issues them. Also printed: a bare launch on an idle GPU. Uses only NCCL's public API,
+ * own GPU issues them. With --one-thread 1 one thread drives every rank (ncclCommInitAll, then
+ * each call to every rank in turn), so only one thread ever enters the driver. Also printed: a bare launch on an idle GPU. Uses only NCCL's public API,
  * so it runs against any libsymmcoll (or NCCL itself). */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -43,6 +44,7 @@
   } while (0)
 
 static int nranks = 2, calls = 10000, rounds = 10, syncEvery = 100, warmup = 500, turns = 0;
+static int oneThreadMode; /* --one-thread 1 */
 static int turn; /* --turns: the rank whose calls are next (atomic) */
 static size_t bytes = 1024;
 static ncclUniqueId uid;
@@ -236,80 +238,122 @@ static void waitTurn(int rank) {
 
 static void passTurn(int rank) { __atomic_store_n(&turn, (rank + 1) % nranks, __ATOMIC_RELEASE); }
 
-/* One rank: a warmup of every kind, untimed (the first call of ours builds its memory), then
- * `rounds` rounds; a round issues `calls / rounds` calls of each kind in blocks of --sync calls,
- * the kinds taking turns block by block in an order that rotates every round. With --turns K
- * the ranks also take turns, K calls each. */
-static void rankLoop(struct rankCtx* c) {
-  const int rank = c->rank;
+/* Ranks cs[0..n-1], all driven by this thread (n = 1: the thread of one rank; --one-thread:
+ * every rank, as a process that drives all its GPUs does). A warmup of every kind, untimed (the
+ * first call of ours builds its memory: from one thread, every rank's first call goes in one
+ * group), then `rounds` rounds; a round issues `calls / rounds` calls of each kind in blocks of
+ * --sync calls, the kinds taking turns block by block in an order that rotates every round.
+ * From one thread each call of a block goes to every rank in turn. With --turns K the rank
+ * threads also take turns, K calls each. */
+static void driveRanks(struct rankCtx** cs, int n) {
+  if (n > 1) {
+    NK(ncclGroupStart());
+    for (int q = 0; q < n; q++) issueAllReduce(cs[q]);
+    NK(ncclGroupEnd());
+  }
   /* Not in turns: the first call of ours waits inside the call for its peers' first calls. */
   for (int k = 0; k < KINDS; k++) {
     for (int i = 0; i < warmup; i++) {
-      issue(c, (enum kind)k);
-      if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(c->stream));
+      for (int q = 0; q < n; q++) issue(cs[q], (enum kind)k);
+      if ((i + 1) % syncEvery == 0)
+        for (int q = 0; q < n; q++) CK(cudaStreamSynchronize(cs[q]->stream));
     }
-    CK(cudaStreamSynchronize(c->stream));
+    for (int q = 0; q < n; q++) CK(cudaStreamSynchronize(cs[q]->stream));
   }
   pthread_barrier_wait(&barrier);
   const int perRound = calls / rounds;
-  double* t[KINDS];
+  double* t[8][KINDS];
   double* blockT = malloc(sizeof(double) * (size_t)perRound);
-  for (int k = 0; k < KINDS; k++) {
-    t[k] = malloc(sizeof(double) * (size_t)calls);
-    roundMedian[rank][k] = malloc(sizeof(double) * (size_t)rounds);
-    if (t[k] == NULL || roundMedian[rank][k] == NULL || blockT == NULL) exit(1);
-  }
-  int n[KINDS] = {0};
+  if (blockT == NULL) exit(1);
+  for (int q = 0; q < n; q++)
+    for (int k = 0; k < KINDS; k++) {
+      t[q][k] = malloc(sizeof(double) * (size_t)calls);
+      roundMedian[cs[q]->rank][k] = malloc(sizeof(double) * (size_t)rounds);
+      if (t[q][k] == NULL || roundMedian[cs[q]->rank][k] == NULL) exit(1);
+    }
+  const int rank = cs[0]->rank; /* whose turn it is, with --turns (n = 1 then) */
+  int done[KINDS] = {0};
   for (int r = 0; r < rounds; r++) {
     int start[KINDS];
-    for (int k = 0; k < KINDS; k++) start[k] = n[k];
+    for (int k = 0; k < KINDS; k++) start[k] = done[k];
     for (int b = 0; b < perRound / syncEvery; b++) {
       for (int j = 0; j < KINDS; j++) {
         const enum kind k = (enum kind)((j + r) % KINDS);
         for (int i = 0; i < syncEvery; i++) {
           if (turns && i % turns == 0) waitTurn(rank);
-          const double t0 = nowUs();
-          issue(c, k);
-          t[k][n[k]++] = nowUs() - t0;
+          for (int q = 0; q < n; q++) {
+            const double t0 = nowUs();
+            issue(cs[q], k);
+            t[q][k][done[k]] = nowUs() - t0;
+          }
+          done[k]++;
           if (turns && (i + 1) % turns == 0) passTurn(rank);
         }
-        CK(cudaStreamSynchronize(c->stream));
+        for (int q = 0; q < n; q++) CK(cudaStreamSynchronize(cs[q]->stream));
       }
     }
+    for (int q = 0; q < n; q++)
+      for (int k = 0; k < KINDS; k++) {
+        const int m = done[k] - start[k];
+        memcpy(blockT, t[q][k] + start[k], sizeof(double) * (size_t)m);
+        double p10, p50, p90;
+        summarize(blockT, m, &p10, &p50, &p90);
+        roundMedian[cs[q]->rank][k][r] = p50;
+      }
+  }
+  for (int q = 0; q < n; q++)
     for (int k = 0; k < KINDS; k++) {
-      const int m = n[k] - start[k];
-      memcpy(blockT, t[k] + start[k], sizeof(double) * (size_t)m);
-      double p10, p50, p90;
-      summarize(blockT, m, &p10, &p50, &p90);
-      roundMedian[rank][k][r] = p50;
+      struct samples* out = &timed[cs[q]->rank][k];
+      summarize(t[q][k], done[k], &out->p10, &out->p50, &out->p90);
+      free(t[q][k]);
     }
-  }
-  for (int k = 0; k < KINDS; k++) {
-    summarize(t[k], n[k], &timed[rank][k].p10, &timed[rank][k].p50, &timed[rank][k].p90);
-    free(t[k]);
-  }
   free(blockT);
   pthread_barrier_wait(&barrier);
 }
 
+static void setUpRank(struct rankCtx* c, int rank) {
+  memset(c, 0, sizeof(*c));
+  c->rank = rank;
+  CK(cudaSetDevice(0));
+  CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  CK(cudaEventCreateWithFlags(&c->event, cudaEventDisableTiming));
+  CK(cudaMalloc((void**)&c->buf, bytes));
+  CK(cudaMemset(c->buf, 0, bytes));
+  c->count = bytes / sizeof(float);
+  memcpy(c->meetArgs, &meetCounter, sizeof(meetCounter));
+}
+
+static void tearDownRank(struct rankCtx* c) {
+  CK(cudaFree(c->buf));
+  CK(cudaEventDestroy(c->event));
+  CK(cudaStreamDestroy(c->stream));
+  NK(ncclCommDestroy(c->comm));
+}
+
 static void* rankMain(void* arg) {
   struct rankCtx c;
-  memset(&c, 0, sizeof(c));
-  c.rank = (int)(long)arg;
-  CK(cudaSetDevice(0));
+  setUpRank(&c, (int)(long)arg);
   NK(ncclCommInitRank(&c.comm, nranks, uid, c.rank));
-  CK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-  CK(cudaEventCreateWithFlags(&c.event, cudaEventDisableTiming));
-  CK(cudaMalloc((void**)&c.buf, bytes));
-  CK(cudaMemset(c.buf, 0, bytes));
-  c.count = bytes / sizeof(float);
-  memcpy(c.meetArgs, &meetCounter, sizeof(meetCounter));
-  rankLoop(&c);
-  CK(cudaFree(c.buf));
-  CK(cudaEventDestroy(c.event));
-  CK(cudaStreamDestroy(c.stream));
-  NK(ncclCommDestroy(c.comm));
+  struct rankCtx* one = &c;
+  driveRanks(&one, 1);
+  tearDownRank(&c);
   return NULL;
+}
+
+/* --one-thread: every rank from the main thread (only the test bootstrap accepts several ranks
+ * on one GPU in ncclCommInitAll). */
+static void oneThread(void) {
+  struct rankCtx c[8];
+  struct rankCtx* cs[8];
+  ncclComm_t comms[8];
+  for (int r = 0; r < nranks; r++) {
+    setUpRank(&c[r], r);
+    cs[r] = &c[r];
+  }
+  NK(ncclCommInitAll(comms, nranks, NULL));
+  for (int r = 0; r < nranks; r++) c[r].comm = comms[r];
+  driveRanks(cs, nranks);
+  for (int r = 0; r < nranks; r++) tearDownRank(&c[r]);
 }
 
 static double bareLaunch(CUfunction fn, void** params) {
@@ -339,9 +383,10 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--sync")) syncEvery = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--bytes")) bytes = (size_t)atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--turns")) turns = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--one-thread")) oneThreadMode = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "usage: host_path [--ranks 2] [--calls 10000] [--rounds 10] [--sync 100] "
-              "[--bytes 1024] [--turns K]\n");
+              "[--bytes 1024] [--turns K] [--one-thread 1]\n");
       return 2;
     }
   }
@@ -349,8 +394,9 @@ int main(int argc, char** argv) {
    * holds whole blocks of --sync calls. */
   if (nranks < 1 || nranks > 8 || calls < 10 || syncEvery < 1 || bytes < sizeof(float) ||
       turns < 0 || (turns > 0 && syncEvery % turns != 0) || rounds < 1 ||
-      calls % (rounds * syncEvery) != 0 || warmup % syncEvery != 0) {
-    fprintf(stderr, "host_path: --calls must be a multiple of --rounds x --sync, --sync of --turns\n");
+      calls % (rounds * syncEvery) != 0 || warmup % syncEvery != 0 || (oneThreadMode && turns)) {
+    fprintf(stderr, "host_path: --calls must be a multiple of --rounds x --sync, --sync of --turns; "
+            "--one-thread takes no --turns\n");
     return 2;
   }
   int ndev = 0;
@@ -367,18 +413,24 @@ int main(int argc, char** argv) {
   const double bareBig = bareLaunch(bigFn, bigArgs);
   const double bareSmall = bareLaunch(smallFn, smallArgs);
 
-  NK(ncclGetUniqueId(&uid));
-  pthread_barrier_init(&barrier, NULL, (unsigned)nranks);
-  pthread_t threads[8];
-  for (long r = 0; r < nranks; r++) pthread_create(&threads[r], NULL, rankMain, (void*)r);
-  for (int r = 0; r < nranks; r++) pthread_join(threads[r], NULL);
+  if (oneThreadMode) {
+    pthread_barrier_init(&barrier, NULL, 1);
+    oneThread();
+  } else {
+    NK(ncclGetUniqueId(&uid));
+    pthread_barrier_init(&barrier, NULL, (unsigned)nranks);
+    pthread_t threads[8];
+    for (long r = 0; r < nranks; r++) pthread_create(&threads[r], NULL, rankMain, (void*)r);
+    for (int r = 0; r < nranks; r++) pthread_join(threads[r], NULL);
+  }
   pthread_barrier_destroy(&barrier);
 
   int version = 0;
   (void)ncclGetVersion(&version);
   printf("host_path: %d ranks on one GPU, %zu-byte float sum, %d calls per rank of each kind in "
-         "%d rounds, sync every %d, ranks %s %d (NCCL version %d)\n", nranks, bytes, calls, rounds,
-         syncEvery, turns ? "taking turns of" : "calling at once", turns, version);
+         "%d rounds, sync every %d, %s %d (NCCL version %d)\n", nranks, bytes, calls, rounds,
+         syncEvery, oneThreadMode ? "one thread driving every rank, call by call" :
+         turns ? "rank threads taking turns of" : "rank threads calling at once", turns, version);
   printf("  bare cuLaunchKernel, idle GPU: %.3f us (328-byte argument), %.3f us (4-byte)\n",
          bareBig, bareSmall);
   printf("  kinds: %s = ours; %s = a bare launch of a kernel that waits for its peers; %s = that "
