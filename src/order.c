@@ -11,7 +11,7 @@
 #endif
 
 /* The launch path asks the driver directly where it can: the driver takes these calls (with
- * cudaGetDevice) 0.3-0.4 us faster than the runtime (perf/RESULTS.md 0, "replica" rows; our
+ * cudaGetDevice) 0.1-0.45 us faster than the runtime (perf/RESULTS.md 0, "replica" rows; our
  * whole call: 0.14 us, median of 11 A/B pairs). The runtime answers when the driver's entry
  * point is missing or refuses (no current context, say), and its answer is the one that counts. */
 static cudaError_t captureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus* status,
