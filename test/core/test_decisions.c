@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* CPU test of the pure decisions of the host path: stream order plans, the failure state
- * machine, argument checks, grid bounds and CTA policy, config reading, knob agreement, socket
- * names. No GPU, no NCCL. */
+/* CPU test of the pure decisions of the host path: stream order plans, the stream queries'
+ * driver-then-runtime order, the failure state machine, argument checks, grid bounds and CTA
+ * policy, config reading, knob agreement, socket names. No GPU, no NCCL. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "algos.h"
+#include "cudriver.h"
 #include "comm.h"
 #include "debug.h"
 #include "eligibility.h"
@@ -325,9 +326,73 @@ static void testSocketNames(void) {
   CHECK(strcmp(a, d) != 0);
 }
 
+
+/* ---- stream queries: the driver first, the runtime when the driver refuses ------------------ */
+
+static int driverCalls;
+static CUstreamCaptureStatus stubStatus;
+static CUresult stubResult;
+
+static CUresult stubCaptureInfo(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                CUgraph* graph, const CUgraphNode** deps,
+                                const CUgraphEdgeData** edges, size_t* ndeps) {
+  (void)s; (void)deps; (void)edges; (void)ndeps;
+  driverCalls++;
+  if (stubResult != CUDA_SUCCESS) return stubResult;
+  *status = stubStatus;
+  *id = stubStatus == CU_STREAM_CAPTURE_STATUS_ACTIVE ? 42 : 0;
+  *graph = stubStatus == CU_STREAM_CAPTURE_STATUS_ACTIVE ? (CUgraph)0x1000 : NULL;
+  return CUDA_SUCCESS;
+}
+
+static CUresult stubStreamId(CUstream s, unsigned long long* id) {
+  (void)s;
+  driverCalls++;
+  *id = 7;
+  return CUDA_SUCCESS;
+}
+
+static void testStreamQueries(void) {
+  const struct symmCuDriver saved = symmCu;
+  symmCu.p_cuStreamGetCaptureInfo = stubCaptureInfo;
+  symmCu.p_cuStreamGetId = stubStreamId;
+  struct symmCapture cap;
+  /* Capturing: the driver's answer, and no stream id (refused inside a capture). */
+  stubResult = CUDA_SUCCESS;
+  stubStatus = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  driverCalls = 0;
+  CHECK_EQ_INT(symmCaptureOf(NULL, &cap), ncclSuccess);
+  CHECK_EQ_INT(cap.active, 1);
+  CHECK(cap.id == 42 && cap.graph == (cudaGraph_t)0x1000 && cap.streamId == 0);
+  CHECK_EQ_INT(driverCalls, 1);
+  /* Not capturing: the stream id, from the driver too. */
+  stubStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+  driverCalls = 0;
+  CHECK_EQ_INT(symmCaptureOf(NULL, &cap), ncclSuccess);
+  CHECK(cap.active == 0 && cap.id == 0 && cap.graph == NULL && cap.streamId == 7);
+  CHECK_EQ_INT(driverCalls, 2);
+  /* An invalidated capture is refused. */
+  stubStatus = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  CHECK_EQ_INT(symmCaptureOf(NULL, &cap), ncclUnhandledCudaError);
+  /* The driver refuses: the runtime answers (with a GPU, the legacy stream is not capturing and
+   * the stream id comes from the driver again; without one, an error), never the driver's
+   * error. */
+  stubResult = CUDA_ERROR_INVALID_CONTEXT;
+  driverCalls = 0;
+  int devices = 0;
+  const int gpu = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  (void)cudaGetLastError();
+  const ncclResult_t res = symmCaptureOf(NULL, &cap);
+  CHECK_EQ_INT(driverCalls, gpu ? 2 : 1);
+  CHECK_EQ_INT(res, gpu ? ncclSuccess : ncclUnhandledCudaError);
+  if (gpu) CHECK(cap.active == 0 && cap.streamId == 7);
+  symmCu = saved;
+}
+
 int main(void) {
   (void)symmLogLevel();
   testOrder();
+  testStreamQueries();
   testFailure();
   testArgs();
   testGridAndPolicy();
