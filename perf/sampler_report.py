@@ -23,13 +23,17 @@ for m, offs in mods.items():
     out = subprocess.run(['addr2line', '-f', '-C', '-e', m], input='\n'.join(offs), capture_output=True, text=True).stdout.splitlines()
     for i, o in enumerate(offs): names[(m, o)] = out[2 * i] if 2 * i < len(out) else '??'
 def short(m): return os.path.basename(m)
-kinds = collections.Counter(); leafmod = collections.defaultdict(collections.Counter); leaffn = collections.defaultdict(collections.Counter)
-for s in samples:
+def kindOf(sample):
+    """The outermost issue* function on the stack (the host_path kind), or 'other'."""
     kind = 'other'
-    for f in s:
+    for f in sample:
         m, o = f.rsplit('+', 1)
         n = names.get((m, o), '')
         if n.startswith('issue') and n != 'issue': kind = n
+    return kind
+sampleKinds = [kindOf(s) for s in samples]
+kinds = collections.Counter(); leafmod = collections.defaultdict(collections.Counter); leaffn = collections.defaultdict(collections.Counter)
+for s, kind in zip(samples, sampleKinds):
     kinds[kind] += 1
     m, o = s[0].rsplit('+', 1)
     leafmod[kind][short(m)] += 1
@@ -42,12 +46,7 @@ for k in leaffn:
 # Where ours spends its time outside libsymmcoll: for samples of issueAllReduce whose leaf is in
 # libc or libcuda, the innermost libsymmcoll frame (its caller on our side).
 callers = collections.defaultdict(collections.Counter)
-for s in samples:
-    kind = 'other'
-    for f in s:
-        m, o = f.rsplit('+', 1)
-        n = names.get((m, o), '')
-        if n.startswith('issue') and n != 'issue': kind = n
+for s, kind in zip(samples, sampleKinds):
     if kind != 'issueAllReduce': continue
     leaf = short(s[0].rsplit('+', 1)[0])
     if 'libsymmcoll' in leaf: continue

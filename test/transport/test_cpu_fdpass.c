@@ -272,6 +272,12 @@ static void testUnexpectedDescriptors(void) {
   CHECK_EQ_INT(countFds(), fdsBefore);
 }
 
+static double secondsSince(const struct timespec* t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
 /* Nobody serves / nobody fetches: both sides give up within their time budget. */
 static void testTimeouts(void) {
   int fdsBefore = countFds();
@@ -280,12 +286,11 @@ static void testTimeouts(void) {
   rv.rank = 1;
   rv.pids[0] = getpid();
   rv.pids[1] = getpid();
-  struct timespec t0, t1;
+  struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int fd = -1;
   CHECK_EQ_INT(symmFdFetch(&rv, 0, &fd), ncclSystemError);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  const double waited = secondsSince(&t0);
   CHECK(waited >= 0.25 && waited < 3.0);
   rv.rank = 0;
   int memfd = makeMemfd("nobody comes");
@@ -297,12 +302,6 @@ static void testTimeouts(void) {
   CHECK_EQ_INT(countFds(), fdsBefore);
 }
 
-
-static double secondsSince(const struct timespec* t0) {
-  struct timespec t1;
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
-}
 
 /* Raises *flag after 100 ms (what ncclCommAbort does to the abort flag). */
 static void* raiseLater(void* flag) {
