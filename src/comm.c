@@ -26,6 +26,7 @@ static unsigned bucketOf(ncclComm_t real) {
 }
 
 static void freeEntry(struct symmComm* comm) {
+  free(comm->repeats);
   symmOrderDestroy(&comm->order);
   pthread_mutex_destroy(&comm->launchLock);
   free(comm);

@@ -200,7 +200,12 @@ const char* symmParamStr(struct symmParam* p) {
   return p->strValue;
 }
 
+static uint64_t generation;
+
+uint64_t symmParamGeneration(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }
+
 void symmParamResetAll(void) {
+  __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
   pthread_mutex_lock(&paramLock);
   __atomic_store_n(&scanned, 0, __ATOMIC_RELEASE);
   for (struct symmParam** it = __start_symmcoll_params; it < __stop_symmcoll_params; it++)

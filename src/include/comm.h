@@ -48,6 +48,7 @@ struct symmFailure {
 enum symmJobState { SYMM_JOB_NONE = 0, SYMM_JOB_RUNNING = 1, SYMM_JOB_DONE = 2 };
 
 struct symmDeferredList; /* src/group.c: our operations parked behind a non-blocking group */
+struct symmRepeats;      /* src/enqueue.c: recent launches of ours, to repeat */
 
 struct symmComm {
   ncclComm_t real; /* the handle the application holds */
@@ -73,7 +74,9 @@ struct symmComm {
   struct symmOrder order;
   uint64_t launches;                 /* launches of ours issued (tests read it) */
   uint64_t zeroCopyLaunches;         /* of those, on registered windows in place (tests) */
+  uint64_t replays;                  /* of those, an identical call's launch issued again (tests) */
   struct symmTransport* transport;   /* non-NULL when eligible and set up */
+  struct symmRepeats* repeats;       /* NULL until the first launch of ours (launchLock) */
   struct symmDeferredList* parked;   /* non-blocking: ours behind NCCL's group launch */
   struct symmComm* next;             /* hash chain, guarded by the table lock */
 };

@@ -34,6 +34,8 @@ int symmParamIsSet(struct symmParam* p);
 int symmParamAgreed(const char** names, uint64_t* hashes, int max);
 /* Forget cached values (tests change the environment). */
 void symmParamResetAll(void);
+/* Changes at every symmParamResetAll: what was computed from knobs may be stale. */
+uint64_t symmParamGeneration(void);
 void symmParamPrintAll(FILE* out);
 
 /* Each declaration lands in one linker section, so the list of knobs needs no central table. */

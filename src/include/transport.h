@@ -73,6 +73,9 @@ void symmTransportSetAbort(struct symmComm* comm);
  * fills peerPtrs[r] with rank r's address of the same offset and returns 1; otherwise 0. */
 int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t bytes,
                             void* peerPtrs[SYMM_MAX_RANKS]);
+/* Changes whenever a window is added to or removed from `comm` (what FindWindow answers may
+ * have changed); 0 without a transport. */
+uint64_t symmTransportWindowsVersion(const struct symmComm* comm);
 
 /* ncclCommRegister zero-copy: the descriptor this rank publishes to the kernels for an all-reduce
  * input [ptr, ptr+bytes) (see SYMM_USER_REG_DESC): non-zero only when the range lies in a region

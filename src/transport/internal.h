@@ -75,6 +75,7 @@ struct symmTransport {
   /* Windows, guarded by lock. */
   pthread_mutex_t lock;
   struct symmWindow* windows;
+  uint64_t windowsVersion; /* bumped (atomic, under lock) whenever `windows` changes */
   uint32_t windowSeq;
   /* ncclCommRegister zero-copy (userreg.c); NULL when off on this rank. */
   struct symmUserReg* userReg;

@@ -318,6 +318,7 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
     pthread_mutex_lock(&j->t->lock);
     w->next = j->t->windows;
     j->t->windows = w;
+    __atomic_add_fetch(&j->t->windowsVersion, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&j->t->lock);
     INFO(SYMM_TRANSPORT, "window %p (%zu bytes) peer-mapped on rank %d", j->reg->buff,
          j->reg->size, comms[i]->rank);
@@ -342,6 +343,7 @@ void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win) {
     if ((*it)->win == win) {
       w = *it;
       *it = w->next;
+      __atomic_add_fetch(&t->windowsVersion, 1, __ATOMIC_RELEASE);
       break;
     }
   }
@@ -360,12 +362,18 @@ void symmWindowsTeardown(struct symmTransport* t) {
   pthread_mutex_lock(&t->lock);
   struct symmWindow* list = t->windows;
   t->windows = NULL;
+  __atomic_add_fetch(&t->windowsVersion, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&t->lock);
   while (list) {
     struct symmWindow* next = list->next;
     releaseWindow(list);
     list = next;
   }
+}
+
+uint64_t symmTransportWindowsVersion(const struct symmComm* comm) {
+  if (comm == NULL || comm->transport == NULL) return 0;
+  return __atomic_load_n(&comm->transport->windowsVersion, __ATOMIC_ACQUIRE);
 }
 
 int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t bytes,

@@ -2,11 +2,11 @@
 /* GPU tests of the host path through the test bootstrap (ranks are threads; SYMMCOLL_NCCL_LIB
  * names test/bootstrap/libnccl.so.2): a late rank, an injected kernel error, two streams with
  * eager calls and graph replays (streams-eager: no graph, its calls issued eagerly), abort from
- * a watchdog thread, groups, non-blocking communicators, an agreed knob that differs, and a
- * mixed soak. Exits 77 without a GPU.
+ * a watchdog thread, groups, non-blocking communicators, an agreed knob that differs, a mixed
+ * soak, and repeated identical calls. Exits 77 without a GPU.
  *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES | group N |
  *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | ce-abort N |
- *                 cta-efficiency N | max-ctas N */
+ *                 cta-efficiency N | max-ctas N | repeat N CALLS */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -24,6 +24,7 @@
 #include "harness.h"
 #include "watchdog.h"
 #include "nccl_api.h"
+#include "param.h"
 #include "transport.h"
 #include "vmm.h"
 
@@ -405,6 +406,80 @@ static void mismatchRank(struct rank* r) {
   TCHECK_EQ_INT(ours(r->comm), 0);
 }
 
+/* ---- repeated identical calls: launched again as recorded, decided again after a change ---- */
+
+static uint64_t replays(ncclComm_t comm) {
+  struct symmComm* c = symmCommFind(comm);
+  return c != NULL ? __atomic_load_n(&c->replays, __ATOMIC_RELAXED) : 0;
+}
+
+static uint64_t zeroCopies(ncclComm_t comm) {
+  struct symmComm* c = symmCommFind(comm);
+  return c != NULL ? __atomic_load_n(&c->zeroCopyLaunches, __ATOMIC_RELAXED) : 0;
+}
+
+/* SYMMCOLL_ALLREDUCE_ALGO for every rank (knobs are per process), set while all ranks wait. */
+static void forceAlgo(const struct rank* r, const char* algo) {
+  pthread_barrier_wait(&barrier);
+  if (r->rank == 0) {
+    setenv("SYMMCOLL_ALLREDUCE_ALGO", algo, 1);
+    symmParamResetAll();
+  }
+  pthread_barrier_wait(&barrier);
+}
+
+/* The same all-reduce call every time, on fresh inputs and a poisoned output, checked; all
+ * ranks are done with it before anybody's next one. */
+static void sameCall(struct rank* r, float* in, float* out, size_t count, int salt) {
+  fill(r, in, count, salt, r->s1);
+  if (out != in) CUDA_OK(cudaMemsetAsync(out, 0xff, count * sizeof(float), r->s1));
+  TCHECK_EQ_INT(allReduce(r, in, out, count, r->s1), ncclSuccess);
+  TCHECK_EQ_INT(wrongSum(r, out, count, salt, r->s1), 0);
+  pthread_barrier_wait(&barrier);
+}
+
+/* Run with SYMMCOLL_ALLREDUCE_ALGO=lamport. Calls identical to an earlier one replay its launch;
+ * a knob or a window that changes in between must make them decide again. */
+static void repeatRank(struct rank* r) {
+  const size_t count = 256; /* 1 KiB */
+  for (int inPlace = 0; inPlace <= 1; inPlace++) {
+    const uint64_t launched = ours(r->comm), replayed = replays(r->comm);
+    for (long i = 0; i < param; i++) sameCall(r, r->in, inPlace ? r->in : r->out, count, (int)i);
+    TCHECK_EQ_INT((long)(ours(r->comm) - launched), param);
+    /* The first call builds staging, the next one is recorded, the rest replay. */
+    TCHECK((long)(replays(r->comm) - replayed) >= param - 2);
+  }
+  /* A knob: forwarded, then ours again. */
+  uint64_t launched = ours(r->comm);
+  forceAlgo(r, "nccl");
+  sameCall(r, r->in, r->out, count, 1);
+  TCHECK_EQ_INT((int)(ours(r->comm) - launched), 0);
+  forceAlgo(r, "lamport");
+  sameCall(r, r->in, r->out, count, 2);
+  TCHECK_EQ_INT((int)(ours(r->comm) - launched), 1);
+  /* A window under the input: the two-shot reads it in place (up to 4 MiB), and stops when the
+   * window goes. */
+  forceAlgo(r, "twoshot");
+  const size_t big = 65536;
+  void* buf = NULL;
+  ncclWindow_t win = NULL;
+  TCHECK_EQ_INT(ncclMemAlloc(&buf, 2 * big * sizeof(float)), ncclSuccess);
+  if (buf == NULL) return;
+  float *in = buf, *out = in + big;
+  const uint64_t zeroCopied = zeroCopies(r->comm);
+  for (int i = 0; i < 2; i++) sameCall(r, in, out, big, 3 + i);
+  TCHECK_EQ_INT((int)(zeroCopies(r->comm) - zeroCopied), 0);
+  TCHECK_EQ_INT(ncclCommWindowRegister(r->comm, buf, 2 * big * sizeof(float), &win,
+                                       NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  for (int i = 0; i < 2; i++) sameCall(r, in, out, big, 5 + i);
+  TCHECK_EQ_INT((int)(zeroCopies(r->comm) - zeroCopied), 2);
+  TCHECK_EQ_INT(ncclCommWindowDeregister(r->comm, win), ncclSuccess);
+  sameCall(r, in, out, big, 7);
+  TCHECK_EQ_INT((int)(zeroCopies(r->comm) - zeroCopied), 2);
+  TCHECK_EQ_INT(ncclMemFree(buf), ncclSuccess);
+  forceAlgo(r, "lamport");
+}
+
 /* ---- soak: ours and forwarded calls, same and other streams -------------------------------- */
 
 /* Elements per rank of the soak's all-gathers of about `count` in all (at least 1). */
@@ -644,7 +719,7 @@ int main(int argc, char** argv) {
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
     fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup|group|"
-            "nonblocking|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas N [number]\n");
+            "nonblocking|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|repeat N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -673,6 +748,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
   else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
   else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "repeat")) runWorld(repeatRank, 0, NULL, NULL);
   else if (!strcmp(mode, "cta-zero")) {
     ctaPolicy = NCCL_CTA_POLICY_ZERO;
     runWorld(ctaRank, 0, NULL, NULL);
