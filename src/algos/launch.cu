@@ -155,13 +155,7 @@ static __thread Recorder* recorder;
 static void record(CUkernel handle, int blocks, const KernelArgs& args) {
   if (++recorder->launches != 1) return;
   symmLaunchRecord* r = recorder->record;
-  /* The kernel as loaded in the current context: launching that skips the driver's lookup of
-   * a context-independent handle, about 0.09 us per call on an H100 (perf/RESULTS.md 0). */
-  CUfunction function = NULL;
-  if (handle == NULL || symmCu.p_cuKernelGetFunction == NULL ||
-      symmCu.p_cuKernelGetFunction(&function, handle) != CUDA_SUCCESS)
-    function = NULL;
-  r->function = (void*)function;
+  r->kernel = (void*)handle;
   r->blocks = (unsigned)blocks;
   memcpy(r->args, &args, sizeof(args));
 }
@@ -337,6 +331,7 @@ extern "C" ncclResult_t symmCollLaunchRecorded(const struct symmLaunch* call,
                                                const struct symmPeers* peers, cudaStream_t stream,
                                                struct symmLaunchRecord* record) {
   record->valid = 0;
+  record->kernel = NULL;
   record->function = NULL;
   symm::Recorder rec = {record, 0};
   symm::recorder = &rec;
@@ -344,15 +339,24 @@ extern "C" ncclResult_t symmCollLaunchRecorded(const struct symmLaunch* call,
   symm::recorder = NULL;
   /* Long messages launch several kernels; registered inputs carry a descriptor read at every
    * launch; the copy engine's stream operations are no kernel launch. */
-  record->valid = res == ncclSuccess && rec.launches == 1 && record->function != NULL &&
+  record->valid = res == ncclSuccess && rec.launches == 1 && record->kernel != NULL &&
                   !call->exchangeDescs && call->algo != SYMM_ALGO_COPYENGINE;
   return res;
 }
 
-extern "C" int symmCollReplay(const struct symmLaunchRecord* record, cudaStream_t stream) {
-  void* params[] = {const_cast<uint64_t*>(record->args)};
-  return symmCu.p_cuLaunchKernel != NULL &&
-         symmCu.p_cuLaunchKernel((CUfunction)record->function, record->blocks, 1, 1,
+extern "C" int symmCollReplay(struct symmLaunchRecord* record, cudaStream_t stream) {
+  if (symmCu.p_cuLaunchKernel == NULL || symmCu.p_cuKernelGetFunction == NULL) return 0;
+  /* The kernel as loaded in the current context, found at the first replay (calls that never
+   * repeat never ask): launching it skips the driver's lookup of the context-independent
+   * handle, about 0.09 us per call on an H100 (perf/RESULTS.md 0). */
+  if (record->function == NULL) {
+    CUfunction function = NULL;
+    if (symmCu.p_cuKernelGetFunction(&function, (CUkernel)record->kernel) != CUDA_SUCCESS)
+      return 0;
+    record->function = (void*)function;
+  }
+  void* params[] = {record->args};
+  return symmCu.p_cuLaunchKernel((CUfunction)record->function, record->blocks, 1, 1,
                                  symm::kThreads, 1, 1, 0, (CUstream)stream, params,
                                  NULL) == CUDA_SUCCESS;
 }

@@ -76,25 +76,26 @@ ncclResult_t symmCollLaunch(const struct symmLaunch* call, const struct symmPeer
                             cudaStream_t stream);
 
 /* A call of exactly one kernel launch, as issued, to be issued again for an identical call
- * (src/enqueue.c): the kernel as loaded in the context it ran in, its grid, its arguments. The
- * arguments hold only addresses fixed for the communicator's life and the call's own buffers
- * (src/algos/sync.cuh), so they are valid for any later call with the same decision. */
+ * (src/enqueue.c): the kernel, its grid, its arguments. The arguments hold only addresses fixed
+ * for the communicator's life and the call's own buffers (src/algos/sync.cuh), so they are
+ * valid for any later call with the same decision. */
 #define SYMM_LAUNCH_ARGS_BYTES 512
 struct symmLaunchRecord {
   int valid;
   unsigned blocks;
-  void* function; /* CUfunction */
+  void* kernel;   /* CUkernel */
+  void* function; /* CUfunction of `kernel` in the context of the replays; NULL until one */
   uint64_t args[SYMM_LAUNCH_ARGS_BYTES / sizeof(uint64_t)];
 };
 
-/* symmCollLaunch, also filling *record (valid only when the call was one kernel launch of a
- * kernel the driver gives a function for, and carries no per-call descriptor). */
+/* symmCollLaunch, also filling *record (valid only when the call was one kernel launch through
+ * the driver, and carries no per-call descriptor). */
 ncclResult_t symmCollLaunchRecorded(const struct symmLaunch* call, const struct symmPeers* peers,
                                     cudaStream_t stream, struct symmLaunchRecord* record);
 
 /* Issues a valid record's launch again on `stream`: 1. 0 when the driver refuses it (another
  * current context, say): nothing was launched, and the caller launches the call itself. */
-int symmCollReplay(const struct symmLaunchRecord* record, cudaStream_t stream);
+int symmCollReplay(struct symmLaunchRecord* record, cudaStream_t stream);
 
 /* Abort: writes 1 into every copy-engine barrier word of this rank's pad from `stream` (a
  * private one), so a stream stalled in a copy-engine all-gather moves on. Its stream resets a

@@ -277,6 +277,11 @@ static void streamsRank(struct rank* r) {
       CUDA_OK(cudaMemsetAsync(gOut, 0xff, GRAPH_OPS * SLOT_COUNT * sizeof(float), r->s2));
       CUDA_OK(cudaStreamSynchronize(r->s1));
       CUDA_OK(cudaStreamSynchronize(r->s2));
+      /* Nobody launches again while a peer still copies its outputs back: a rank thread ahead
+       * by two replays blocks in cudaGraphLaunch behind its first one, which waits on the GPU
+       * for that peer, while holding the driver lock the peer's copy needs (ranks sharing one
+       * process only; test/core/README.md, "Graph uploads"). */
+      pthread_barrier_wait(&barrier);
       /* Every slot is written again before the next check only if it ran; eager slots cycle. */
       for (int k = 0; k < EAGER_SLOTS; k++)
         TCHECK_EQ_INT(allReduce(r, eIn + k * SLOT_COUNT, eOut + k * SLOT_COUNT, SLOT_COUNT, r->s1),
