@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,11 +56,16 @@ struct rank {
   float *in, *out, *host;
 };
 
-/* Launches of ours on `comm` so far (0 when it is not ours). */
-static uint64_t ours(ncclComm_t comm) {
+/* A counter of comm's entry (the offset of a uint64_t field of struct symmComm), 0 when the
+ * communicator is not ours. */
+static uint64_t entryCounter(ncclComm_t comm, size_t field) {
   struct symmComm* c = symmCommFind(comm);
-  return c != NULL ? __atomic_load_n(&c->launches, __ATOMIC_RELAXED) : 0;
+  return c != NULL ? __atomic_load_n((uint64_t*)((char*)c + field), __ATOMIC_RELAXED) : 0;
 }
+/* Launches of ours on `comm` so far; of those, replays of a recorded launch and zero copy. */
+#define ours(comm) entryCounter(comm, offsetof(struct symmComm, launches))
+#define replays(comm) entryCounter(comm, offsetof(struct symmComm, replays))
+#define zeroCopies(comm) entryCounter(comm, offsetof(struct symmComm, zeroCopyLaunches))
 
 /* Non-blocking calls: wait out ncclInProgress. */
 static ncclResult_t settle(ncclComm_t comm, ncclResult_t res) {
@@ -412,16 +418,6 @@ static void mismatchRank(struct rank* r) {
 }
 
 /* ---- repeated identical calls: launched again as recorded, decided again after a change ---- */
-
-static uint64_t replays(ncclComm_t comm) {
-  struct symmComm* c = symmCommFind(comm);
-  return c != NULL ? __atomic_load_n(&c->replays, __ATOMIC_RELAXED) : 0;
-}
-
-static uint64_t zeroCopies(ncclComm_t comm) {
-  struct symmComm* c = symmCommFind(comm);
-  return c != NULL ? __atomic_load_n(&c->zeroCopyLaunches, __ATOMIC_RELAXED) : 0;
-}
 
 /* SYMMCOLL_ALLREDUCE_ALGO for every rank (knobs are per process), set while all ranks wait. */
 static void forceAlgo(const struct rank* r, const char* algo) {
