@@ -76,10 +76,11 @@ static void* driverFn(const char* name) {
   return fn;
 }
 
-/* The driver calls a replayed call of ours makes (src/order.c, src/enqueue.c, symmCollReplay),
- * one at a time and in sequence, and cheaper ways to mark a launch's completion for a later
- * launch on another stream: a completion event recorded by the launch itself (a programmatic
- * event that fires when every block has exited), and a value written to device memory. */
+/* Driver launches of a kernel's CUfunction and of its CUkernel; the driver calls a replayed call
+ * of ours makes (src/order.c, src/enqueue.c, symmCollReplay), one at a time and in sequence; and
+ * other ways to mark a launch's end for a later launch on another stream: a completion event
+ * recorded by the launch itself (a programmatic event that fires when every block has exited),
+ * and a value written to device memory. */
 static void driverCalls(cudaStream_t s, cudaEvent_t ev, Big& big) {
   typedef CUresult (*LaunchFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, CUstream, void**, void**);
@@ -120,6 +121,13 @@ static void driverCalls(cudaStream_t s, cudaEvent_t ev, Big& big) {
   perCall("cuLaunchKernel (CUfunction), 328 B", s, [&] {
     void* args[] = {&big};
     (void)launch(fn, 1, 1, 1, 32, 1, 1, 0, cs, args, NULL);
+  });
+  /* The context-independent handle (cudaGetKernel) launched in the current context. */
+  cudaKernel_t k;
+  CK(cudaGetKernel(&k, (const void*)bigKernel));
+  perCall("cuLaunchKernel (CUkernel), 328 B", s, [&] {
+    void* args[] = {&big};
+    (void)launch((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, cs, args, NULL);
   });
   perCall("CUfunction launch + cuEventRecord", s, [&] {
     void* args[] = {&big};
@@ -208,27 +216,6 @@ int main() {
     void* args[] = {&big};
     (void)cudaLaunchKernel((const void*)bigKernel, dim3(1), dim3(32), args, 0, s);
   });
-  {
-    typedef CUresult (*LaunchFn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                 unsigned, unsigned, CUstream, void**, void**);
-    void* fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    CK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &fn, 12000, cudaEnableDefault, &q));
-    cudaFunction_t f;
-    CK(cudaGetFuncBySymbol(&f, (const void*)bigKernel));
-    LaunchFn launch = (LaunchFn)fn;
-    perCall("cuLaunchKernel (driver), 328 B", s, [&] {
-      void* args[] = {&big};
-      (void)launch((CUfunction)f, 1, 1, 1, 32, 1, 1, 0, (CUstream)s, args, NULL);
-    });
-    /* The context-independent handle (cudaGetKernel) launched in the current context. */
-    cudaKernel_t k;
-    CK(cudaGetKernel(&k, (const void*)bigKernel));
-    perCall("cuLaunchKernel (CUkernel), 328 B", s, [&] {
-      void* args[] = {&big};
-      (void)launch((CUfunction)k, 1, 1, 1, 32, 1, 1, 0, (CUstream)s, args, NULL);
-    });
-  }
   perCall("cudaEventRecord", s, [&] { (void)cudaEventRecord(ev, s); });
   perCall("launch 328 B + cudaEventRecord", s, [&] {
     bigKernel<<<1, 32, 0, s>>>(big);
