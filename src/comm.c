@@ -51,6 +51,7 @@ ncclResult_t symmCommAddConfig(ncclComm_t real, const struct symmCommConfig* con
   comm->job = job;
   pthread_mutex_init(&comm->launchLock, NULL);
   comm->rank = comm->nranks = comm->cudaDev = -1;
+  comm->order.noMixing = symmOrderMixingOff(); /* fixed at creation, as NCCL reads it */
   unsigned b = bucketOf(real);
   struct symmComm* stale = NULL;
   pthread_rwlock_wrlock(&tableLock);

@@ -75,6 +75,46 @@ int symmPolicyAllows(int ctaPolicy, enum symmAlgo algo) {
   return 1;
 }
 
+/* ---- the communicator's device ------------------------------------------------------------ */
+
+/* The current device, from the driver where it answers (0.02 us cheaper per call on an H100
+ * than the runtime); the runtime when there is no current context. */
+static cudaError_t currentDevice(int* dev) {
+  CUdevice d;
+  if (symmCu.p_cuCtxGetDevice != NULL && symmCu.p_cuCtxGetDevice(&d) == CUDA_SUCCESS) {
+    *dev = (int)d;
+    return cudaSuccess;
+  }
+  return cudaGetDevice(dev);
+}
+
+/* Every entry point that makes CUDA calls for a communicator runs them under its device, as
+ * NCCL does: one thread may drive several GPUs (ncclCommInitAll, nccl-tests -g N), and events,
+ * streams and launches must belong to the communicator's GPU, whatever is current. *saved is
+ * what to restore (-1: nothing). */
+static ncclResult_t enterDevice(const struct symmComm* comm, int* saved) {
+  *saved = -1;
+  if (!comm->attrsKnown) return ncclSuccess;
+  int cur = -1;
+  if (currentDevice(&cur) != cudaSuccess) {
+    /* No device to switch from (none at all, say): the calls below report what is wrong. */
+    (void)cudaGetLastError();
+    return ncclSuccess;
+  }
+  if (cur == comm->cudaDev) return ncclSuccess;
+  if (cudaSetDevice(comm->cudaDev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    WARN("cannot make device %d current for communicator %p", comm->cudaDev, (void*)comm->real);
+    return ncclUnhandledCudaError;
+  }
+  *saved = cur;
+  return ncclSuccess;
+}
+
+static void leaveDevice(int saved) {
+  if (saved >= 0 && cudaSetDevice(saved) != cudaSuccess) (void)cudaGetLastError();
+}
+
 /* ---- forwarding ------------------------------------------------------------------------------ */
 
 static ncclResult_t callReal(const struct symmTask* t) {
@@ -102,35 +142,77 @@ static ncclResult_t callReal(const struct symmTask* t) {
 struct forwardedMark {
   struct symmComm* comm;
   cudaStream_t stream;
+  struct symmCapture before;
 };
 
-static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stream) {
-  ncclResult_t res = ncclSuccess;
+/* `before`: the stream as symmCaptureOf saw it before the real call (a capture's dependencies
+ * are read again here). */
+static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stream,
+                                        const struct symmCapture* before) {
+  int saved = -1;
+  ncclResult_t res = enterDevice(comm, &saved);
   pthread_mutex_lock(&comm->launchLock);
-  if (symmTransportLaunchPeers(comm) != NULL) {
-    struct symmCapture cap;
-    res = symmCaptureOf(stream, &cap);
-    if (res == ncclSuccess) res = symmOrderAfter(&comm->order, stream, &cap);
-    if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
-  }
+  if (res == ncclSuccess && symmTransportLaunchPeers(comm) != NULL)
+    res = symmOrderAfter(&comm->order, stream, before);
+  if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
   pthread_mutex_unlock(&comm->launchLock);
+  leaveDevice(saved);
   return res;
 }
 
 static ncclResult_t runForwardedMark(void* arg, int launch) {
   struct forwardedMark* m = arg;
-  ncclResult_t res = launch ? orderAfterForwarded(m->comm, m->stream) : ncclSuccess;
+  ncclResult_t res = launch ? orderAfterForwarded(m->comm, m->stream, &m->before) : ncclSuccess;
   free(m);
   return res;
 }
 
+/* The ordering half of a forwarded call on a communicator of ours, under its device (the
+ * caller's current device is restored by symmForwardLeave). */
+static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
+                                 struct symmForwardScope* s) {
+  s->comm = comm;
+  s->stream = stream;
+  ncclResult_t res = enterDevice(comm, &s->savedDev);
+  if (res != ncclSuccess) return res;
+  pthread_mutex_lock(&comm->launchLock);
+  res = symmCommHealth(comm);
+  if (res == ncclSuccess && symmTransportLaunchPeers(comm) != NULL) {
+    res = symmCaptureOf(stream, &s->capture);
+    if (res == ncclSuccess) res = symmOrderBefore(&comm->order, stream, &s->capture);
+    if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+    s->ordered = res == ncclSuccess;
+  }
+  pthread_mutex_unlock(&comm->launchLock);
+  return res;
+}
+
+static void forwardLeave(struct symmForwardScope* s) {
+  if (s->ordered) {
+    if (symmGroupDepth() > 0) {
+      struct forwardedMark* m = malloc(sizeof(*m));
+      if (m != NULL) {
+        *m = (struct forwardedMark){.comm = s->comm, .stream = s->stream, .before = s->capture};
+        m->before.deps = NULL; /* read again at the group's end */
+        m->before.ndeps = 0;
+        if (symmGroupDeferOp(s->comm, SYMM_DEFERRED_FORWARDED, 0, runForwardedMark, m) != ncclSuccess)
+          free(m);
+      }
+    } else {
+      (void)orderAfterForwarded(s->comm, s->stream, &s->capture);
+    }
+  }
+  leaveDevice(s->savedDev);
+  s->savedDev = -1;
+}
+
 ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, struct symmForwardScope* s) {
   memset(s, 0, sizeof(*s));
+  s->savedDev = -1;
   if (symmRealDepth > 0) return ncclSuccess;
   struct symmComm* comm = symmCommAcquire(real);
   if (comm == NULL) return ncclSuccess;
   s->comm = comm;
-  s->stream = stream;
   if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
   symmCommWaitJob(comm);
   ncclResult_t res = symmGroupRunParked(comm);
@@ -139,16 +221,7 @@ ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, struct symmF
          (void*)real);
     return ncclInvalidArgument;
   }
-  pthread_mutex_lock(&comm->launchLock);
-  if (res == ncclSuccess) res = symmCommHealth(comm);
-  if (res == ncclSuccess && symmTransportLaunchPeers(comm) != NULL) {
-    struct symmCapture cap;
-    res = symmCaptureOf(stream, &cap);
-    if (res == ncclSuccess) res = symmOrderBefore(&comm->order, stream, &cap);
-    if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
-    s->ordered = res == ncclSuccess;
-  }
-  pthread_mutex_unlock(&comm->launchLock);
+  if (res == ncclSuccess) res = forwardEnter(comm, stream, s);
   if (res != ncclSuccess && symmGroupDepth() > 0) symmGroupPoison(real);
   return res;
 }
@@ -156,18 +229,7 @@ ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, struct symmF
 void symmForwardEnd(struct symmForwardScope* s, ncclResult_t realResult) {
   (void)realResult;
   if (s->comm == NULL) return;
-  if (s->ordered) {
-    if (symmGroupDepth() > 0) {
-      struct forwardedMark* m = malloc(sizeof(*m));
-      if (m != NULL) {
-        *m = (struct forwardedMark){.comm = s->comm, .stream = s->stream};
-        if (symmGroupDeferOp(s->comm, SYMM_DEFERRED_FORWARDED, 0, runForwardedMark, m) != ncclSuccess)
-          free(m);
-      }
-    } else {
-      (void)orderAfterForwarded(s->comm, s->stream);
-    }
-  }
+  forwardLeave(s);
   symmCommRelease(s->comm);
   s->comm = NULL;
 }
@@ -182,17 +244,6 @@ struct launchOp {
   void* windowPeers[SYMM_MAX_RANKS];
 };
 
-/* The current device, from the driver where it answers (0.02 us cheaper per call on an H100
- * than the runtime, perf/RESULTS.md 0); the runtime when there is no current context. */
-static cudaError_t currentDevice(int* dev) {
-  CUdevice d;
-  if (symmCu.p_cuCtxGetDevice != NULL && symmCu.p_cuCtxGetDevice(&d) == CUDA_SUCCESS) {
-    *dev = (int)d;
-    return cudaSuccess;
-  }
-  return cudaGetDevice(dev);
-}
-
 /* Caller holds comm->launchLock. The comm is healthy and has peers. `record`: NULL, or where
  * this call's launch was recorded by an identical earlier call (replayed when valid) or is
  * recorded now. */
@@ -200,17 +251,18 @@ static ncclResult_t launchLocked(struct launchOp* op, const struct symmPeers* pe
                                  struct symmLaunchRecord* record) {
   struct symmComm* comm = op->comm;
   cudaStream_t stream = op->task.stream;
-  int oldDev = -1;
   ncclResult_t res = ncclSuccess;
   struct symmCapture cap;
-  CUDACHECKGOTO(currentDevice(&oldDev), res, fail);
-  if (oldDev != comm->cudaDev) CUDACHECKGOTO(cudaSetDevice(comm->cudaDev), res, fail);
-  NCCLCHECKGOTO(symmCaptureOf(stream, &cap), res, restore);
+  NCCLCHECKGOTO(symmCaptureOf(stream, &cap), res, fail);
   if (op->call.windowPeers != NULL) op->call.windowPeers = op->windowPeers; /* after a copy */
-  if (op->call.exchangeDescs)
+  /* ncclCommRegister memory is read in place only by eager calls: a graph would keep the
+   * descriptor and read whatever the slot holds at a later replay (the region may have been
+   * deregistered and another registered since). Captured calls push as usual (descriptor 0). */
+  op->call.inputDesc = 0;
+  if (op->call.exchangeDescs && !cap.active)
     op->call.inputDesc = symmTransportUserInputDesc(
         comm, op->call.sendbuff, op->call.count * symmTypeSize(op->call.datatype));
-  NCCLCHECKGOTO(symmOrderBefore(&comm->order, stream, &cap), res, restore);
+  NCCLCHECKGOTO(symmOrderBefore(&comm->order, stream, &cap), res, fail);
   const uint64_t launch = comm->launches++;
   if (op->call.windowPeers != NULL) comm->zeroCopyLaunches++;
   if (comm->rank == symmParamTestFailRank() && launch == (uint64_t)symmParamTestFailCall()) {
@@ -220,17 +272,12 @@ static ncclResult_t launchLocked(struct launchOp* op, const struct symmPeers* pe
   } else if (record != NULL && record->valid && symmCollReplay(record, stream)) {
     comm->replays++;
   } else if (record != NULL) {
-    NCCLCHECKGOTO(symmCollLaunchRecorded(&op->call, peers, stream, record), res, restore);
+    NCCLCHECKGOTO(symmCollLaunchRecorded(&op->call, peers, stream, record), res, fail);
   } else {
-    NCCLCHECKGOTO(symmCollLaunch(&op->call, peers, stream), res, restore);
+    NCCLCHECKGOTO(symmCollLaunch(&op->call, peers, stream), res, fail);
   }
-  NCCLCHECKGOTO(symmOrderAfter(&comm->order, stream, &cap), res, restore);
-  if (cap.active) NCCLCHECKGOTO(symmTransportRetainForGraph(comm, cap.graph), res, restore);
-restore:
-  if (oldDev >= 0 && oldDev != comm->cudaDev && cudaSetDevice(oldDev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (res == ncclSuccess) res = ncclUnhandledCudaError;
-  }
+  NCCLCHECKGOTO(symmOrderAfter(&comm->order, stream, &cap), res, fail);
+  if (cap.active) NCCLCHECKGOTO(symmTransportRetainForGraph(comm, cap.graph), res, fail);
 fail:
   if (res != ncclSuccess) {
     /* Our peers' kernels already wait for this one: the whole communicator fails. */
@@ -244,13 +291,16 @@ fail:
  * aborted or revoked, since the decision: the real NCCL runs it (or refuses it). */
 static ncclResult_t launchOp(struct launchOp* op) {
   struct symmComm* comm = op->comm;
+  int saved = -1;
+  ncclResult_t res = enterDevice(comm, &saved);
+  if (res != ncclSuccess) return res;
   pthread_mutex_lock(&comm->launchLock);
-  ncclResult_t res = __atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE) ? ncclInvalidUsage
-                                                                     : symmCommHealth(comm);
+  res = __atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE) ? ncclInvalidUsage : symmCommHealth(comm);
   const struct symmPeers* peers = res == ncclSuccess ? symmTransportLaunchPeers(comm) : NULL;
   if (peers != NULL) res = launchLocked(op, peers, NULL);
   pthread_mutex_unlock(&comm->launchLock);
   if (res == ncclSuccess && peers == NULL) res = callReal(&op->task);
+  leaveDevice(saved);
   return res;
 }
 
@@ -403,12 +453,15 @@ static ncclResult_t refuse(ncclComm_t real, ncclResult_t res) {
   return res;
 }
 
-/* Forwarded with ordering, as every other operation on a communicator where ours run. */
-static ncclResult_t forwardOrdered(const struct symmTask* task) {
+/* Forwarded with ordering, as every other operation on a communicator where ours run (the
+ * caller checked that it is not gone and ran its parked operations). */
+static ncclResult_t forwardOrdered(struct symmComm* comm, const struct symmTask* task) {
   struct symmForwardScope scope;
-  ncclResult_t res = symmForwardBegin(task->comm, task->stream, &scope);
+  memset(&scope, 0, sizeof(scope));
+  ncclResult_t res = forwardEnter(comm, task->stream, &scope);
   if (res == ncclSuccess) res = callReal(task);
-  symmForwardEnd(&scope, res);
+  else if (symmGroupDepth() > 0) symmGroupPoison(task->comm);
+  forwardLeave(&scope);
   return res;
 }
 
@@ -418,7 +471,12 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
   int ncclDecides = 0;
   ncclResult_t res = symmArgsCheck(task, comm->nranks, comm->arch, &ncclDecides);
   if (res != ncclSuccess) return refuse(task->comm, res);
-  if (ncclDecides || comm->transport == NULL) return forwardOrdered(task);
+  /* Never ours on this communicator: nothing of ours to order it against (a failed one still
+   * refuses, as every call on it does). */
+  if (comm->transport == NULL) {
+    res = symmFailureGet(&comm->failure);
+    return res == ncclSuccess ? callReal(task) : refuse(task->comm, res);
+  }
   if (comm->parked != NULL) {
     res = symmGroupRunParked(comm);
     if (res == ncclInProgress) {
@@ -428,6 +486,7 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
     }
     if (res != ncclSuccess) return refuse(task->comm, res);
   }
+  if (ncclDecides) return forwardOrdered(comm, task);
 
   struct launchOp op;
   pthread_mutex_lock(&comm->launchLock);
@@ -443,6 +502,10 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
   if (peers != NULL) {
     repeatKeyOf(comm, task, &key);
     struct repeatEntry* repeat = findRepeat(comm, &key);
+    if (repeat != NULL && repeat->op.call.algo == SYMM_ALGO_NCCL) {
+      pthread_mutex_unlock(&comm->launchLock);
+      return forwardOrdered(comm, task);
+    }
     if (repeat != NULL) {
       repeat->op.task.stream = task->stream;
       TRACE(SYMM_TUNER, "comm %p rank %d: %s of %zu elements as last time: %s", (void*)comm->real,
@@ -454,7 +517,14 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
   }
   const enum symmAlgo algo = comm->transport != NULL ? decideLocked(comm, task, &op) : SYMM_ALGO_NCCL;
   const int needsStaging = algo != SYMM_ALGO_NCCL && symmTransportNeedsStaging(comm);
-  if (algo != SYMM_ALGO_NCCL && !needsStaging && peers != NULL) {
+  if (algo == SYMM_ALGO_NCCL && peers != NULL) {
+    /* Remembered too: an identical call forwards again without the tuner. */
+    memset(&op, 0, sizeof(op));
+    op.comm = comm;
+    op.call.algo = SYMM_ALGO_NCCL;
+    (void)newRepeat(comm, &key, &op);
+    peers = NULL;
+  } else if (algo != SYMM_ALGO_NCCL && !needsStaging && peers != NULL) {
     struct repeatEntry* slot = newRepeat(comm, &key, &op);
     res = slot != NULL ? launchLocked(&slot->op, peers, &slot->record) : launchLocked(&op, peers, NULL);
   } else {
@@ -462,7 +532,7 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
   }
   pthread_mutex_unlock(&comm->launchLock);
   if (peers != NULL) return res;
-  if (algo == SYMM_ALGO_NCCL) return forwardOrdered(task);
+  if (algo == SYMM_ALGO_NCCL) return forwardOrdered(comm, task);
 
   if (needsStaging) {
     struct symmCapture cap;
@@ -471,7 +541,7 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
        * outside a capture builds it. Ranks capture the same calls, so they all do the same. */
       INFO(SYMM_INIT, "comm %p: first call given to our kernels is captured; it forwards and "
            "staging waits for an uncaptured one", (void*)comm->real);
-      return forwardOrdered(task);
+      return forwardOrdered(comm, task);
     }
     if (!comm->config.blocking) {
       /* Never block a non-blocking caller on its peers: this call forwards (on every rank, as
@@ -499,7 +569,11 @@ ncclResult_t symmEnqueue(const struct symmTask* task) {
   struct symmComm* comm = symmCommAcquire(task->comm);
   /* NULL, destroyed or foreign communicators: the real NCCL's own answer. */
   if (comm == NULL) return callReal(task);
-  const ncclResult_t res = enqueueOn(comm, task);
+  int saved = -1;
+  ncclResult_t res = enterDevice(comm, &saved);
+  if (res == ncclSuccess) res = enqueueOn(comm, task);
+  else if (symmGroupDepth() > 0) symmGroupPoison(task->comm);
+  leaveDevice(saved);
   symmCommRelease(comm);
   return res;
 }

@@ -2,32 +2,72 @@
 /* Cross-stream order of a communicator's operations (see src/include/order.h). */
 #include "order.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "checks.h"
 #include "../transport/cudriver.h"
 
-/* CUDA 13 gave the edge-data form the plain name; 12.3-12.9 call it _v3. */
+/* CUDA 13 gave the edge-data forms the plain names; 12.3-12.9 call them _v3/_v2. */
 #if CUDART_VERSION < 13000
 #define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v3
+#define cudaStreamUpdateCaptureDependencies cudaStreamUpdateCaptureDependencies_v2
+#define cudaGraphAddDependencies cudaGraphAddDependencies_v2
+#define cudaGraphNodeGetDependencies cudaGraphNodeGetDependencies_v2
 #endif
 
+/* Most nodes a capture's tail keeps; a wider frontier is first joined by one empty node. */
+#define TAIL_MAX 8
+
+/* One capture that ran operations of this communicator. The list holds one reference; the
+ * capture's graph holds another through a user object, whose destructor marks the entry gone
+ * (a destroyed graph's capture has ended), so the list drops it at its next walk. */
+struct symmCaptureState {
+  struct symmCaptureState* next;
+  unsigned long long id;
+  int refs;      /* atomic */
+  int graphGone; /* atomic */
+  cudaGraphNode_t tail[TAIL_MAX]; /* the nodes the capture's next operation of ours depends on */
+  size_t ntail;
+  cudaGraphNode_t sink; /* the record node of `event` that follows every operation, or NULL */
+  int watched;          /* the graph holds a reference (pruning works) */
+};
+
+int symmOrderMixingOff(void) {
+  /* NCCL reads NCCL_GRAPH_MIXING_SUPPORT as an integer, default 1; 0 turns mixing off. */
+  const char* v = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  if (v == NULL || v[0] == '\0') return 0;
+  char* end = NULL;
+  const long n = strtol(v, &end, 0);
+  return end != v && n == 0;
+}
+
 /* The launch path asks the driver directly where it can: the driver takes these calls (with
- * cudaGetDevice) 0.1-0.45 us faster than the runtime (perf/RESULTS.md 0, "replica" rows; our
- * whole call: 0.14 us, median of 11 A/B pairs). The runtime answers when the driver's entry
- * point is missing or refuses (no current context, say), and its answer is the one that counts. */
+ * cudaGetDevice) 0.1-0.45 us faster than the runtime. The runtime answers when the driver's
+ * entry point is missing or refuses (no current context, say), and its answer is the one that
+ * counts. Dependencies come with their edge data, so annotated edges (programmatic launches)
+ * never make the query fail. */
 static cudaError_t captureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus* status,
-                               unsigned long long* id, cudaGraph_t* graph) {
+                               unsigned long long* id, cudaGraph_t* graph,
+                               const cudaGraphNode_t** deps, size_t* ndeps) {
   CUstreamCaptureStatus cuStatus;
   cuuint64_t cuId = 0;
   CUgraph cuGraph = NULL;
+  const CUgraphNode* cuDeps = NULL;
+  const CUgraphEdgeData* cuEdges = NULL;
+  size_t count = 0;
   if (symmCu.p_cuStreamGetCaptureInfo != NULL &&
-      symmCu.p_cuStreamGetCaptureInfo((CUstream)stream, &cuStatus, &cuId, &cuGraph, NULL, NULL,
-                                      NULL) == CUDA_SUCCESS) {
+      symmCu.p_cuStreamGetCaptureInfo((CUstream)stream, &cuStatus, &cuId, &cuGraph, &cuDeps,
+                                      &cuEdges, &count) == CUDA_SUCCESS) {
     *status = (enum cudaStreamCaptureStatus)cuStatus; /* the same values */
     *id = cuId;
     *graph = (cudaGraph_t)cuGraph;
+    *deps = (const cudaGraphNode_t*)cuDeps;
+    *ndeps = count;
     return cudaSuccess;
   }
-  return cudaStreamGetCaptureInfo(stream, status, id, graph, NULL, NULL, NULL);
+  const cudaGraphEdgeData* edges = NULL;
+  return cudaStreamGetCaptureInfo(stream, status, id, graph, deps, &edges, ndeps);
 }
 
 static cudaError_t streamId(cudaStream_t stream, unsigned long long* id) {
@@ -45,12 +85,9 @@ static cudaError_t eventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 ncclResult_t symmCaptureOf(cudaStream_t stream, struct symmCapture* out) {
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  out->active = 0;
-  out->id = 0;
-  out->graph = NULL;
-  out->streamId = 0;
+  memset(out, 0, sizeof(*out));
   /* The stream's id only matters outside a capture (cudaStreamGetId is refused inside one). */
-  cudaError_t e = captureInfo(stream, &status, &out->id, &out->graph);
+  cudaError_t e = captureInfo(stream, &status, &out->id, &out->graph, &out->deps, &out->ndeps);
   if (e == cudaSuccess && status == cudaStreamCaptureStatusNone) e = streamId(stream, &out->streamId);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -65,26 +102,90 @@ ncclResult_t symmCaptureOf(cudaStream_t stream, struct symmCapture* out) {
   if (!out->active) {
     out->id = 0;
     out->graph = NULL;
+    out->deps = NULL;
+    out->ndeps = 0;
   }
   return ncclSuccess;
 }
 
-/* The slot of capture `id`, or -1. */
-static int captureSlot(const struct symmOrder* o, unsigned long long id) {
-  for (int i = 0; i < SYMM_ORDER_CAPTURES; i++)
-    if (o->captures[i].id == id && id != 0) return i;
-  return -1;
+/* ---- the capture list (no CUDA) ----------------------------------------------------------- */
+
+static void releaseState(struct symmCaptureState* c) {
+  if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) free(c);
+}
+
+/* Unlinks entries whose graph is gone. */
+static void prune(struct symmOrder* o) {
+  struct symmCaptureState** link = &o->captures;
+  while (*link != NULL) {
+    struct symmCaptureState* c = *link;
+    if (__atomic_load_n(&c->graphGone, __ATOMIC_ACQUIRE)) {
+      *link = c->next;
+      releaseState(c);
+    } else {
+      link = &c->next;
+    }
+  }
+}
+
+static struct symmCaptureState* findCapture(const struct symmOrder* o, unsigned long long id) {
+  for (struct symmCaptureState* c = o->captures; c != NULL; c = c->next)
+    if (c->id == id && id != 0) return c;
+  return NULL;
+}
+
+struct symmCaptureState* symmOrderNoteTail(struct symmOrder* o, unsigned long long id,
+                                           const cudaGraphNode_t* nodes, size_t count) {
+  struct symmCaptureState* c = findCapture(o, id);
+  if (c == NULL) {
+    prune(o);
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) return NULL;
+    c->id = id;
+    c->refs = 1;
+    c->next = o->captures;
+    o->captures = c;
+  }
+  if (count > TAIL_MAX) count = TAIL_MAX; /* callers join wider frontiers first */
+  memcpy(c->tail, nodes, count * sizeof(*nodes));
+  c->ntail = count;
+  o->everCaptured = 1;
+  return c;
+}
+
+int symmOrderCaptureCount(const struct symmOrder* o) {
+  int n = 0;
+  for (const struct symmCaptureState* c = o->captures; c != NULL; c = c->next)
+    n += !__atomic_load_n(&c->graphGone, __ATOMIC_ACQUIRE);
+  return n;
+}
+
+/* Every node of the capture's tail is among the stream's current dependencies. */
+static int tailCovered(const struct symmCaptureState* c, const struct symmCapture* cap) {
+  for (size_t i = 0; i < c->ntail; i++) {
+    int found = 0;
+    for (size_t k = 0; k < cap->ndeps && !found; k++) found = cap->deps[k] == c->tail[i];
+    if (!found) return 0;
+  }
+  return 1;
 }
 
 unsigned symmOrderBeforePlan(const struct symmOrder* o, const struct symmCapture* cap) {
-  if (cap->active) return captureSlot(o, cap->id) >= 0 ? SYMM_ORDER_WAIT_CAPTURE : SYMM_ORDER_WAIT_EXTERNAL;
+  if (cap->active) {
+    const struct symmCaptureState* c = findCapture(o, cap->id);
+    if (c == NULL) return o->noMixing ? 0 : SYMM_ORDER_WAIT_EXTERNAL;
+    return tailCovered(c, cap) ? 0 : SYMM_ORDER_JOIN_TAIL;
+  }
   if (o->everCaptured || (o->issued && o->lastStreamId != cap->streamId)) return SYMM_ORDER_WAIT;
   return 0;
 }
 
-unsigned symmOrderAfterPlan(const struct symmCapture* cap) {
-  return cap->active ? SYMM_ORDER_RECORD_EXTERNAL | SYMM_ORDER_RECORD_CAPTURE : SYMM_ORDER_RECORD;
+unsigned symmOrderAfterPlan(const struct symmOrder* o, const struct symmCapture* cap) {
+  if (!cap->active) return SYMM_ORDER_RECORD;
+  return SYMM_ORDER_TRACK_TAIL | (o->noMixing ? 0 : SYMM_ORDER_RECORD_SINK);
 }
+
+/* ---- carrying the plans out ------------------------------------------------------------- */
 
 static ncclResult_t ensureEvent(struct symmOrder* o) {
   if (o->created) return ncclSuccess;
@@ -93,53 +194,113 @@ static ncclResult_t ensureEvent(struct symmOrder* o) {
   return ncclSuccess;
 }
 
-/* The slot for capture `id`: its own, else the least recently used one (a capture that ended,
- * unless more than SYMM_ORDER_CAPTURES captures on this communicator interleave). */
-static ncclResult_t takeCaptureSlot(struct symmOrder* o, unsigned long long id, int* slot) {
-  int s = captureSlot(o, id);
-  if (s < 0) {
-    s = 0;
-    for (int i = 1; i < SYMM_ORDER_CAPTURES; i++)
-      if (o->captures[i].lastUse < o->captures[s].lastUse) s = i;
-    if (o->captures[s].capEvent == NULL)
-      CUDACHECK(cudaEventCreateWithFlags(&o->captures[s].capEvent, cudaEventDisableTiming));
-    o->captures[s].id = id;
-  }
-  o->captures[s].lastUse = ++o->useClock;
-  *slot = s;
-  return ncclSuccess;
-}
-
 ncclResult_t symmOrderBefore(struct symmOrder* o, cudaStream_t stream,
                              const struct symmCapture* cap) {
   const unsigned plan = symmOrderBeforePlan(o, cap);
   if (plan == 0) return ncclSuccess;
+  if (plan & SYMM_ORDER_JOIN_TAIL) {
+    struct symmCaptureState* c = findCapture(o, cap->id);
+    CUDACHECK(cudaStreamUpdateCaptureDependencies(stream, c->tail, NULL, c->ntail,
+                                                  cudaStreamAddCaptureDependencies));
+    return ncclSuccess;
+  }
   NCCLCHECK(ensureEvent(o));
   if (plan & SYMM_ORDER_WAIT) CUDACHECK(cudaStreamWaitEvent(stream, o->event, 0));
   if (plan & SYMM_ORDER_WAIT_EXTERNAL)
     CUDACHECK(cudaStreamWaitEvent(stream, o->event, cudaEventWaitExternal));
-  if (plan & SYMM_ORDER_WAIT_CAPTURE)
-    CUDACHECK(cudaStreamWaitEvent(stream, o->captures[captureSlot(o, cap->id)].capEvent, 0));
+  return ncclSuccess;
+}
+
+static void captureGraphGone(void* arg) {
+  struct symmCaptureState* c = arg;
+  __atomic_store_n(&c->graphGone, 1, __ATOMIC_RELEASE);
+  releaseState(c);
+}
+
+/* Ties the entry to its capture's graph, so that the list forgets it once the graph is gone.
+ * Without it (an error here) the entry stays until the communicator goes: no harm. */
+static void watchGraph(struct symmCaptureState* c, cudaGraph_t graph) {
+  cudaUserObject_t object;
+  __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+  if (cudaUserObjectCreate(&object, c, captureGraphGone, 1, cudaUserObjectNoDestructorSync) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+    return;
+  }
+  if (cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaUserObjectRelease(object, 1); /* runs captureGraphGone: our reference goes */
+    return;
+  }
+  c->watched = 1;
+}
+
+/* Makes the sink follow `tail` too (it follows the earlier tails, which the new one follows):
+ * one edge per tail node it does not already depend on. */
+static ncclResult_t addSinkEdges(cudaGraph_t graph, cudaGraphNode_t sink, const cudaGraphNode_t* tail,
+                                 size_t ntail) {
+  size_t count = 0;
+  CUDACHECK(cudaGraphNodeGetDependencies(sink, NULL, NULL, &count));
+  cudaGraphNode_t* have = count > 0 ? malloc(count * sizeof(*have)) : NULL;
+  if (count > 0 && have == NULL) {
+    WARN("out of host memory ordering a captured collective");
+    return ncclSystemError;
+  }
+  ncclResult_t res = ncclSuccess;
+  if (count > 0) CUDACHECKGOTO(cudaGraphNodeGetDependencies(sink, have, NULL, &count), res, done);
+  for (size_t i = 0; i < ntail; i++) {
+    int present = 0;
+    for (size_t k = 0; k < count && !present; k++) present = have[k] == tail[i];
+    if (!present) CUDACHECKGOTO(cudaGraphAddDependencies(graph, &tail[i], &sink, NULL, 1), res, done);
+  }
+done:
+  free(have);
+  return res;
+}
+
+/* After a captured operation: its last nodes become the capture's tail, and the capture's record
+ * node of the event (created at its first operation) comes after them. */
+static ncclResult_t afterCaptured(struct symmOrder* o, cudaStream_t stream,
+                                  const struct symmCapture* before) {
+  struct symmCapture now;
+  NCCLCHECK(symmCaptureOf(stream, &now));
+  if (!now.active || now.id != before->id) {
+    WARN("the CUDA graph capture of stream %p ended inside a collective call", (void*)stream);
+    return ncclInvalidUsage;
+  }
+  cudaGraphNode_t tail[TAIL_MAX];
+  size_t ntail = now.ndeps;
+  if (ntail > TAIL_MAX) {
+    CUDACHECK(cudaGraphAddEmptyNode(&tail[0], now.graph, now.deps, now.ndeps));
+    ntail = 1;
+  } else {
+    memcpy(tail, now.deps, ntail * sizeof(*tail));
+  }
+  struct symmCaptureState* c = symmOrderNoteTail(o, now.id, tail, ntail);
+  if (c == NULL) {
+    WARN("out of host memory ordering a captured collective");
+    return ncclSystemError;
+  }
+  if (!c->watched) watchGraph(c, now.graph);
+  if (!(symmOrderAfterPlan(o, before) & SYMM_ORDER_RECORD_SINK) || ntail == 0) return ncclSuccess;
+  NCCLCHECK(ensureEvent(o));
+  if (c->sink == NULL) {
+    /* A node of the graph that nothing in it depends on: off the replay's critical path. */
+    CUDACHECK(cudaGraphAddEventRecordNode(&c->sink, now.graph, tail, ntail, o->event));
+  } else {
+    NCCLCHECK(addSinkEdges(now.graph, c->sink, tail, ntail));
+  }
   return ncclSuccess;
 }
 
 ncclResult_t symmOrderAfter(struct symmOrder* o, cudaStream_t stream,
                             const struct symmCapture* cap) {
-  const unsigned plan = symmOrderAfterPlan(cap);
+  if (cap->active) return afterCaptured(o, stream, cap);
   NCCLCHECK(ensureEvent(o));
-  if (plan & SYMM_ORDER_RECORD_EXTERNAL)
-    CUDACHECK(cudaEventRecordWithFlags(o->event, stream, cudaEventRecordExternal));
-  if (plan & SYMM_ORDER_RECORD_CAPTURE) {
-    int slot = 0;
-    NCCLCHECK(takeCaptureSlot(o, cap->id, &slot));
-    CUDACHECK(cudaEventRecord(o->captures[slot].capEvent, stream));
-    o->everCaptured = 1;
-  }
-  if (plan & SYMM_ORDER_RECORD) {
-    CUDACHECK(eventRecord(o->event, stream));
-    o->lastStreamId = cap->streamId;
-    o->issued = 1;
-  }
+  CUDACHECK(eventRecord(o->event, stream));
+  o->lastStreamId = cap->streamId;
+  o->issued = 1;
   return ncclSuccess;
 }
 
@@ -150,9 +311,10 @@ cudaEvent_t symmOrderQuiesceEvent(const struct symmOrder* o) {
 void symmOrderDestroy(struct symmOrder* o) {
   if (o->created) (void)cudaEventDestroy(o->event);
   o->created = 0;
-  for (int i = 0; i < SYMM_ORDER_CAPTURES; i++) {
-    if (o->captures[i].capEvent != NULL) (void)cudaEventDestroy(o->captures[i].capEvent);
-    o->captures[i].capEvent = NULL;
+  while (o->captures != NULL) {
+    struct symmCaptureState* c = o->captures;
+    o->captures = c->next;
+    releaseState(c);
   }
   (void)cudaGetLastError();
 }

@@ -22,20 +22,15 @@ struct symmCommConfig {
 
 /* Cross-stream order of every operation on the communicator (src/order.c). Touched only under
  * the communicator's launchLock. */
-#define SYMM_ORDER_CAPTURES 4
+struct symmCaptureState; /* src/order.c: one capture that ran operations of this communicator */
 struct symmOrder {
-  cudaEvent_t event;        /* recorded right after every operation (or replay, see order.h) */
+  cudaEvent_t event;               /* recorded after every eager operation and every replay */
   unsigned long long lastStreamId; /* cudaStreamGetId of the latest eager operation's stream */
-  int issued;               /* an eager operation was issued */
-  int everCaptured;         /* eager operations then wait on `event` every time */
-  int created;              /* `event` exists */
-  /* Captures in progress (the least recently used slot is reused): each one's capEvent marks
-   * its last operation, so the next one in the same graph depends on it. */
-  struct {
-    unsigned long long id, lastUse;
-    cudaEvent_t capEvent; /* created with the slot's first use */
-  } captures[SYMM_ORDER_CAPTURES];
-  unsigned long long useClock;
+  int issued;                      /* an eager operation was issued */
+  int everCaptured;                /* eager operations then wait on `event` every time */
+  int created;                     /* `event` exists */
+  int noMixing;                    /* NCCL_GRAPH_MIXING_SUPPORT=0: graphs add no event nodes */
+  struct symmCaptureState* captures; /* captures seen, newest first; pruned as graphs go */
 };
 
 /* A failed communicator: SYMM_ERR_* bits and the error every later call returns. */

@@ -12,6 +12,7 @@
 #include "coll.h"
 #include "comm.h"
 #include "nccl_api.h"
+#include "order.h"
 
 /* One call as the entry points received it (NCCL's ncclInfo). `count` is NCCL's argument:
  * all-reduce count, all-gather sendcount, reduce-scatter recvcount. */
@@ -51,6 +52,8 @@ struct symmForwardScope {
   struct symmComm* comm; /* NULL: not ours, nothing to do */
   cudaStream_t stream;
   int ordered;
+  int savedDev;               /* the caller's device, restored at the end (-1: unchanged) */
+  struct symmCapture capture; /* the stream before the real call */
 };
 ncclResult_t symmForwardBegin(ncclComm_t comm, cudaStream_t stream, struct symmForwardScope* scope);
 void symmForwardEnd(struct symmForwardScope* scope, ncclResult_t realResult);

@@ -16,6 +16,10 @@ struct symmCapture {
   int active;                  /* the stream is being captured into a CUDA graph */
   unsigned long long id;       /* the capture's unique id (0 when not active) */
   cudaGraph_t graph;
+  /* Captured: the nodes the stream's next node will depend on, as the query returned them
+   * (valid until the next capture call on the stream). */
+  const cudaGraphNode_t* deps;
+  size_t ndeps;
 };
 ncclResult_t symmCaptureOf(cudaStream_t stream, struct symmCapture* out);
 
@@ -25,33 +29,46 @@ ncclResult_t symmCaptureOf(cudaStream_t stream, struct symmCapture* out);
  *  - eager on another stream: wait on the event recorded after the previous operation;
  *  - eager after a capture on this communicator: always wait on the event, which a graph replay
  *    may have recorded since;
- *  - captured, first operation of this capture: wait on the event as an external dependency (at
- *    each replay: whatever operation or replay was issued before the replay's launch);
- *  - captured, later operation of the same capture: depend on the previous one in the graph. */
+ *  - captured, first operation of this capture on this communicator: wait on the event as an
+ *    external dependency (at each replay: every operation or replay issued before the replay's
+ *    launch); one event node per graph, none with NCCL_GRAPH_MIXING_SUPPORT=0;
+ *  - captured, a later operation of the same capture: depend on the previous one's last nodes.
+ *    When the stream's current dependencies are those nodes (the usual case: one capture stream,
+ *    nothing of the user's in between) nothing is added; otherwise they are added to the
+ *    stream's dependencies as graph edges (no node). */
 enum {
   SYMM_ORDER_WAIT = 1u << 0,
   SYMM_ORDER_WAIT_EXTERNAL = 1u << 1,
-  SYMM_ORDER_WAIT_CAPTURE = 1u << 2,
+  SYMM_ORDER_JOIN_TAIL = 1u << 2,
 };
 unsigned symmOrderBeforePlan(const struct symmOrder* order, const struct symmCapture* capture);
 
 /* What it must do after it: eager operations record the event (teardown waits on it too);
- * captured ones add an external record node (later replays and eager operations wait for it)
- * and mark their place in the capture. */
+ * captured ones remember their last nodes (the capture's tail) and, unless mixing is off, make
+ * the capture's one record node of the event depend on them, so that the event marks the end
+ * of every operation of ours in a replay (one node per graph, not per operation). */
 enum {
   SYMM_ORDER_RECORD = 1u << 4,
-  SYMM_ORDER_RECORD_EXTERNAL = 1u << 5,
-  SYMM_ORDER_RECORD_CAPTURE = 1u << 6,
+  SYMM_ORDER_TRACK_TAIL = 1u << 5,
+  SYMM_ORDER_RECORD_SINK = 1u << 6,
 };
-unsigned symmOrderAfterPlan(const struct symmCapture* capture);
+unsigned symmOrderAfterPlan(const struct symmOrder* order, const struct symmCapture* capture);
 
 /* Carry the plans out and update the state. Caller holds the communicator's launchLock; the
- * device current is the communicator's. Errors are CUDA failures (the caller fails the
- * communicator). */
+ * device current is the communicator's. `capture` is what symmCaptureOf said before the
+ * operation (After reads the stream's new dependencies itself). Errors are CUDA failures (the
+ * caller fails the communicator). */
 ncclResult_t symmOrderBefore(struct symmOrder* order, cudaStream_t stream,
                              const struct symmCapture* capture);
 ncclResult_t symmOrderAfter(struct symmOrder* order, cudaStream_t stream,
                             const struct symmCapture* capture);
+
+/* The state of one capture without CUDA (tests and symmOrderAfter): the capture's entry,
+ * created if new (NULL without host memory), and its tail set to `nodes`. */
+struct symmCaptureState* symmOrderNoteTail(struct symmOrder* order, unsigned long long id,
+                                           const cudaGraphNode_t* nodes, size_t count);
+/* Captures the communicator still tracks (tests). */
+int symmOrderCaptureCount(const struct symmOrder* order);
 
 /* An event whose latest record follows every eager operation issued so far and every graph
  * replay launched after a capture of ours; NULL when nothing was ordered. Caller holds
@@ -60,5 +77,9 @@ cudaEvent_t symmOrderQuiesceEvent(const struct symmOrder* order);
 
 /* Events are created at the communicator's first ordered operation; destroyed with its entry. */
 void symmOrderDestroy(struct symmOrder* order);
+
+/* Whether captured operations skip the event nodes that order graph replays against other work
+ * (NCCL_GRAPH_MIXING_SUPPORT=0, NCCL's own switch, read as NCCL reads it). */
+int symmOrderMixingOff(void);
 
 #endif

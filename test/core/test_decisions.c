@@ -22,26 +22,18 @@
 static struct symmCapture eager(unsigned long long streamId) {
   return (struct symmCapture){.streamId = streamId};
 }
-static struct symmCapture captured(unsigned long long streamId, unsigned long long id) {
-  return (struct symmCapture){.streamId = streamId, .active = 1, .id = id};
+/* A captured stream whose next node depends on `ndeps` of the nodes at `deps`. */
+static struct symmCapture captured(unsigned long long id, const cudaGraphNode_t* deps, size_t ndeps) {
+  return (struct symmCapture){.active = 1, .id = id, .deps = deps, .ndeps = ndeps};
 }
+/* Stand-ins for graph nodes: the plans only compare them. */
+static cudaGraphNode_t fakeNode(int i) { return (cudaGraphNode_t)(uintptr_t)(0x1000 + 16 * i); }
 
-/* What symmOrderAfter does to the state, without CUDA. */
-static void after(struct symmOrder* o, const struct symmCapture* cap) {
-  const unsigned plan = symmOrderAfterPlan(cap);
-  if (plan & SYMM_ORDER_RECORD_CAPTURE) {
-    int slot = -1;
-    for (int i = 0; i < SYMM_ORDER_CAPTURES; i++)
-      if (o->captures[i].id == cap->id) slot = i;
-    if (slot < 0) {
-      slot = 0;
-      for (int i = 1; i < SYMM_ORDER_CAPTURES; i++)
-        if (o->captures[i].lastUse < o->captures[slot].lastUse) slot = i;
-      o->captures[slot].id = cap->id;
-    }
-    o->captures[slot].lastUse = ++o->useClock;
-    o->everCaptured = 1;
-  }
+/* What symmOrderAfter does to the state, without CUDA; `tail`: the stream's dependencies after
+ * a captured operation. */
+static void after(struct symmOrder* o, const struct symmCapture* cap, cudaGraphNode_t tail) {
+  const unsigned plan = symmOrderAfterPlan(o, cap);
+  if (plan & SYMM_ORDER_TRACK_TAIL) CHECK(symmOrderNoteTail(o, cap->id, &tail, 1) != NULL);
   if (plan & SYMM_ORDER_RECORD) {
     o->lastStreamId = cap->streamId;
     o->issued = 1;
@@ -54,13 +46,13 @@ static void testOrder(void) {
   struct symmCapture a = eager(11), b = eager(12);
   /* First operation: nothing to wait for; every eager one records afterwards. */
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &a), 0);
-  CHECK_EQ_INT(symmOrderAfterPlan(&a), SYMM_ORDER_RECORD);
-  after(&o, &a);
+  CHECK_EQ_INT(symmOrderAfterPlan(&o, &a), SYMM_ORDER_RECORD);
+  after(&o, &a, NULL);
   /* Same stream, never captured: no CUDA call at all before the launch. */
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &a), 0);
   /* Another stream waits for the previous operation. */
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &b), SYMM_ORDER_WAIT);
-  after(&o, &b);
+  after(&o, &b, NULL);
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &b), 0);
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &a), SYMM_ORDER_WAIT);
   /* A stream handle reused after cudaStreamDestroy has another id: it waits. */
@@ -68,30 +60,67 @@ static void testOrder(void) {
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &reused), SYMM_ORDER_WAIT);
 
   /* Captures: the first operation of a capture waits externally (at each replay: whatever was
-   * issued before the replay), later ones of the same capture chain inside the graph. */
-  struct symmCapture g1 = captured(20, 100), g1b = captured(21, 100), g2 = captured(22, 200);
+   * issued before the replay), and the capture gets one record node at its end. */
+  const cudaGraphNode_t k1 = fakeNode(1), k2 = fakeNode(2), user = fakeNode(3);
+  struct symmCapture g1 = captured(100, NULL, 0);
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1), SYMM_ORDER_WAIT_EXTERNAL);
-  CHECK_EQ_INT(symmOrderAfterPlan(&g1), SYMM_ORDER_RECORD_EXTERNAL | SYMM_ORDER_RECORD_CAPTURE);
-  after(&o, &g1);
-  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1b), SYMM_ORDER_WAIT_CAPTURE);
-  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g2), SYMM_ORDER_WAIT_EXTERNAL);
-  after(&o, &g2);
-  /* Interleaved captures keep their own chains. */
-  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1b), SYMM_ORDER_WAIT_CAPTURE);
-  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g2), SYMM_ORDER_WAIT_CAPTURE);
+  CHECK_EQ_INT(symmOrderAfterPlan(&o, &g1), SYMM_ORDER_TRACK_TAIL | SYMM_ORDER_RECORD_SINK);
+  after(&o, &g1, k1);
+  /* The next one on the capture stream right behind it: nothing, no node and no edge. */
+  struct symmCapture g1Next = captured(100, &k1, 1);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1Next), 0);
+  after(&o, &g1Next, k2);
+  /* Behind work of the user's, or on another stream of the same capture: an edge to our tail. */
+  struct symmCapture g1User = captured(100, &user, 1), g1Forked = captured(100, NULL, 0);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1User), SYMM_ORDER_JOIN_TAIL);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1Forked), SYMM_ORDER_JOIN_TAIL);
+  const cudaGraphNode_t both[2] = {user, k2};
+  struct symmCapture g1Joined = captured(100, both, 2);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1Joined), 0);
   /* After any capture an eager operation always waits (a replay may have run since), even on
    * the stream of the previous eager one. */
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &b), SYMM_ORDER_WAIT);
-  after(&o, &b);
+  after(&o, &b, NULL);
   CHECK_EQ_INT(symmOrderBeforePlan(&o, &b), SYMM_ORDER_WAIT);
-  /* More captures than slots: the least recently used slot goes (a capture that ended). */
-  for (unsigned long long id = 300; id < 300 + SYMM_ORDER_CAPTURES; id++) {
-    struct symmCapture g = captured(30, id);
-    after(&o, &g);
+
+  /* Six captures interleaved: each keeps its own tail (none falls back to an external wait). */
+  enum { NCAP = 6 };
+  for (int round = 0; round < 3; round++) {
+    for (int c = 0; c < NCAP; c++) {
+      const unsigned long long id = 200 + (unsigned long long)c;
+      const cudaGraphNode_t prev = fakeNode(100 + 10 * c + round - 1), next = fakeNode(100 + 10 * c + round);
+      struct symmCapture g = captured(id, round == 0 ? NULL : &prev, round == 0 ? 0 : 1);
+      CHECK_EQ_INT(symmOrderBeforePlan(&o, &g), round == 0 ? SYMM_ORDER_WAIT_EXTERNAL : 0);
+      /* A tail of another capture is never this one's. */
+      const cudaGraphNode_t other = fakeNode(100 + 10 * ((c + 1) % NCAP) + round - 1);
+      struct symmCapture wrong = captured(id, &other, 1);
+      if (round > 0) CHECK_EQ_INT(symmOrderBeforePlan(&o, &wrong), SYMM_ORDER_JOIN_TAIL);
+      after(&o, &g, next);
+    }
   }
-  CHECK_EQ_INT(symmOrderBeforePlan(&o, &g1), SYMM_ORDER_WAIT_EXTERNAL);
-  struct symmCapture recent = captured(30, 300 + SYMM_ORDER_CAPTURES - 1);
-  CHECK_EQ_INT(symmOrderBeforePlan(&o, &recent), SYMM_ORDER_WAIT_CAPTURE);
+  CHECK_EQ_INT(symmOrderCaptureCount(&o), 1 + NCAP);
+  symmOrderDestroy(&o);
+  CHECK_EQ_INT(symmOrderCaptureCount(&o), 0);
+
+  /* NCCL_GRAPH_MIXING_SUPPORT=0: graphs get no event node at all, order inside them stays. */
+  memset(&o, 0, sizeof(o));
+  o.noMixing = 1;
+  struct symmCapture m = captured(300, NULL, 0);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &m), 0);
+  CHECK_EQ_INT(symmOrderAfterPlan(&o, &m), SYMM_ORDER_TRACK_TAIL);
+  after(&o, &m, k1);
+  struct symmCapture mUser = captured(300, &user, 1);
+  CHECK_EQ_INT(symmOrderBeforePlan(&o, &mUser), SYMM_ORDER_JOIN_TAIL);
+  symmOrderDestroy(&o);
+
+  /* The knob as NCCL reads it. */
+  unsetenv("NCCL_GRAPH_MIXING_SUPPORT");
+  CHECK_EQ_INT(symmOrderMixingOff(), 0);
+  setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 1);
+  CHECK_EQ_INT(symmOrderMixingOff(), 1);
+  setenv("NCCL_GRAPH_MIXING_SUPPORT", "1", 1);
+  CHECK_EQ_INT(symmOrderMixingOff(), 0);
+  unsetenv("NCCL_GRAPH_MIXING_SUPPORT");
 }
 
 static struct symmFailure shared;
