@@ -1,0 +1,485 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* GPU test: one thread drives every local GPU (ncclCommInitAll, as nccl-tests -g N does), with
+ * the current device set to another GPU before each call. Needs two or more GPUs and the real
+ * NCCL (exit 77 otherwise).
+ *   test_one_thread mixed CALLS   eager calls and graph replays of all three collectives, count 0,
+ *                                 odd counts, in place and out of place, every result checked
+ *   test_one_thread nodes         a capture's nodes: one kernel per call of ours plus two event
+ *                                 nodes per graph (none with NCCL_GRAPH_MIXING_SUPPORT=0)
+ *   test_one_thread captures      six captures interleaved on one communicator, one of them forked
+ *                                 onto a second stream: results and node counts
+ *   test_one_thread reregister    a graph reading an ncclCommRegister'ed input, replayed after that
+ *                                 region was deregistered and another registered in its place */
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "harness.h"
+#include "nccl_api.h"
+
+#define CUDA_OK(x) CHECK_EQ_INT((x), cudaSuccess)
+#define NCCL_OK(x) CHECK_EQ_INT((x), ncclSuccess)
+#define MAX_GPUS 8
+
+enum coll { AR, AG, RS };
+static const char* const collNames[] = {"all-reduce", "all-gather", "reduce-scatter"};
+
+static int nranks;
+static ncclComm_t comms[MAX_GPUS];
+static cudaStream_t streams[MAX_GPUS];
+
+/* One call: its collective, count (NCCL's argument), placement and its own device memory. */
+struct call {
+  enum coll coll;
+  size_t count;
+  int inPlace;
+  int salt;
+  float* in[MAX_GPUS];  /* input as passed (inside `out` when in place) */
+  float* out[MAX_GPUS]; /* output */
+};
+
+/* Integers small enough that every float sum is exact in any order. */
+static float value(int rank, size_t i, int salt) {
+  return (float)((rank + 1) * (int)((i + (size_t)salt) % 13 + 1));
+}
+
+static size_t inCount(const struct call* c) { return c->coll == RS ? c->count * (size_t)nranks : c->count; }
+static size_t outCount(const struct call* c) { return c->coll == AG ? c->count * (size_t)nranks : c->count; }
+
+/* Device memory for a call on every rank (the output, plus the input unless in place). */
+static void allocCall(struct call* c) {
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    const size_t outN = outCount(c) > 0 ? outCount(c) : 1, inN = inCount(c) > 0 ? inCount(c) : 1;
+    CUDA_OK(cudaMalloc((void**)&c->out[r], outN * sizeof(float)));
+    if (!c->inPlace) {
+      CUDA_OK(cudaMalloc((void**)&c->in[r], inN * sizeof(float)));
+    } else {
+      /* NCCL's in-place layouts: all-gather's input is our slot of the output, reduce-scatter's
+       * output our slice of the input. */
+      if (c->coll == RS) {
+        float* whole = NULL;
+        CUDA_OK(cudaMalloc((void**)&whole, inN * sizeof(float)));
+        cudaFree(c->out[r]);
+        c->in[r] = whole;
+        c->out[r] = whole + (size_t)r * c->count;
+      } else {
+        c->in[r] = c->coll == AG ? c->out[r] + (size_t)r * c->count : c->out[r];
+      }
+    }
+  }
+}
+
+static void freeCall(struct call* c) {
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    if (c->inPlace && c->coll == RS) CUDA_OK(cudaFree(c->in[r]));
+    else CUDA_OK(cudaFree(c->out[r]));
+    if (!c->inPlace) CUDA_OK(cudaFree(c->in[r]));
+  }
+}
+
+static float* hostBuf;
+static size_t hostCap;
+static float* host(size_t n) {
+  if (n > hostCap) {
+    free(hostBuf);
+    hostCap = n;
+    hostBuf = malloc(n * sizeof(float));
+  }
+  return hostBuf;
+}
+
+/* Fresh input, poisoned output (all ones: a NaN pattern no result equals), on each stream. */
+static void prepare(const struct call* c) {
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    const size_t outN = outCount(c), inN = inCount(c);
+    if (outN > 0) CUDA_OK(cudaMemsetAsync(c->out[r], 0xff, outN * sizeof(float), streams[r]));
+    float* h = host(inN > 0 ? inN : 1);
+    for (size_t i = 0; i < inN; i++) h[i] = value(r, i, c->salt);
+    if (inN > 0)
+      CUDA_OK(cudaMemcpyAsync(c->in[r], h, inN * sizeof(float), cudaMemcpyHostToDevice, streams[r]));
+    CUDA_OK(cudaStreamSynchronize(streams[r]));
+  }
+}
+
+/* Issues the call on every rank in one group, each with another GPU current. */
+static ncclResult_t issue(const struct call* c, int r) {
+  CUDA_OK(cudaSetDevice((r + 1) % nranks));
+  switch (c->coll) {
+    case AR: return ncclAllReduce(c->in[r], c->out[r], c->count, ncclFloat32, ncclSum, comms[r], streams[r]);
+    case AG: return ncclAllGather(c->in[r], c->out[r], c->count, ncclFloat32, comms[r], streams[r]);
+    default: return ncclReduceScatter(c->in[r], c->out[r], c->count, ncclFloat32, ncclSum, comms[r], streams[r]);
+  }
+}
+
+static void issueAll(const struct call* c) {
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < nranks; r++) NCCL_OK(issue(c, r));
+  NCCL_OK(ncclGroupEnd());
+}
+
+/* Wrong elements of the call's outputs on every rank (streams synchronized here). */
+static long wrongOf(const struct call* c) {
+  long wrong = 0;
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamSynchronize(streams[r]));
+    const size_t n = outCount(c);
+    if (n == 0) continue;
+    float* h = host(n);
+    CUDA_OK(cudaMemcpy(h, c->out[r], n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) {
+      float want = 0;
+      if (c->coll == AR) {
+        for (int q = 0; q < nranks; q++) want += value(q, i, c->salt);
+      } else if (c->coll == AG) {
+        want = value((int)(i / c->count), i % c->count, c->salt);
+      } else {
+        for (int q = 0; q < nranks; q++) want += value(q, (size_t)r * c->count + i, c->salt);
+      }
+      if (h[i] != want) {
+        if (wrong < 3)
+          fprintf(stderr, "%s count %zu%s rank %d: [%zu] = %g, want %g\n", collNames[c->coll],
+                  c->count, c->inPlace ? " in place" : "", r, i, (double)h[i], (double)want);
+        wrong++;
+      }
+    }
+  }
+  return wrong;
+}
+
+static const size_t counts[] = {0, 1, 3, 7, 33, 255, 1001, 4097, 12289, 65537};
+#define NCOUNTS (sizeof(counts) / sizeof(counts[0]))
+
+static void makeCall(struct call* c, long i) {
+  memset(c, 0, sizeof(*c));
+  c->coll = (enum coll)(i % 3);
+  /* Now and then a large one (two-shot, push/pull, forwarded: whatever the tuner picks). */
+  c->count = i % 24 == 23 ? ((size_t)1 << 18) + 3 : counts[(i / 3) % NCOUNTS];
+  c->inPlace = (int)((i / 7) % 2);
+  c->salt = (int)(i % 11);
+  allocCall(c);
+}
+
+static uint64_t oursOn(int r) {
+  struct symmComm* c = symmCommFind(comms[r]);
+  return c != NULL ? __atomic_load_n(&c->launches, __ATOMIC_RELAXED) : 0;
+}
+
+/* ---- modes --------------------------------------------------------------------------------- */
+
+/* Half the calls eager, half as replays of graphs of 12 calls (inputs refreshed between). */
+static void runMixed(long calls) {
+  long wrong = 0, done = 0;
+  enum { POOL = 48 };
+  struct call pool[POOL];
+  for (int i = 0; i < POOL; i++) makeCall(&pool[i], i);
+  uint64_t oursBefore = oursOn(0);
+  for (long i = 0; done < calls / 2; i++, done++) {
+    struct call* c = &pool[i % POOL];
+    c->salt = (int)(i % 11);
+    prepare(c);
+    issueAll(c);
+    wrong += wrongOf(c);
+  }
+  printf("eager: %ld calls, %ld wrong, %llu of ours on rank 0\n", done, wrong,
+         (unsigned long long)(oursOn(0) - oursBefore));
+  /* Graphs: calls [g*12, g*12+12) of the pool, captured on every rank's stream at once. */
+  enum { PER_GRAPH = 12, GRAPHS = POOL / PER_GRAPH };
+  cudaGraphExec_t execs[GRAPHS][MAX_GPUS];
+  for (int g = 0; g < GRAPHS; g++) {
+    cudaGraph_t graphs[MAX_GPUS];
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeGlobal));
+    }
+    for (int k = 0; k < PER_GRAPH; k++) issueAll(&pool[g * PER_GRAPH + k]);
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaStreamEndCapture(streams[r], &graphs[r]));
+      CUDA_OK(cudaGraphInstantiate(&execs[g][r], graphs[r], 0));
+      CUDA_OK(cudaGraphUpload(execs[g][r], streams[r]));
+      CUDA_OK(cudaStreamSynchronize(streams[r]));
+      CUDA_OK(cudaGraphDestroy(graphs[r]));
+    }
+  }
+  long replayed = 0, wrongGraph = 0;
+  for (long rep = 0; replayed < calls - calls / 2; rep++) {
+    const int g = (int)(rep % GRAPHS);
+    for (int k = 0; k < PER_GRAPH; k++) {
+      pool[g * PER_GRAPH + k].salt = (int)((rep + k) % 11);
+      prepare(&pool[g * PER_GRAPH + k]);
+    }
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaGraphLaunch(execs[g][r], streams[r]));
+    }
+    for (int k = 0; k < PER_GRAPH; k++) wrongGraph += wrongOf(&pool[g * PER_GRAPH + k]);
+    replayed += PER_GRAPH;
+  }
+  printf("graphs: %ld calls replayed, %ld wrong\n", replayed, wrongGraph);
+  CHECK_EQ_INT(wrong, 0);
+  CHECK_EQ_INT(wrongGraph, 0);
+  for (int g = 0; g < GRAPHS; g++)
+    for (int r = 0; r < nranks; r++) CUDA_OK(cudaGraphExecDestroy(execs[g][r]));
+  for (int i = 0; i < POOL; i++) freeCall(&pool[i]);
+}
+
+static size_t nodesOf(cudaGraph_t g) {
+  size_t n = 0;
+  CUDA_OK(cudaGraphGetNodes(g, NULL, &n));
+  return n;
+}
+
+/* Captures `n` calls on every rank: the graphs (not destroyed) and how many were ours. */
+static void captureCalls(struct call* calls, int n, cudaGraph_t* graphs, uint64_t* ours) {
+  uint64_t before[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    before[r] = oursOn(r);
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeGlobal));
+  }
+  for (int k = 0; k < n; k++) issueAll(&calls[k]);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamEndCapture(streams[r], &graphs[r]));
+    ours[r] = oursOn(r) - before[r];
+  }
+}
+
+static void replayAndCheck(struct call* calls, int n, cudaGraph_t* graphs, int replays) {
+  cudaGraphExec_t execs[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+    CUDA_OK(cudaGraphUpload(execs[r], streams[r]));
+    CUDA_OK(cudaStreamSynchronize(streams[r]));
+  }
+  long wrong = 0;
+  for (int rep = 0; rep < replays; rep++) {
+    for (int k = 0; k < n; k++) {
+      calls[k].salt = (rep * 5 + k) % 11;
+      prepare(&calls[k]);
+    }
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaGraphLaunch(execs[r], streams[r]));
+    }
+    for (int k = 0; k < n; k++) wrong += wrongOf(&calls[k]);
+  }
+  CHECK_EQ_INT(wrong, 0);
+  for (int r = 0; r < nranks; r++) CUDA_OK(cudaGraphExecDestroy(execs[r]));
+}
+
+static int mixingOff(void) {
+  const char* v = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  return v != NULL && v[0] == '0';
+}
+
+/* Small calls all of ours (the default table runs all three up to 16 KiB): a graph holds one
+ * kernel node per call and two event nodes (the capture's external wait and its record). */
+static void runNodes(void) {
+  enum { N = 6 };
+  struct call calls[N];
+  const enum coll colls[N] = {AR, AG, RS, AR, AG, RS};
+  const size_t cnt[N] = {255, 33, 33, 1001, 7, 1};
+  for (int k = 0; k < N; k++) {
+    memset(&calls[k], 0, sizeof(calls[k]));
+    calls[k].coll = colls[k];
+    calls[k].count = cnt[k];
+    calls[k].inPlace = k % 2;
+    allocCall(&calls[k]);
+  }
+  /* Staging is built by the first uncaptured call given to our kernels. */
+  prepare(&calls[0]);
+  issueAll(&calls[0]);
+  CHECK_EQ_INT(wrongOf(&calls[0]), 0);
+  cudaGraph_t graphs[MAX_GPUS];
+  uint64_t ours[MAX_GPUS];
+  captureCalls(calls, N, graphs, ours);
+  const size_t events = mixingOff() ? 0 : 2;
+  for (int r = 0; r < nranks; r++) {
+    CHECK_EQ_INT(ours[r], N);
+    CHECK_EQ_INT(nodesOf(graphs[r]), N + events);
+    printf("rank %d: %d calls of ours captured, %zu nodes\n", r, (int)ours[r], nodesOf(graphs[r]));
+  }
+  replayAndCheck(calls, N, graphs, 20);
+  for (int r = 0; r < nranks; r++) CUDA_OK(cudaGraphDestroy(graphs[r]));
+  for (int k = 0; k < N; k++) freeCall(&calls[k]);
+}
+
+/* Six captures on every rank, calls issued round-robin into them; capture 0's second call is
+ * issued on a forked stream (its order with the first comes from an edge we add). */
+static void runCaptures(void) {
+  enum { CAPS = 6, PER = 3 };
+  struct call calls[CAPS][PER];
+  cudaStream_t caps[CAPS][MAX_GPUS], fork[MAX_GPUS];
+  cudaEvent_t forked[MAX_GPUS], joined[MAX_GPUS];
+  for (int c = 0; c < CAPS; c++)
+    for (int k = 0; k < PER; k++) {
+      memset(&calls[c][k], 0, sizeof(calls[c][k]));
+      calls[c][k].coll = (enum coll)((c + k) % 3);
+      calls[c][k].count = counts[1 + (c * PER + k) % 6]; /* <= 1001: ours by default */
+      calls[c][k].inPlace = (c + k) % 2;
+      allocCall(&calls[c][k]);
+    }
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    for (int c = 0; c < CAPS; c++) CUDA_OK(cudaStreamCreateWithFlags(&caps[c][r], cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&fork[r], cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreateWithFlags(&forked[r], cudaEventDisableTiming));
+    CUDA_OK(cudaEventCreateWithFlags(&joined[r], cudaEventDisableTiming));
+  }
+  prepare(&calls[0][0]);
+  issueAll(&calls[0][0]); /* builds staging */
+  CHECK_EQ_INT(wrongOf(&calls[0][0]), 0);
+  cudaStream_t saved[MAX_GPUS];
+  memcpy(saved, streams, sizeof(saved));
+  for (int c = 0; c < CAPS; c++)
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaStreamBeginCapture(caps[c][r], cudaStreamCaptureModeRelaxed));
+    }
+  /* The fork leaves capture 0 before its first call: the second call, issued there, depends on
+   * the first only through the edge the library adds. */
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaEventRecord(forked[r], caps[0][r]));
+    CUDA_OK(cudaStreamWaitEvent(fork[r], forked[r], 0));
+  }
+  for (int k = 0; k < PER; k++)
+    for (int c = 0; c < CAPS; c++) {
+      for (int r = 0; r < nranks; r++) streams[r] = c == 0 && k == 1 ? fork[r] : caps[c][r];
+      issueAll(&calls[c][k]);
+      if (c == 0 && k == 1) {
+        for (int r = 0; r < nranks; r++) {
+          CUDA_OK(cudaSetDevice(r));
+          CUDA_OK(cudaEventRecord(joined[r], fork[r]));
+          CUDA_OK(cudaStreamWaitEvent(caps[0][r], joined[r], 0));
+        }
+      }
+    }
+  cudaGraph_t graphs[CAPS][MAX_GPUS];
+  for (int c = 0; c < CAPS; c++)
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaStreamEndCapture(caps[c][r], &graphs[c][r]));
+      /* Calls of ours are kernels; forwarded ones are NCCL's nodes: only the small ones here,
+       * all of ours, so exactly one node per call plus the capture's two event nodes. */
+      CHECK_EQ_INT(nodesOf(graphs[c][r]), PER + (mixingOff() ? 0 : 2));
+    }
+  for (int c = 0; c < CAPS; c++) {
+    for (int r = 0; r < nranks; r++) streams[r] = caps[c][r];
+    replayAndCheck(calls[c], PER, graphs[c], 5);
+  }
+  memcpy(streams, saved, sizeof(saved));
+  for (int c = 0; c < CAPS; c++)
+    for (int r = 0; r < nranks; r++) CUDA_OK(cudaGraphDestroy(graphs[c][r]));
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    for (int c = 0; c < CAPS; c++) CUDA_OK(cudaStreamDestroy(caps[c][r]));
+    CUDA_OK(cudaStreamDestroy(fork[r]));
+    CUDA_OK(cudaEventDestroy(forked[r]));
+    CUDA_OK(cudaEventDestroy(joined[r]));
+  }
+  for (int c = 0; c < CAPS; c++)
+    for (int k = 0; k < PER; k++) freeCall(&calls[c][k]);
+}
+
+/* An all-reduce captured while its input was ncclCommRegister'ed memory, replayed after that
+ * region was deregistered and another registered (likely in the same slot): the replay must
+ * still read the captured input. Run with SYMMCOLL_ALLREDUCE_ALGO=twoshot (the kernel that
+ * reads registered inputs in place). */
+static void runReregister(void) {
+  const size_t count = 65536 + 5;
+  struct call c;
+  memset(&c, 0, sizeof(c));
+  c.coll = AR;
+  c.count = count;
+  float* other[MAX_GPUS];
+  void* handles[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    NCCL_OK(ncclMemAlloc((void**)&c.in[r], count * sizeof(float)));
+    NCCL_OK(ncclMemAlloc((void**)&other[r], count * sizeof(float)));
+    CUDA_OK(cudaMalloc((void**)&c.out[r], count * sizeof(float)));
+  }
+  for (int r = 0; r < nranks; r++) NCCL_OK(ncclCommRegister(comms[r], c.in[r], count * sizeof(float), &handles[r]));
+  /* Eager calls first: staging, and the peers' mappings of the registered input. */
+  for (int i = 0; i < 5; i++) {
+    c.salt = i;
+    prepare(&c);
+    issueAll(&c);
+    CHECK_EQ_INT(wrongOf(&c), 0);
+  }
+  cudaGraph_t graphs[MAX_GPUS];
+  uint64_t ours[MAX_GPUS];
+  captureCalls(&c, 1, graphs, ours);
+  replayAndCheck(&c, 1, graphs, 3);
+  for (int r = 0; r < nranks; r++) NCCL_OK(ncclCommDeregister(comms[r], handles[r]));
+  for (int r = 0; r < nranks; r++)
+    NCCL_OK(ncclCommRegister(comms[r], other[r], count * sizeof(float), &handles[r]));
+  /* The other region holds other numbers, and eager calls on it map it everywhere. */
+  struct call o = c;
+  for (int r = 0; r < nranks; r++) o.in[r] = other[r];
+  for (int i = 0; i < 5; i++) {
+    o.salt = 7 + i;
+    prepare(&o);
+    issueAll(&o);
+    CHECK_EQ_INT(wrongOf(&o), 0);
+  }
+  replayAndCheck(&c, 1, graphs, 3);
+  for (int r = 0; r < nranks; r++) NCCL_OK(ncclCommDeregister(comms[r], handles[r]));
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaGraphDestroy(graphs[r]));
+    NCCL_OK(ncclMemFree(c.in[r]));
+    NCCL_OK(ncclMemFree(other[r]));
+    CUDA_OK(cudaFree(c.out[r]));
+  }
+}
+
+int main(int argc, char** argv) {
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
+  setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
+  const char* mode = argc > 1 ? argv[1] : "mixed";
+  const long calls = argc > 2 ? atol(argv[2]) : 2000;
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 2) {
+    printf("test_one_thread: needs 2 or more GPUs (found %d): skipped\n", ndev);
+    return TEST_SKIP_CODE;
+  }
+  nranks = ndev < MAX_GPUS ? ndev : MAX_GPUS;
+  ncclResult_t res = ncclCommInitAll(comms, nranks, NULL);
+  NCCL_OK(res);
+  if (res != ncclSuccess) return harnessReport("test_one_thread");
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+    struct symmComm* c = symmCommFind(comms[r]);
+    printf("rank %d on GPU %d: our kernels %s\n", r, r,
+           c != NULL && c->transport != NULL ? "active" : "inactive");
+  }
+  if (strcmp(mode, "mixed") == 0) runMixed(calls);
+  else if (strcmp(mode, "nodes") == 0) runNodes();
+  else if (strcmp(mode, "captures") == 0) runCaptures();
+  else if (strcmp(mode, "reregister") == 0) runReregister();
+  else {
+    fprintf(stderr, "unknown mode %s\n", mode);
+    CHECK(0);
+  }
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamDestroy(streams[r]));
+    NCCL_OK(ncclCommDestroy(comms[r]));
+  }
+  free(hostBuf);
+  return harnessReport("test_one_thread");
+}
