@@ -6,7 +6,8 @@
 #
 # usage: perf/compare.sh [results-dir]
 # env:   DTYPE (bfloat16), MIN_BYTES (8), MAX_BYTES (1G), ITERS (20), WARMUP (5), GRAPH (0: eager;
-#        N: -G N), NGPUS (all visible), BUILD_DIR (build), NCCL_HOME (NCCL root), GPU_ARCHS,
+#        N: -G N), NGPUS (all visible), BUILD_DIR (build; absolute, or relative to the current
+#        directory, as is results-dir), NCCL_HOME (NCCL root), GPU_ARCHS,
 #        EXTRA_ARGS (more perf flags, e.g. "-R 2")
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,12 +26,11 @@ if [ "$NGPUS" -lt 2 ]; then
   echo "perf: $NGPUS GPU: libsymmcoll's kernels need 2 or more GPUs with peer access, so every call would go to NCCL; no comparison to make"
   exit 0
 fi
+results=$(perf_abs_path "${1:-$repo/perf-results/$(date +%Y%m%d-%H%M%S)}")
 perf_build "$repo"
 [ -n "$requested_gpus" ] && NGPUS=$requested_gpus
 
-results=${1:-$repo/perf-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$results"
-results=$(cd "$results" && pwd)
 dtype=${DTYPE:-bfloat16}
 common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-1G}" -f 2 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1 -d "$dtype" -P "$NGPUS")
 [ "${GRAPH:-0}" != 0 ] && common+=(-G "$GRAPH")
