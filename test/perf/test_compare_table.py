@@ -32,8 +32,11 @@ def write(path, coll, rows):
 
 
 def main():
-    perf = sys.argv[1]
-    d = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as empty:
+        return run(sys.argv[1], d, empty)
+
+
+def run(perf, d, empty):
     # all-reduce: both runs; ours -R 2 is missing at 256 MiB; NCCL -R 2 found 2 wrong at 1 KiB.
     write(os.path.join(d, "all_reduce.csv"), "AllReduce", [
         ("nccl", 8, 10, 0), ("libsymmcoll", 8, 5, 0),
@@ -90,7 +93,6 @@ def main():
     libs = sorted({m["library"] for m in merged})
     check("merged", len(merged) == 15 and libs == ["libsymmcoll", "libsymmcoll -R 2", "nccl", "nccl -R 2"],
           f"{len(merged)} rows, {libs}")
-    empty = tempfile.mkdtemp()
     r = subprocess.run([sys.executable, os.path.join(perf, "compare_table.py"), empty], capture_output=True, text=True)
     check("cli empty", r.returncode == 1, f"exit {r.returncode}")
 

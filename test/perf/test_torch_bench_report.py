@@ -26,8 +26,11 @@ def write(path, text):
 
 
 def main():
-    script = os.path.join(sys.argv[1], "torch_bench.py")
-    d = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory() as d:
+        return run(os.path.join(sys.argv[1], "torch_bench.py"), d)
+
+
+def run(script, d):
     head = "bytes,label,allreduce_us,torch_one_shot_us,torch_two_shot_us\n"
     write(os.path.join(d, "allreduce.nccl.csv"), head + "1024,nccl,10.000,6.000,7.000\n"
           "67108864,nccl,250.000,370.000,nan\n")
