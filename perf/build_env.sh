@@ -2,13 +2,31 @@
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by perf/compare.sh and perf/run_device_sweeps.sh: finds meson, ninja and NCCL (a CUDA
 # toolkit install, or the nvidia-nccl wheel of a Python environment, preferred when present),
-# configures and builds libsymmcoll with its perf binaries into $BUILD_DIR (default: build).
+# configures and builds libsymmcoll with its perf binaries into $BUILD_DIR (default: the
+# repository's build/; absolute, or relative to the directory the script was started from).
 # Sets PERF_BIN (directory of the binaries), NCCL_LIB_FILE, NCCL_INCLUDE_DIR, NGPUS.
 
 # Multicast stays off wherever our perf runs (the lent GPU machines forbid it).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 perf_die() { echo "perf: $*" >&2; exit 1; }
+
+# Where the calling script was started: relative paths users give are taken from there, also
+# after perf_build has changed to the repository.
+PERF_START_DIR=$PWD
+
+# perf_abs_path PATH: PATH as an absolute path (relative ones from PERF_START_DIR).
+perf_abs_path() {
+  case $1 in
+    /*) echo "$1" ;;
+    *) echo "$PERF_START_DIR/$1" ;;
+  esac
+}
+
+# perf_build_dir REPO: the build directory, absolute: $BUILD_DIR, else REPO/build.
+perf_build_dir() {
+  if [ -n "${BUILD_DIR:-}" ]; then perf_abs_path "$BUILD_DIR"; else echo "$1/build"; fi
+}
 
 # meson/ninja may live in a Python environment (e.g. the torch venv) rather than on PATH.
 perf_find_build_tools() {
@@ -95,7 +113,7 @@ perf_build() {
   . test/prereqs.sh
   perf_find_nccl
   perf_count_gpus
-  BUILD_DIR=${BUILD_DIR:-build}
+  BUILD_DIR=$(perf_build_dir "$repo")
   local opts=(-Dgpu_archs="${GPU_ARCHS:-$(perf_gpu_arch)}" -Dperf=true)
   [ -n "$NCCL_INCLUDE_DIR" ] && opts+=(-Dnccl_include="$NCCL_INCLUDE_DIR")
   [ -n "$NCCL_LIB_FILE" ] && opts+=(-Dnccl_lib="$NCCL_LIB_FILE")
@@ -111,7 +129,7 @@ perf_build() {
   rm -f "$log"
   symm_refresh_cuda "$BUILD_DIR"
   ninja -C "$BUILD_DIR" >/dev/null || { ninja -C "$BUILD_DIR"; perf_die "build failed"; }
-  PERF_BIN=$repo/$BUILD_DIR/perf
+  PERF_BIN=$BUILD_DIR/perf
   [ -x "$PERF_BIN/all_reduce_perf" ] || perf_die "perf binaries missing in $PERF_BIN"
   # The real NCCL libsymmcoll forwards to (also what SYMMCOLL_DISABLE=1 runs alone).
   [ -n "$NCCL_LIB_FILE" ] && export SYMMCOLL_NCCL_LIB=$NCCL_LIB_FILE

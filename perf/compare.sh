@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # One command: builds libsymmcoll and compares it with NCCL on all local GPUs (one process per
-# GPU), for all-reduce, all-gather and reduce-scatter from 8 B to 1 GiB, data check on. Writes
-# per collective <results>/<coll>.csv (+ .png) and a summary plot, and prints the tables.
+# GPU), for all-reduce, all-gather and reduce-scatter from 8 B to 256 MiB, data check on. Each
+# collective runs in the binaries' compare mode (NCCL alone, then libsymmcoll, twice, order
+# alternating) once on plain buffers and once on symmetric windows (-R 2), so NCCL's symmetric
+# kernels count too: the table per collective shows NCCL, NCCL -R 2, ours, ours -R 2 and ours
+# against NCCL's best of the two per size, then one summary line (compare_table.py). Writes
+# <results>/<coll>.csv and <coll>.R2.csv (+ .png, logs), <coll>.all.csv, summary.png,
+# RESULTS.md and env.txt.
 #
 # usage: perf/compare.sh [results-dir]
-# env:   DTYPE (bfloat16), MIN_BYTES (8), MAX_BYTES (1G), ITERS (20), WARMUP (5), GRAPH (0: eager;
-#        N: -G N), NGPUS (all visible), BUILD_DIR (build), NCCL_HOME (NCCL root), GPU_ARCHS,
-#        EXTRA_ARGS (more perf flags, e.g. "-R 2")
+# env:   DTYPE (bfloat16), MIN_BYTES (8), MAX_BYTES (256M), ITERS (20), WARMUP (5), GRAPH (0:
+#        eager; N: -G N, e.g. 20), WINDOWS (1; 0: plain buffers only, half the runs), NGPUS (all
+#        visible), BUILD_DIR (build; absolute, or relative to the current directory, as is
+#        results-dir), NCCL_HOME (NCCL root), GPU_ARCHS, EXTRA_ARGS (more perf flags)
+# Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x 2 = 24 runs of a perf binary; with the
+# defaults and GRAPH=20 about 2-3 minutes on 2 GPUs besides the build (an estimate from the
+# acceptance sweeps' 24 runs to 1 GiB in about 3 minutes on 2x H200); MAX_BYTES=1G adds the
+# largest sizes for about a minute more.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=perf/build_env.sh
@@ -15,8 +25,9 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 requested_gpus=${NGPUS:-}
-echo "perf/compare.sh: compares libsymmcoll with NCCL on every local GPU, one process each (all-reduce," \
-     "all-gather, reduce-scatter, 8 B-1 GiB); the first build takes 2-3 minutes on 16 cores, the runs a few minutes"
+echo "perf/compare.sh: compares libsymmcoll with NCCL (plain and with symmetric windows) on every local" \
+     "GPU, one process each (all-reduce, all-gather, reduce-scatter); the first build takes 2-3 minutes on" \
+     "16 cores, the runs 2-3 minutes"
 # GPUs first: nothing to build for where nothing can run.
 perf_count_gpus
 [ -n "$requested_gpus" ] && NGPUS=$requested_gpus
@@ -25,17 +36,18 @@ if [ "$NGPUS" -lt 2 ]; then
   echo "perf: $NGPUS GPU: libsymmcoll's kernels need 2 or more GPUs with peer access, so every call would go to NCCL; no comparison to make"
   exit 0
 fi
+results=$(perf_abs_path "${1:-$repo/perf-results/$(date +%Y%m%d-%H%M%S)}")
 perf_build "$repo"
 [ -n "$requested_gpus" ] && NGPUS=$requested_gpus
 
-results=${1:-$repo/perf-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$results"
-results=$(cd "$results" && pwd)
 dtype=${DTYPE:-bfloat16}
-common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-1G}" -f 2 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1 -d "$dtype" -P "$NGPUS")
+common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-256M}" -f 2 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1 -d "$dtype" -P "$NGPUS")
 [ "${GRAPH:-0}" != 0 ] && common+=(-G "$GRAPH")
 # shellcheck disable=SC2206
 [ -n "${EXTRA_ARGS:-}" ] && common+=($EXTRA_ARGS)
+variants=(plain)
+[ "${WINDOWS:-1}" != 0 ] && variants+=(R2)
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -43,36 +55,38 @@ common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-1G}" -f 2 -n "${ITERS:-20}" -w "${
   echo "nccl: ${NCCL_LIB_FILE:-default} (headers $NCCL_INCLUDE_DIR)"
   echo "gpus: $NGPUS"
   nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null || true
-  echo "command: perf/compare.sh; each binary: ${common[*]} -X <results>/<coll>"
+  echo "command: perf/compare.sh; each binary: ${common[*]} -X <results>/<coll>; and with -R 2: -X <results>/<coll>.R2"
 } >"$results/env.txt"
 
 status=0
+start=$SECONDS
 for coll in all_reduce all_gather reduce_scatter; do
-  echo "perf: $coll: ${common[*]}"
-  if ! "$PERF_BIN/${coll}_perf" "${common[@]}" -X "$results/$coll" >"$results/$coll.log" 2>&1; then
-    echo "perf: $coll failed or found wrong data, see $results/$coll.log" >&2
-    status=1
-  fi
+  for variant in "${variants[@]}"; do
+    prefix=$results/$coll reg=()
+    [ "$variant" = R2 ] && prefix=$results/$coll.R2 reg=(-R 2)
+    echo "perf: $coll${reg[*]:+ ${reg[*]}}: ${common[*]} (${SECONDS}s)"
+    if ! "$PERF_BIN/${coll}_perf" "${common[@]}" ${reg[@]+"${reg[@]}"} -X "$prefix" >"$prefix.log" 2>&1; then
+      echo "perf: $coll${reg[*]:+ ${reg[*]}} failed or found wrong data, see $prefix.log" >&2
+      status=1
+    fi
+  done
 done
+runs=$((SECONDS - start))
 
+# The table needs python3 alone; the plots need matplotlib ($PERF_PYTHON has it when any does).
+table=$(python3 "$repo/perf/compare_table.py" --merged "$results") || status=1
 plots=()
 for coll in all_reduce all_gather reduce_scatter; do
-  [ -f "$results/$coll.csv" ] && plots+=("$results/$coll.csv")
+  [ -f "$results/$coll.all.csv" ] && plots+=("$results/$coll.all.csv")
 done
 if [ ${#plots[@]} -gt 0 ]; then
   "$PERF_PYTHON" "$repo/perf/plot.py" --title "libsymmcoll vs NCCL, $NGPUS GPUs, $dtype" --out "$results/summary.png" \
-    "${plots[@]}" || echo "perf: no summary plot (the CSVs are complete)"
+    "${plots[@]}" >/dev/null || echo "perf: no summary plot (the CSVs are complete)"
 fi
-
-"$PERF_PYTHON" "$repo/perf/results_md.py" "$results" summary.png >"$results/RESULTS.md" ||
+python3 "$repo/perf/results_md.py" "$results" summary.png >"$results/RESULTS.md" ||
   echo "perf: no RESULTS.md (the CSVs are complete)"
 
+echo "$table"
 echo
-for coll in all_reduce all_gather reduce_scatter; do
-  # the comparison table printed at the end of each run
-  sed -n '/ vs nccl (time in us/,$p' "$results/$coll.log" | grep -v '^# plot\|results:' || true
-  grep -h "Out of bounds values" "$results/$coll.log" | sed "s/^/# $coll: /" || true
-done
-echo
-echo "perf: results in $results (CSV, PNG, logs, env.txt, RESULTS.md)"
+echo "perf: $((${#variants[@]} * 3)) compare runs in ${runs}s; results in $results (CSV, PNG, logs, env.txt, RESULTS.md)"
 exit $status

@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # Turns a perf/compare.sh results directory into Markdown (for perf/RESULTS.md): the setup from
-# env.txt, then one table per collective with both libraries' times, speedup and bus bandwidth.
+# env.txt, then per collective the table and summary line of compare_table.py (NCCL, NCCL -R 2,
+# ours, ours -R 2, ours against NCCL's best).
 """usage: results_md.py <results-dir> [image path to reference] > RESULTS.md"""
-import csv
 import os
 import sys
 
-COLLS = [("all_reduce", "All-reduce"), ("all_gather", "All-gather (bytes = total output)"),
-         ("reduce_scatter", "Reduce-scatter (bytes = total input)")]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_table as ct  # noqa: E402
+
+TITLES = {"all_reduce": "All-reduce", "all_gather": "All-gather (bytes = total output)",
+          "reduce_scatter": "Reduce-scatter (bytes = total input)"}
 
 
-def human(n):
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
-    return f"{n} B"
+def cell(x, suffix=""):
+    return f"{x:.2f}{suffix}" if x is not None else "-"
 
 
 def main():
@@ -30,28 +30,22 @@ def main():
         print("```")
         print(open(env).read().rstrip())
         print("```\n")
-    print("Times in microseconds (out-of-place, as nccl-tests reports them), bus bandwidth in GB/s, "
-          "speedup = NCCL time / libsymmcoll time. #wrong: data-check mismatches of both runs.\n")
-    for name, title in COLLS:
-        path = os.path.join(d, name + ".csv")
-        if not os.path.exists(path):
-            continue
-        rows = {}
-        with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                rows.setdefault((r["type"], r["redop"], int(r["bytes"])), {})[r["library"]] = r
-        print(f"## {title}\n")
-        print("| bytes | type | NCCL time | libsymmcoll time | speedup | NCCL busbw | libsymmcoll busbw | #wrong |")
-        print("|---:|---|---:|---:|---:|---:|---:|---:|")
-        for (dtype, _op, size), libs in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-            n, o = libs.get("nccl"), libs.get("libsymmcoll")
-            tn = float(n["oop_time_us"]) if n else None
-            to = float(o["oop_time_us"]) if o else None
-            wrong = sum(max(0, int(r[k])) for r in libs.values() for k in ("oop_wrong", "ip_wrong"))
-            sp = f"{tn / to:.2f}x" if tn and to else "-"
-            print(f"| {human(size)} | {dtype} | {tn if tn is not None else '-'} | {to if to is not None else '-'} | "
-                  f"{sp} | {n['oop_busbw'] if n else '-'} | {o['oop_busbw'] if o else '-'} | {wrong} |")
-        print()
+    print("Out-of-place times in microseconds, as nccl-tests reports them. NCCL -R 2 and ours -R 2: "
+          "buffers registered as symmetric windows. Best: the faster of NCCL and NCCL -R 2 at that "
+          "size; speedup = best / our time. #wrong: data-check mismatches of every run.\n")
+    for coll in ct.COLLS:
+        cases = ct.load(d, coll)
+        for (dtype, _op), sizes in sorted(cases.items()):
+            rows = ct.table_rows(sizes)
+            print(f"## {TITLES[coll]}, {dtype}\n")
+            print("| bytes | NCCL | NCCL -R 2 | ours | ours -R 2 | ours / best | ours -R 2 / best | #wrong |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for r in rows:
+                t, s = r["time"], r["speedup"]
+                print(f"| {ct.human(r['bytes'])} | {cell(t['NCCL'])} | {cell(t['NCCL -R 2'])} | {cell(t['ours'])} | "
+                      f"{cell(t['ours -R 2'])} | {cell(s['ours'], 'x')} | {cell(s['ours -R 2'], 'x')} | {r['wrong']} |")
+            print()
+            print(ct.summary_line(coll, rows).lstrip("# ") + "\n")
     print(f"![time, bus bandwidth and speedup against size]({image})")
     return 0
 

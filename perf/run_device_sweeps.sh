@@ -8,7 +8,8 @@
 #
 # usage: perf/run_device_sweeps.sh <out-dir> [quick]
 #   quick: 8 B..64 MiB only (a smoke run)
-# env: BUILD_DIR, NCCL_HOME, GPU_ARCHS (see perf/build_env.sh), SKIP_BUILD=1 (binaries exist)
+# env: BUILD_DIR (absolute, or relative to the current directory), NCCL_HOME, GPU_ARCHS (see
+#      perf/build_env.sh), SKIP_BUILD=1 (binaries exist)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=perf/build_env.sh
@@ -25,7 +26,7 @@ if [ "${SKIP_BUILD:-0}" = 1 ]; then
   PATH="$PATH:/usr/local/cuda/bin"
   perf_find_nccl
   [ -n "$NCCL_LIB_FILE" ] && export SYMMCOLL_NCCL_LIB=$NCCL_LIB_FILE
-  PERF_BIN=$repo/${BUILD_DIR:-build}/perf
+  PERF_BIN=$(perf_build_dir "$repo")/perf
 else
   perf_build "$repo" # exits on failure; sets PERF_BIN and SYMMCOLL_NCCL_LIB
 fi

@@ -357,14 +357,26 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeF
 
 /* The real NCCL's answer combined with ours: our failure (a kernel's error, a peer's failure
  * word, a launch we could not make), our setup job or operations still waiting behind a
- * non-blocking group (ncclInProgress). */
+ * non-blocking group (ncclInProgress).
+ * While our job runs it is the real communicator's only user, so the answer is ncclInProgress
+ * without asking the real NCCL: its ncclCommGetAsyncError completes a finished non-blocking
+ * operation (ncclGroupJobComplete) unlocked, and the job polls it too (symmCommWaitIdle); two
+ * threads seeing the same finished operation both drop its reference, and the second frees it
+ * under the first (NCCL 2.28.9, src/init.cc and src/group.cc). */
 SYMM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   SYMM_FORWARD_IF_PASSTHROUGH(ncclCommGetAsyncError, (comm, asyncError), ncclSystemError);
+  struct symmComm* ours = asyncError != NULL ? symmCommAcquire(comm) : NULL;
+  if (ours != NULL && symmCommJobState(ours) == ncclInProgress) {
+    *asyncError = symmFailureCombine(ncclInProgress, symmCommPollHealth(ours));
+    symmCommRelease(ours);
+    return ncclSuccess;
+  }
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm, asyncError));
-  if (res != ncclSuccess || asyncError == NULL) return res;
-  struct symmComm* ours = symmCommAcquire(comm);
-  if (ours == NULL) return res;
+  if (res != ncclSuccess || ours == NULL) {
+    symmCommRelease(ours);
+    return res;
+  }
   ncclResult_t mine = symmCommJobState(ours);
   if (mine == ncclSuccess && *asyncError != ncclInProgress) mine = symmGroupRunParked(ours);
   const ncclResult_t health = symmCommPollHealth(ours);

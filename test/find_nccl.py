@@ -3,7 +3,11 @@
 """Finds NCCL's header and libnccl.so.2 for building libsymmcoll: the one place that decides,
 used by meson.build and by perf/build_env.sh alike.
 
-Order (the first that has nccl.h wins; the library is taken from the same place):
+-Dnccl_include=DIR (--nccl-include) is taken as is, except that a directory the compilers of the
+build already search by default (--cc and --nvcc alike, e.g. /usr/include) is reported as no
+include directory, as for "system" below: nvcc breaks when it is passed again
+(-isystem=/usr/include hides math.h from libstdc++'s <cmath>). Otherwise, in this order (the first that has nccl.h wins; the library is
+taken from the same place):
   1. --nccl-home DIR, else $NCCL_HOME (nccl-tests' convention: DIR/include, DIR/lib)
   2. the CUDA toolkit's include directory (--cuda-include)
   3. the C compiler's default system paths (--cc; e.g. /usr/include from NCCL's packages):
@@ -64,6 +68,34 @@ def compiler_finds_header(cc):
         return False
 
 
+def default_include_dirs(cmd, lang):
+    """The directories `cmd` searches for #include <...> without flags (from its -v output)."""
+    if not cmd:
+        return set()
+    verbose = ["-Xcompiler", "-v"] if lang == "cu" else ["-v"]
+    try:
+        r = subprocess.run(shlex.split(cmd) + ["-E", "-x", lang] + verbose + [os.devnull],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    dirs, inside = set(), False
+    for line in (r.stderr + r.stdout).splitlines():
+        if line.startswith("#include <...> search starts here"):
+            inside = True
+        elif line.startswith("End of search list"):
+            inside = False
+        elif inside and line.startswith(" "):
+            dirs.add(os.path.realpath(line.strip()))
+    return dirs
+
+
+def is_default_include(inc, cc, nvcc):
+    """Is `inc` searched by default by the C compiler and by nvcc (when given) alike?"""
+    real = os.path.realpath(inc)
+    compilers = [(cmd, lang) for cmd, lang in ((cc, "c"), (nvcc, "cu")) if cmd]
+    return bool(compilers) and all(real in default_include_dirs(cmd, lang) for cmd, lang in compilers)
+
+
 def pkg_config():
     if shutil.which("pkg-config") is None:
         return None
@@ -104,6 +136,11 @@ def wheel(py):
 
 def find(args):
     tried = []
+    if args.nccl_include:
+        inc = args.nccl_include
+        if is_default_include(inc, args.cc, args.nvcc):
+            return "-Dnccl_include=" + inc + ", a default include directory of the compilers", "", "", tried
+        return "-Dnccl_include", inc, "", tried
     home = args.nccl_home or os.environ.get("NCCL_HOME", "")
     if home:
         found = root_candidate(home)
@@ -136,11 +173,16 @@ def find(args):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--nccl-include", default="", help="nccl.h's directory, named outright")
     ap.add_argument("--nccl-home", default="")
     ap.add_argument("--cuda-include", default="")
     ap.add_argument("--cc", default=os.environ.get("CC", "cc"))
+    ap.add_argument("--nvcc", default="", help="the CUDA compiler (its default include directories)")
     ap.add_argument("--format", choices=("meson", "shell"), default="meson")
     args = ap.parse_args()
+    if args.nccl_include and not os.path.isfile(os.path.join(args.nccl_include, "nccl.h")):
+        print("nccl.h not found in -Dnccl_include=" + args.nccl_include)
+        return 1
     source, inc, lib, tried = find(args)
     if source is None:
         print("nccl.h not found (tried " + "; ".join(tried) + "): set -Dnccl_home=DIR or "

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* CPU test of the host path against the recording fake NCCL (test/abi/fake_nccl.c): a failed
  * communicator refuses every call without reaching NCCL, refused calls inside a group fail the
- * real group, deferred operations are dropped when the group does not launch, and an abort from
+ * real group, deferred operations are dropped when the group does not launch, a non-blocking
+ * communicator's setup job is the only caller of the real NCCL while it runs, and an abort from
  * another thread during a stream of calls neither crashes nor leaks (run it under ASan). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -180,6 +181,39 @@ static void testGroups(void) {
   symmCommRemove(c->real);
 }
 
+/* ---- a non-blocking communicator while our setup job runs ---------------------------------- */
+
+/* The job is the real communicator's only user: ncclCommGetAsyncError says ncclInProgress without
+ * asking the real NCCL (whose own completes finished operations unlocked: two pollers free them
+ * twice), and asks it again once the job is done. */
+static void testJobOwnsRealComm(void) {
+  struct symmCommConfig config = {.blocking = 0, .ctaPolicy = NCCL_CTA_POLICY_DEFAULT};
+  struct symmComm* c = NULL;
+  const ncclComm_t h = (ncclComm_t)(uintptr_t)0x400000;
+  CHECK_EQ_INT(symmCommAddConfig(h, &config, SYMM_JOB_RUNNING, &c), ncclSuccess);
+  if (c == NULL) return;
+  c->rank = 0;
+  c->nranks = 2;
+  c->cudaDev = 0;
+  const int before = callCount();
+  ncclResult_t state = ncclSuccess;
+  CHECK_EQ_INT(ncclCommGetAsyncError(h, &state), ncclSuccess);
+  CHECK_EQ_INT(state, ncclInProgress);
+  CHECK_EQ_INT(callCount(), before);
+  /* Our failure still shows while the job runs. */
+  CHECK_EQ_INT(symmFailureRecord(&c->failure, SYMM_ERR_PEER), 1);
+  CHECK_EQ_INT(ncclCommGetAsyncError(h, &state), ncclSuccess);
+  CHECK_EQ_INT(state, ncclRemoteError);
+  CHECK_EQ_INT(callCount(), before);
+  __atomic_store_n(&c->job, SYMM_JOB_DONE, __ATOMIC_RELEASE);
+  state = ncclSuccess;
+  CHECK_EQ_INT(ncclCommGetAsyncError(h, &state), ncclSuccess);
+  CHECK_EQ_INT(callCount(), before + 1);
+  CHECK_EQ_STR(lastName(), "ncclCommGetAsyncError");
+  CHECK_EQ_INT(state, FAKE_ASYNC_ERROR);
+  symmCommRemove(h);
+}
+
 /* ---- abort from another thread during a stream of calls ----------------------------------- */
 
 struct caller {
@@ -248,6 +282,7 @@ int main(int argc, char** argv) {
   testFailedComm();
   testArgumentErrors();
   testGroups();
+  testJobOwnsRealComm();
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
   CHECK_EQ_INT(symmCommCount(), 0);
   return harnessReport("core_fake_paths");

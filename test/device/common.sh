@@ -4,14 +4,20 @@
 # present) as SYMMCOLL_NCCL_LIB, $out and $B from the arguments, and run(), which logs one
 # command to $out/<name>.log and adds a result row to rows[] (printed by print_rows).
 set -uo pipefail
+start=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH=/usr/local/cuda/bin:$PATH
-out=${1:?out dir}; B=${2:-build}; mkdir -p "$out"
+# OUT_DIR and BUILD_DIR: absolute, or relative to where the script was started; BUILD_DIR
+# defaults to the repository's build/.
+out=${1:?out dir}; B=${2:-$PWD/build}
+case $out in /*) ;; *) out=$start/$out ;; esac
+case $B in /*) ;; *) B=$start/$B ;; esac
+mkdir -p "$out"
 W=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib','libnccl.so.2'))" 2>/dev/null)
 export SYMMCOLL_NCCL_LIB=${SYMMCOLL_NCCL_LIB:-$W}
 REAL=$SYMMCOLL_NCCL_LIB
-BOOT=$PWD/$B/test/bootstrap/libnccl.so.2
+BOOT=$B/test/bootstrap/libnccl.so.2
 echo "real NCCL: $REAL"
 rows=()
 run() { # name timeout cmd...

@@ -135,12 +135,24 @@ static PEER_UNUSED int usingBootstrap(void) {
 static PEER_UNUSED int nonBlockingComms;
 static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c);
 
-/* Non-blocking communicators: waits until the last call's launch completed. */
+/* Non-blocking communicators: waits until the last call's launch completed, at most 60 s (a
+ * deadline in time, not in polls: a poll that the library answers itself takes tens of ns, and
+ * the real NCCL's creation plus our setup exchange can take seconds on a fresh machine). */
+#define READY_WAIT_S 60
 static PEER_UNUSED ncclResult_t waitReady(ncclComm_t comm) {
   ncclResult_t state = ncclInProgress;
-  for (int polls = 0; state == ncclInProgress && polls < 60000000; polls++) {
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (unsigned polls = 1; state == ncclInProgress; polls++) {
     ncclResult_t res = ncclCommGetAsyncError(comm, &state);
     if (res != ncclSuccess) return res;
+    if (polls % 1024 != 0) continue;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0.tv_sec > READY_WAIT_S) {
+      fprintf(stderr, "pid %d: communicator %p still ncclInProgress after %d s\n", (int)getpid(),
+              (void*)comm, READY_WAIT_S);
+      break;
+    }
   }
   return state;
 }
