@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   setenv("SYMMCOLL_AR_MAX_BLOCKS", "64", 1);
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "oneshot", 1);
   setenv("SYMMCOLL_DEBUG", "WARN", 1);
+  unsetenv("SYMMCOLL_MULTIMEM");
   char* text = listing();
   CHECK(text != NULL);
   if (text == NULL) return harnessReport("test_params");
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
   /* The override shows as the current value. */
   char* line = strstr(text, "SYMMCOLL_DISABLE");
   CHECK(line != NULL && strstr(line, "= 1 ") != NULL);
+  /* Multicast is opt-in: off by default, and the listing says so. */
+  checkValue(text, "MULTIMEM", "0", "0");
   checkValue(text, "AR_MAX_BLOCKS", "64", "128");
   checkValue(text, "ALLREDUCE_ALGO", "oneshot", "auto");
   checkValue(text, "DEBUG", "WARN", "WARN");
@@ -65,12 +68,14 @@ int main(int argc, char** argv) {
   setenv("SYMMCOLL_AR_MAX_BLOCKS", "32", 1);
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "lamport", 1);
   setenv("SYMMCOLL_DISABLE", "0", 1);
+  setenv("SYMMCOLL_MULTIMEM", "1", 1);
   setenv("SYMMCOLL_DEBUG", "NONE", 1); /* quiet: the search for a real NCCL may warn */
   ncclResetDebugInit();
   text = listing();
   checkValue(text, "AR_MAX_BLOCKS", "64", NULL);
   checkValue(text, "ALLREDUCE_ALGO", "oneshot", NULL);
   checkValue(text, "DISABLE", "1", NULL);
+  checkValue(text, "MULTIMEM", "0", NULL);
   checkValue(text, "DEBUG", "NONE", NULL);
   free(text);
   /* The version: the header's, the library's, and meson's project version agree. */

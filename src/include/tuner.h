@@ -85,7 +85,8 @@ ncclResult_t symmTunerProbeMachine(int cudaDev, struct symmTuneMachine* m);
  * a CUDA error). */
 enum symmLink symmTunerProbeLink(int devA, int devB);
 
-/* 1 when SYMMCOLL_MULTIMEM=1 asks for the experimental multimem kernels. */
+/* 1 when SYMMCOLL_MULTIMEM=1 asks for the experimental multimem kernels and the multicast
+ * objects they read (default 0; read once per process, agreed at setup). */
 int symmTunerMultimemRequested(void);
 
 #ifdef __cplusplus

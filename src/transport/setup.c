@@ -94,8 +94,10 @@ static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
       rec->flags |= SYMM_REC_VMM;
       rec->granularity = gran;
     }
-    /* The environment guard is checked first inside; no device query when multicast is off. */
-    if (symmMulticastUsable(c->cudaDev)) rec->flags |= SYMM_REC_MULTICAST;
+    /* Asked for (SYMMCOLL_MULTIMEM=1, agreed), then the environment guard, checked first
+     * inside: no device query when multicast is off. Read now, once for this communicator. */
+    if (symmTunerMultimemRequested() && symmMulticastUsable(c->cudaDev))
+      rec->flags |= SYMM_REC_MULTICAST;
   }
   if (c->rank == 0 && getrandom(rec->secret, sizeof(rec->secret), 0) != (ssize_t)sizeof(rec->secret)) {
     WARN("symmetric memory: getrandom failed; this communicator forwards");
@@ -199,7 +201,7 @@ static size_t plannedStaging(const struct symmComm* c, const struct symmTranspor
   in.nranks = c->nranks;
   in.datatype = ncclFloat32;
   in.op = ncclSum;
-  in.multicastReady = t->multicastAgreed && symmMulticastEnvAllows();
+  in.multicastReady = t->multicastAgreed; /* as agreed at setup, never the environment now */
   in.arch = c->arch;
   in.link = c->link;
   in.ctaPolicy = c->config.ctaPolicy;
