@@ -76,6 +76,8 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in);
  * a refused file gets one WARN per process. *hash: the used file's content hash, 0 for the
  * built-in table. Ranks must agree on *hash (setup record) before using the answer. */
 const struct symmTuneFile* symmTunerSelect(const struct symmTuneMachine* m, uint64_t* hash);
+/* SYMMCOLL_TUNING_FILE as this process read it (once), or NULL. */
+const char* symmTunerFilePath(void);
 
 /* Fills gpu, arch, gpus and driver of `m` for CUDA device `cudaDev`; link and nccl are the
  * caller's (the communicator's link, the real NCCL's version). */
