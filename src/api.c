@@ -55,9 +55,10 @@ SYMM_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
 }
 SYMM_PROFILING_ALIAS(const char*, ncclGetErrorString, (ncclResult_t result))
 
-/* Resets our own logging too, then the real NCCL's. */
+/* Resets our own logging too (SYMMCOLL_DEBUG* are read again; every other knob keeps the value
+ * the process read first, which its communicators agreed on), then the real NCCL's. */
 SYMM_EXPORT void ncclResetDebugInit(void) {
-  symmParamResetAll();
+  symmParamResetLogging();
   symmLogReset();
   if (symmRealLoad() == ncclSuccess && symmReal.ncclResetDebugInit != NULL)
     symmReal.ncclResetDebugInit();

@@ -14,11 +14,15 @@
 
 #include "param.h"
 
-SYMMCOLL_PARAM_STR(Debug, "DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")
-SYMMCOLL_PARAM_STR(DebugSubsys, "DEBUG_SUBSYS", "ALL",
-                   "comma list of INIT,COLL,TRANSPORT,TUNER,ALLOC,ENV,ALL; a leading ^ excludes")
-SYMMCOLL_PARAM_STR(DebugFile, "DEBUG_FILE", NULL,
-                   "write log lines to this file (%h = host name, %p = pid) instead of stdout")
+/* The only knobs ncclResetDebugInit reads again (SYMM_PARAM_LOGGING). */
+SYMMCOLL_PARAM_STR_FULL(Debug, "DEBUG", "WARN", SYMM_PARAM_LOGGING,
+                        "log level: NONE, WARN, INFO or TRACE")
+SYMMCOLL_PARAM_STR_FULL(DebugSubsys, "DEBUG_SUBSYS", "ALL", SYMM_PARAM_LOGGING,
+                        "comma list of INIT,COLL,TRANSPORT,TUNER,ALLOC,ENV,ALL; a leading ^ "
+                        "excludes")
+SYMMCOLL_PARAM_STR_FULL(DebugFile, "DEBUG_FILE", NULL, SYMM_PARAM_LOGGING,
+                        "write log lines to this file (%h = host name, %p = pid) instead of "
+                        "stdout")
 /* When SYMMCOLL_DEBUG, _SUBSYS or _FILE is unset, NCCL_DEBUG, NCCL_DEBUG_SUBSYS and
  * NCCL_DEBUG_FILE stand in, so existing NCCL recipes show our lines too. */
 

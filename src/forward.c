@@ -16,7 +16,11 @@
 
 SYMMCOLL_PARAM_STR(NcclLib, "NCCL_LIB", NULL,
                    "path of the real libnccl.so.2 to forward to (wins over every other search)")
-SYMMCOLL_PARAM(Disable, "DISABLE", 0, "1: forward every call to the real NCCL, never use our kernels")
+/* Agreed: a rank that sets it still takes part in every communicator's setup (as "disabled"),
+ * so that every rank forwards. */
+SYMMCOLL_PARAM_FULL(Disable, "DISABLE", 0, INT64_MIN, INT64_MAX, SYMM_PARAM_AGREED,
+                    "1: forward every call to the real NCCL, never use our kernels (on every "
+                    "rank of a communicator if set on one)")
 
 #ifndef SYMMCOLL_DEFAULT_NCCL_LIB
 #define SYMMCOLL_DEFAULT_NCCL_LIB ""

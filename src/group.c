@@ -222,7 +222,7 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
 }
 
 SYMM_EXPORT ncclResult_t ncclGroupStart(void) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclGroupStart, (), ncclSystemError);
+  SYMM_FORWARD_IF_CALLBACK(ncclGroupStart, (), ncclSystemError);
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclGroupStart, ());
   if (res == ncclSuccess) groupDepth++;
@@ -231,7 +231,7 @@ SYMM_EXPORT ncclResult_t ncclGroupStart(void) {
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupStart, (void))
 
 SYMM_EXPORT ncclResult_t ncclGroupEnd(void) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclGroupEnd, (), ncclSystemError);
+  SYMM_FORWARD_IF_CALLBACK(ncclGroupEnd, (), ncclSystemError);
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclGroupEnd, ());
   if (groupDepth > 0) groupDepth--;
@@ -244,7 +244,7 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupEnd, (void))
 /* NCCL plans the group without launching it: ours are dropped as well, and the depth drops as
  * for ncclGroupEnd (deregistrations and setups still run: they are not launches). */
 SYMM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclGroupSimulateEnd, (simInfo), ncclSystemError);
+  SYMM_FORWARD_IF_CALLBACK(ncclGroupSimulateEnd, (simInfo), ncclSystemError);
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclGroupSimulateEnd, (simInfo));
   if (groupDepth > 0) groupDepth--;

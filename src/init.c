@@ -26,9 +26,11 @@ ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
     }
   }
   /* Before any of our kernels can spin (see symmAlgosLoadKernels); a rank whose kernels do
-   * not load says so in its setup record, and the communicator forwards on every rank. */
+   * not load says so in its setup record, and the communicator forwards on every rank. A
+   * disabled rank loads nothing: its record says "disabled", and every rank forwards. */
   for (int i = 0; i < n; i++)
-    comms[i]->kernelsLoaded = symmAlgosLoadKernels(comms[i]->cudaDev) == ncclSuccess;
+    comms[i]->kernelsLoaded =
+        !symmDisabled() && symmAlgosLoadKernels(comms[i]->cudaDev) == ncclSuccess;
   ncclResult_t res = symmTransportSetup(comms, n);
   for (int i = 0; i < n; i++) comms[i]->setupDone = 1;
   return res;
@@ -132,7 +134,7 @@ static void childConfig(ncclComm_t parent, const ncclConfig_t* config, struct sy
 
 SYMM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                           int rank) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommInitRank, (comm, nranks, commId, rank), ncclSystemError);
+  SYMM_FORWARD_IF_CALLBACK(ncclCommInitRank, (comm, nranks, commId, rank), ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
   struct symmCommConfig config;
@@ -146,7 +148,7 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitRank,
 
 SYMM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                                 int rank, ncclConfig_t* config) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommInitRankConfig, (comm, nranks, commId, rank, config),
+  SYMM_FORWARD_IF_CALLBACK(ncclCommInitRankConfig, (comm, nranks, commId, rank, config),
                               ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
@@ -163,7 +165,7 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitRankConfig,
 SYMM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
                                                   int nId, ncclUniqueId* commIds,
                                                   ncclConfig_t* config) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommInitRankScalable,
+  SYMM_FORWARD_IF_CALLBACK(ncclCommInitRankScalable,
                               (newcomm, nranks, myrank, nId, commIds, config), ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
@@ -178,7 +180,7 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitRankScalable,
                       ncclUniqueId* commIds, ncclConfig_t* config))
 
 SYMM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommInitAll, (comms, ndev, devlist), ncclSystemError);
+  SYMM_FORWARD_IF_CALLBACK(ncclCommInitAll, (comms, ndev, devlist), ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommInitAll, (comms, ndev, devlist));
@@ -215,7 +217,7 @@ static void childCreated(ncclResult_t res, ncclComm_t* newcomm, const struct sym
 
 SYMM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommSplit, (comm, color, key, newcomm, config), ncclSystemError);
+  SYMM_FORWARD_IF_CALLBACK(ncclCommSplit, (comm, color, key, newcomm, config), ncclSystemError);
   LOAD_OR_FAIL();
   ncclResult_t res;
   struct symmCommConfig ours;
@@ -230,7 +232,7 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommSplit,
 SYMM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
                                         int excludeRanksCount, ncclComm_t* newcomm,
                                         ncclConfig_t* config, int shrinkFlags) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommShrink,
+  SYMM_FORWARD_IF_CALLBACK(ncclCommShrink,
                               (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags),
                               ncclSystemError);
   LOAD_OR_FAIL();
@@ -364,7 +366,7 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeF
  * threads seeing the same finished operation both drop its reference, and the second frees it
  * under the first (NCCL 2.28.9, src/init.cc and src/group.cc). */
 SYMM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  SYMM_FORWARD_IF_PASSTHROUGH(ncclCommGetAsyncError, (comm, asyncError), ncclSystemError);
+  SYMM_FORWARD_IF_CALLBACK(ncclCommGetAsyncError, (comm, asyncError), ncclSystemError);
   struct symmComm* ours = asyncError != NULL ? symmCommAcquire(comm) : NULL;
   if (ours != NULL && symmCommJobState(ours) == ncclInProgress) {
     *asyncError = symmFailureCombine(ncclInProgress, symmCommPollHealth(ours));

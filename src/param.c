@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reads SYMMCOLL_* knobs once each and lists them all from their linker section. */
+/* Reads SYMMCOLL_* knobs once each per process and lists them all from their linker section. */
 #define _GNU_SOURCE
 #include "param.h"
 
@@ -203,6 +203,13 @@ const char* symmParamStr(struct symmParam* p) {
 static uint64_t generation;
 
 uint64_t symmParamGeneration(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }
+
+void symmParamResetLogging(void) {
+  pthread_mutex_lock(&paramLock);
+  for (struct symmParam** it = __start_symmcoll_params; it < __stop_symmcoll_params; it++)
+    if ((*it)->flags & SYMM_PARAM_LOGGING) __atomic_store_n(&(*it)->loaded, 0, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&paramLock);
+}
 
 void symmParamResetAll(void) {
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);

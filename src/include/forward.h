@@ -50,4 +50,15 @@ int symmDisabled(void);
         symmReal.name == NULL)                                                                \
       SYMM_FORWARD(name, args, fail);                                                         \
   } while (0)
+
+/* The same for entry points that create communicators, delimit groups (where creations are
+ * deferred to) or report a communicator's readiness: SYMMCOLL_DISABLE does not skip them. A
+ * disabled rank still takes part in each communicator's setup exchange, reporting itself
+ * disabled, so that every rank forwards; skipping it would leave its peers' exchange to meet
+ * its first real collective. */
+#define SYMM_FORWARD_IF_CALLBACK(name, args, fail)                                            \
+  do {                                                                                        \
+    if (symmRealDepth > 0 || symmRealLoad() != ncclSuccess || symmReal.name == NULL)          \
+      SYMM_FORWARD(name, args, fail);                                                         \
+  } while (0)
 #endif

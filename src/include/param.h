@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* SYMMCOLL_* knobs: one line each, read once, listed by symmcollPrintParams(). */
+/* SYMMCOLL_* knobs: one line each, read once per process, listed by symmcollPrintParams(). */
 #ifndef SYMMCOLL_PARAM_H
 #define SYMMCOLL_PARAM_H
 
@@ -9,6 +9,7 @@
 /* Flags of a knob. */
 #define SYMM_PARAM_AGREED 1u /* must be equal on every rank: hashed into the setup record */
 #define SYMM_PARAM_TEST 2u   /* for tests only: not listed to users */
+#define SYMM_PARAM_LOGGING 4u /* logging only: read again by ncclResetDebugInit */
 
 struct symmParam {
   const char* name; /* without the SYMMCOLL_ prefix */
@@ -32,9 +33,14 @@ int symmParamIsSet(struct symmParam* p);
  * read (identical values give identical hashes on every rank). Returns how many there are
  * (fills at most `max`). */
 int symmParamAgreed(const char** names, uint64_t* hashes, int max);
-/* Forget cached values (tests change the environment). */
+/* Every knob but the logging ones is read once per process and never again: what changes which
+ * kernel runs must not move on one rank alone after its communicators agreed on it.
+ * ncclResetDebugInit: only the SYMM_PARAM_LOGGING knobs are read again at their next use. */
+void symmParamResetLogging(void);
+/* Tests only (they change the environment between cases): forget every cached value. */
 void symmParamResetAll(void);
-/* Changes at every symmParamResetAll: what was computed from knobs may be stale. */
+/* Changes at every symmParamResetAll (never otherwise): what was computed from knobs may be
+ * stale. */
 uint64_t symmParamGeneration(void);
 void symmParamPrintAll(FILE* out);
 

@@ -94,9 +94,10 @@ void symmTransportUserDeregister(struct symmComm* comm, void* realHandle);
 /* Peer regions this rank has mapped now (tests). */
 int symmTransportUserRegMappedCount(const struct symmComm* comm);
 
-/* 1 when the multicast path may be used at all on this communicator (device support, size >= 4,
- * and none of NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1,
- * SYMMCOLL_MULTIMEM=0 set). */
+/* 1 when this communicator has a multicast mapping: every rank asked (SYMMCOLL_MULTIMEM=1), had
+ * device support and no off-switch (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+ * NVSHMEM_DISABLE_NVLS=1) at setup, size >= 4, and every rank mapped it. Identical on all ranks;
+ * the environment is not read again. */
 int symmTransportMulticastReady(const struct symmComm* comm);
 
 /* How many times this process tried to create or import a multicast object (tests prove 0). */

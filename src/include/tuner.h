@@ -76,6 +76,8 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in);
  * a refused file gets one WARN per process. *hash: the used file's content hash, 0 for the
  * built-in table. Ranks must agree on *hash (setup record) before using the answer. */
 const struct symmTuneFile* symmTunerSelect(const struct symmTuneMachine* m, uint64_t* hash);
+/* SYMMCOLL_TUNING_FILE as this process read it (once), or NULL. */
+const char* symmTunerFilePath(void);
 
 /* Fills gpu, arch, gpus and driver of `m` for CUDA device `cudaDev`; link and nccl are the
  * caller's (the communicator's link, the real NCCL's version). */
@@ -85,7 +87,8 @@ ncclResult_t symmTunerProbeMachine(int cudaDev, struct symmTuneMachine* m);
  * a CUDA error). */
 enum symmLink symmTunerProbeLink(int devA, int devB);
 
-/* 1 when SYMMCOLL_MULTIMEM=1 asks for the experimental multimem kernels. */
+/* 1 when SYMMCOLL_MULTIMEM=1 asks for the experimental multimem kernels and the multicast
+ * objects they read (default 0; read once per process, agreed at setup). */
 int symmTunerMultimemRequested(void);
 
 #ifdef __cplusplus

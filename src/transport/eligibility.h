@@ -8,7 +8,7 @@
 
 #include "symm_peers.h"
 
-#define SYMM_RECORD_VERSION 2u
+#define SYMM_RECORD_VERSION 3u
 #define SYMM_SECRET_BYTES 32 /* first half keys socket names, second half authenticates requests */
 #define SYMM_RECORD_KNOBS 48 /* hashes of SYMM_PARAM_AGREED knobs a record carries */
 
@@ -34,6 +34,13 @@ struct symmPeerRecord {
   uint64_t granularity; /* VMM allocation granularity of this rank's device */
   char busId[16];
   uint8_t secret[SYMM_SECRET_BYTES]; /* meaningful in rank 0's record only; never logged */
+  /* Settings that change which kernel runs or its grid, compared field by field with rank 0's:
+   * SYMMCOLL_MAX_RANKS (capped at SYMM_MAX_RANKS), and the communicator's CTA bounds and policy
+   * as NCCL reads them (ncclConfig_t's maxCTAs, minCTAs, CTAPolicy; NCCL_MAX_CTAS,
+   * NCCL_MIN_CTAS, NCCL_CTA_POLICY win; 0: unset). */
+  int32_t maxRanks;
+  int32_t maxCTAs, minCTAs;
+  int32_t ctaPolicy;
   /* Knobs that must agree (symmParamAgreed, sorted by name: identical binaries list the same
    * ones) and the tuning file's identity (hash of its contents, 0 when none is set). */
   uint32_t knobCount;
@@ -45,13 +52,14 @@ struct symmPeerRecord {
 /* Outcome of the decision; identical on every rank given identical inputs. */
 struct symmVerdict {
   int eligible;
-  int multicast; /* all ranks capable, >= 4 ranks, distinct devices */
+  int multicast; /* all ranks asked and capable, >= 4 ranks, distinct devices */
+  int mismatch;  /* not eligible because a setting differs between ranks (rank 0 warns) */
   char reason[160];
 };
 
-/* Stage 1: from the all-gathered records alone. `maxRanks` is SYMMCOLL_MAX_RANKS (already capped).
- * Returns verdict->eligible. */
-int symmDecideFromRecords(const struct symmPeerRecord* records, int nranks, int maxRanks,
+/* Stage 1: from the all-gathered records alone (the world-size limit too: rank 0's
+ * SYMMCOLL_MAX_RANKS, once every rank is known to have the same). Returns verdict->eligible. */
+int symmDecideFromRecords(const struct symmPeerRecord* records, int nranks,
                           struct symmVerdict* verdict);
 
 /* Stage 1, after symmDecideFromRecords: the first knob on which some rank differs from rank 0

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Multicast create/import/bind/map. Every entry re-checks the environment guard; never run on
- * machines where multicast is forbidden (they set the variables, and have < 4 GPUs per rank set). */
+ * machines where multicast is forbidden (they set the variables, and have < 4 GPUs per rank set).
+ * The guard reads the environment as it is now: it can only turn multicast off. Whether a
+ * communicator uses multicast is decided once, at setup, from every rank's record. */
 #include "multicast.h"
 
 #include <stdatomic.h>
@@ -9,10 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "param.h"
 #include "vmm.h"
-
-SYMMCOLL_PARAM(Multimem, "MULTIMEM", 1, "0: never use NVLink multicast (multimem kernels off)")
 
 static atomic_long attempts;
 
@@ -30,13 +29,19 @@ static int envIsZero(const char* name) {
   return atol(v) == 0 && (v[0] == '0' || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0);
 }
 
+/* Multicast is opt-in: only an explicit SYMMCOLL_MULTIMEM=1 asks for it. */
+static int envIsOne(const char* name) {
+  const char* v = getenv(name);
+  if (v == NULL || v[0] == '\0') return 0;
+  char* end = NULL;
+  return strtol(v, &end, 0) == 1 && end != v && *end == '\0';
+}
+
 int symmMulticastEnvAllows(void) {
   if (envIsZero("NCCL_NVLS_ENABLE")) return 0;
   if (envSet("TORCH_SYMM_MEM_DISABLE_MULTICAST")) return 0;
   if (envSet("NVSHMEM_DISABLE_NVLS")) return 0;
-  if (envIsZero("SYMMCOLL_MULTIMEM")) return 0;
-  if (symmParamMultimem() == 0) return 0;
-  return 1;
+  return envIsOne("SYMMCOLL_MULTIMEM");
 }
 
 int symmMulticastUsable(int cudaDev) {

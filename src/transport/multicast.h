@@ -7,8 +7,10 @@
 
 #include "cudriver.h"
 
-/* 0 when any of NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1,
- * SYMMCOLL_MULTIMEM=0 is set. Reads only the environment: no device query, no driver call. */
+/* The safety guard, read from the environment as it is now: 1 only when SYMMCOLL_MULTIMEM=1 asks
+ * for multicast and none of NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+ * NVSHMEM_DISABLE_NVLS=1 forbids it. No device query, no driver call. Decisions never read it
+ * (they use what setup agreed); it only refuses multicast objects. */
 int symmMulticastEnvAllows(void);
 /* Env guard first, then the device attribute; 1 only when both allow. */
 int symmMulticastUsable(int cudaDev);

@@ -18,7 +18,8 @@
 #include "transport.h"
 #include "tuner.h"
 
-SYMMCOLL_PARAM(MaxRanks, "MAX_RANKS", 8, "largest world size that uses symmetric memory (<= 8)")
+SYMMCOLL_PARAM_FULL(MaxRanks, "MAX_RANKS", 8, INT64_MIN, INT64_MAX, SYMM_PARAM_AGREED,
+                    "largest world size that uses symmetric memory (<= 8)")
 SYMMCOLL_PARAM_FULL(BufferBytes, "BUFFER_BYTES", 64 << 20, 1 << 20, INT64_MAX, SYMM_PARAM_AGREED,
                     "most staging bytes per rank; what the tuner can use is allocated at the "
                     "first call given to our kernels")
@@ -26,8 +27,11 @@ SYMMCOLL_PARAM(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000,
                "how long setup waits for a peer to fetch or serve a handle before giving up "
                "(forwarding)")
 SYMMCOLL_PARAM_FULL(TestKnobSkewRank, "TEST_KNOB_SKEW_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
-                    "tests only: this rank reports another value of the first agreed knob (ranks "
-                    "that are threads of one process cannot set knobs differently)")
+                    "tests only: this rank reports another value of what TEST_SKEW_WHAT names "
+                    "(ranks that are threads of one process cannot set knobs differently)")
+SYMMCOLL_PARAM_STR_FULL(TestSkewWhat, "TEST_SKEW_WHAT", "knob", SYMM_PARAM_TEST,
+                        "tests only: what TEST_KNOB_SKEW_RANK reports differently: knob (the "
+                        "first agreed knob), maxCTAs, minCTAs, CTAPolicy, disable, maxRanks")
 SYMMCOLL_PARAM_FULL(StageAtCreation, "STAGE_AT_CREATION", 0, 0, 1,
                     SYMM_PARAM_TEST | SYMM_PARAM_AGREED,
                     "tests only: build staging at creation instead of at the first call given to "
@@ -45,7 +49,7 @@ static int maxRanks(void) {
 /* FNV-1a of the tuning file's bytes (identity only: every rank must read the same table). The
  * knob itself is the tuner's (SYMMCOLL_TUNING_FILE); only its contents are compared here. */
 static uint64_t tuningFileHash(void) {
-  const char* path = getenv("SYMMCOLL_TUNING_FILE");
+  const char* path = symmTunerFilePath();
   if (path == NULL || path[0] == '\0') return 0;
   uint64_t h = 0xcbf29ce484222325ull;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -58,6 +62,29 @@ static uint64_t tuningFileHash(void) {
   return h ? h : 1;
 }
 
+/* Tests: what SYMMCOLL_TEST_KNOB_SKEW_RANK's record reports differently. */
+static void skewForTests(const struct symmComm* c, struct symmPeerRecord* rec) {
+  if (c->rank != symmParamTestKnobSkewRank()) return;
+  const char* what = symmParamTestSkewWhat();
+  if (what == NULL || strcmp(what, "knob") == 0) {
+    if (rec->knobCount > 0) rec->knobHashes[0] ^= 1;
+  } else if (strcmp(what, "maxCTAs") == 0) {
+    rec->maxCTAs = rec->maxCTAs == 1 ? 2 : 1;
+  } else if (strcmp(what, "minCTAs") == 0) {
+    rec->minCTAs = rec->minCTAs == 1 ? 2 : 1;
+  } else if (strcmp(what, "CTAPolicy") == 0) {
+    rec->ctaPolicy ^= NCCL_CTA_POLICY_EFFICIENCY;
+  } else if (strcmp(what, "disable") == 0) {
+    rec->flags |= SYMM_REC_DISABLED;
+  } else if (strcmp(what, "maxRanks") == 0) {
+    rec->maxRanks = rec->maxRanks > 2 ? rec->maxRanks - 1 : 3;
+  }
+}
+
+/* This rank's record. Everything that changes which kernel runs or its grid is in it (agreed
+ * knobs, the tuning file, SYMMCOLL_DISABLE, SYMMCOLL_MAX_RANKS, the CTA bounds and policy) and is
+ * compared with every other rank's; the knobs are read once per process, the config once per
+ * communicator (at creation), so nothing changes behind the agreement. */
 static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
   memset(rec, 0, sizeof(*rec));
   rec->version = SYMM_RECORD_VERSION;
@@ -67,9 +94,15 @@ static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
   rec->uid = (uint32_t)getuid();
   rec->cudaDev = c->cudaDev;
   rec->knobCount = (uint32_t)symmParamAgreed(NULL, rec->knobHashes, SYMM_RECORD_KNOBS);
-  if (c->rank == symmParamTestKnobSkewRank() && rec->knobCount > 0) rec->knobHashes[0] ^= 1;
   rec->tuningFileHash = tuningFileHash();
+  rec->maxRanks = maxRanks();
+  rec->maxCTAs = c->config.maxCTAs;
+  rec->minCTAs = c->config.minCTAs;
+  rec->ctaPolicy = c->config.ctaPolicy;
   if (symmDisabled()) rec->flags |= SYMM_REC_DISABLED;
+  skewForTests(c, rec);
+  /* Disabled: every rank forwards; nothing of ours (device queries, driver) is touched. */
+  if (rec->flags & SYMM_REC_DISABLED) return;
   if (!c->kernelsLoaded) rec->flags |= SYMM_REC_NO_KERNELS;
   if (cudaDeviceGetAttribute(&rec->ccMajor, cudaDevAttrComputeCapabilityMajor, c->cudaDev) !=
           cudaSuccess ||
@@ -94,8 +127,10 @@ static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
       rec->flags |= SYMM_REC_VMM;
       rec->granularity = gran;
     }
-    /* The environment guard is checked first inside; no device query when multicast is off. */
-    if (symmMulticastUsable(c->cudaDev)) rec->flags |= SYMM_REC_MULTICAST;
+    /* Asked for (SYMMCOLL_MULTIMEM=1, agreed), then the environment guard, checked first
+     * inside: no device query when multicast is off. Read now, once for this communicator. */
+    if (symmTunerMultimemRequested() && symmMulticastUsable(c->cudaDev))
+      rec->flags |= SYMM_REC_MULTICAST;
   }
   if (c->rank == 0 && getrandom(rec->secret, sizeof(rec->secret), 0) != (ssize_t)sizeof(rec->secret)) {
     WARN("symmetric memory: getrandom failed; this communicator forwards");
@@ -199,7 +234,7 @@ static size_t plannedStaging(const struct symmComm* c, const struct symmTranspor
   in.nranks = c->nranks;
   in.datatype = ncclFloat32;
   in.op = ncclSum;
-  in.multicastReady = t->multicastAgreed && symmMulticastEnvAllows();
+  in.multicastReady = t->multicastAgreed; /* as agreed at setup, never the environment now */
   in.arch = c->arch;
   in.link = c->link;
   in.ctaPolicy = c->config.ctaPolicy;
@@ -281,13 +316,14 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
     goto done;
   }
 
-  /* Stage 0: what every rank knows alike without talking (identical decisions). */
+  /* Stage 0: what every rank knows alike without talking (identical decisions): only the
+   * world size against this build's limit. Knobs (SYMMCOLL_MAX_RANKS, SYMMCOLL_DISABLE) may
+   * differ between ranks, so they are compared after the exchange, which every rank joins. */
   for (int i = 0; i < n; i++) {
     struct symmComm* c = comms[i];
-    if (c->nranks < 2 || c->nranks > maxRanks()) {
+    if (c->nranks < 2 || c->nranks > SYMM_MAX_RANKS) {
       char why[96];
-      snprintf(why, sizeof(why), "world size %d outside 2..%d (SYMMCOLL_MAX_RANKS)", c->nranks,
-               maxRanks());
+      snprintf(why, sizeof(why), "world size %d outside 2..%d", c->nranks, SYMM_MAX_RANKS);
       sayInactive(c, why, 0);
       continue;
     }
@@ -303,8 +339,9 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
   for (int i = 0; i < n; i++) {
     if (!inExchange[i]) continue;
     struct symmComm* c = comms[i];
-    if (!symmDecideFromRecords(records[i], c->nranks, maxRanks(), &verdicts[i])) {
-      sayInactive(c, verdicts[i].reason, 0);
+    if (!symmDecideFromRecords(records[i], c->nranks, &verdicts[i])) {
+      /* A setting that differs between ranks: one WARN (rank 0), INFO elsewhere. */
+      sayInactive(c, verdicts[i].reason, verdicts[i].mismatch && c->rank == 0);
       inExchange[i] = 0;
       continue;
     }

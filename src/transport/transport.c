@@ -350,11 +350,10 @@ void symmTransportSetAbort(struct symmComm* comm) {
 /* ---- queries ----------------------------------------------------------------------------- */
 
 int symmTransportMulticastReady(const struct symmComm* comm) {
-  /* No multicast mapping means no multicast (and skips the environment scan on every call);
-   * with one, the environment still has the last word. */
-  if (comm == NULL || comm->transport == NULL || comm->transport->peers.multicastBuffer == NULL)
-    return 0;
-  return symmMulticastEnvAllows();
+  /* A multicast mapping exists only where every rank agreed at setup and every rank mapped it
+   * (staging's agreements); the environment is not read again here, so that a variable changed
+   * later on one rank never makes it decide alone (the guard refuses new objects, agreed too). */
+  return comm != NULL && comm->transport != NULL && comm->transport->peers.multicastBuffer != NULL;
 }
 
 long symmTransportMulticastAttempts(void) { return symmMulticastAttempts(); }

@@ -17,9 +17,9 @@
 #include "regchan.h"
 #include "transport.h"
 
-SYMMCOLL_PARAM(UserReg, "USER_REG", 1,
-               "ncclCommRegister zero-copy: peers map registered ncclMemAlloc buffers in the "
-               "background (0 = off: registered buffers go through the staging buffer)")
+SYMMCOLL_PARAM_FULL(UserReg, "USER_REG", 1, INT64_MIN, INT64_MAX, SYMM_PARAM_AGREED,
+                    "ncclCommRegister zero-copy: peers map registered ncclMemAlloc buffers in the "
+                    "background (0 = off: registered buffers go through the staging buffer)")
 
 /* The table [writer rank][slot] sits in localState past the kernels' words. */
 #define TABLE_OFFSET 4096u

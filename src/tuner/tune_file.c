@@ -456,6 +456,8 @@ const struct symmTuneFile* symmTunerSelect(const struct symmTuneMachine* m, uint
   return use;
 }
 
+const char* symmTunerFilePath(void) { return symmParamTuningFile(); }
+
 void symmTuneFileReset(void) {
   pthread_mutex_lock(&fileLock);
   free(theFile);

@@ -31,21 +31,14 @@ SYMMCOLL_PARAM_FULL(ZeroCopyMaxBytes, "ZERO_COPY_MAX_BYTES", 4 << 20, -1, (int64
                     "all-reduce two-shot reads registered inputs (symmetric windows, "
                     "ncclCommRegister) in place up to this many bytes (-1: never)")
 
-/* SYMMCOLL_MULTIMEM is declared once, in src/transport/multicast.c (0 keeps multicast unmapped);
- * its value must be agreed across ranks there. Here only an explicit 1 asks for the experimental
- * kernels: its default says nothing. Read once (tests reset it). */
-static int multimemRequested = -1;
+/* Off by default: the multimem kernels and the multicast objects behind them are experimental
+ * and have never run on hardware. The setup record carries this rank's "asked and allowed"
+ * (SYMM_REC_MULTICAST), so the transport maps multicast only where every rank asked. */
+SYMMCOLL_PARAM_FULL(Multimem, "MULTIMEM", 0, 0, 1, SYMM_PARAM_AGREED,
+                    "1: set up NVLink multicast and allow the multimem kernels (experimental; "
+                    "4+ ranks, device support, no multicast off-switch set)")
 
-int symmTunerMultimemRequested(void) {
-  int v = __atomic_load_n(&multimemRequested, __ATOMIC_ACQUIRE);
-  if (v < 0) {
-    const char* text = getenv("SYMMCOLL_MULTIMEM");
-    char* end = NULL;
-    v = text != NULL && text[0] != '\0' && strtol(text, &end, 0) == 1 && *end == '\0';
-    __atomic_store_n(&multimemRequested, v, __ATOMIC_RELEASE);
-  }
-  return v;
-}
+int symmTunerMultimemRequested(void) { return symmParamMultimem() == 1; }
 
 static const char* overrideText(enum symmColl coll) {
   switch (coll) {
@@ -174,7 +167,6 @@ enum symmAlgo symmTunerPick(const struct symmTuneInput* in) {
 
 void symmTunerResetForTests(void) {
   symmTuneFileReset();
-  __atomic_store_n(&multimemRequested, -1, __ATOMIC_RELEASE);
   memset(warnedBadName, 0, sizeof(warnedBadName));
   memset(warnedUnavailable, 0, sizeof(warnedUnavailable));
   pthread_mutex_lock(&loggedLock);

@@ -51,7 +51,6 @@ static inline void tunerCleanEnv(void) {
 static inline void tunerSetEnv(const char* name, const char* value) {
   setenv(name, value, 1);
   symmParamResetAll();
-  if (strcmp(name, "SYMMCOLL_MULTIMEM") == 0) symmTunerResetForTests(); /* read once */
 }
 
 /* Log lines go to `path` (truncated) from now on, at `level`. */

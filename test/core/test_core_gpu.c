@@ -411,9 +411,36 @@ static void ceAbortRank(struct rank* r) {
   if (r->rank == 0) printf("ce-abort: streams drained %.1f ms after ncclCommAbort\n", ms);
 }
 
-/* ---- an agreed knob differs (SYMMCOLL_TEST_KNOB_SKEW_RANK): every rank forwards, right ---- */
+/* ---- a setting differs between ranks: every rank forwards, right ---------------------------
+ * SYMMCOLL_TEST_KNOB_SKEW_RANK's record reports another value of what SYMMCOLL_TEST_SKEW_WHAT
+ * names (an agreed knob by default; maxCTAs, minCTAs, CTAPolicy, disable, maxRanks): ranks that
+ * are threads of one process share their environment. */
+
+/* One reduce-scatter of `each` floats per rank into a poisoned output, checked. */
+static void checkedReduceScatter(struct rank* r, size_t each, int salt) {
+  fill(r, r->in, each * (size_t)nranks, salt, r->s1);
+  CUDA_OK(cudaMemsetAsync(r->out, 0xff, each * sizeof(float), r->s1));
+  TCHECK_EQ_INT(ncclReduceScatter(r->in, r->out, each, ncclFloat32, ncclSum, r->comm, r->s1),
+                ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  CUDA_OK(cudaMemcpy(r->host, r->out, each * sizeof(float), cudaMemcpyDeviceToHost));
+  int wrong = 0;
+  for (size_t i = 0; i < each; i++) wrong += r->host[i] != expected((size_t)r->rank * each + i, salt);
+  TCHECK_EQ_INT(wrong, 0);
+}
+
 static void mismatchRank(struct rank* r) {
-  for (int k = 0; k < 10; k++) checkedAllReduce(r, 1024u << (k % 4), k);
+  struct symmComm* entry = symmCommFind(r->comm);
+  TCHECK(entry != NULL && entry->setupDone && entry->transport == NULL);
+  static const size_t counts[] = {1, 7, 1023, 4099, 65537, 1000003};
+  for (int k = 0; k < 6; k++) {
+    CUDA_OK(cudaMemsetAsync(r->out, 0xff, MAX_COUNT * sizeof(float), r->s1));
+    checkedAllReduce(r, counts[k], k);
+    const size_t each = counts[k] / (size_t)nranks > 0 ? counts[k] / (size_t)nranks : 1;
+    CUDA_OK(cudaMemsetAsync(r->out, 0xff, MAX_COUNT * sizeof(float), r->s1));
+    checkedAllGather(r, each, k, r->s1);
+    checkedReduceScatter(r, each, k);
+  }
   TCHECK_EQ_INT(ours(r->comm), 0);
 }
 

@@ -2,8 +2,9 @@
 /* CPU test of the host path against the recording fake NCCL (test/abi/fake_nccl.c): a failed
  * communicator refuses every call without reaching NCCL, refused calls inside a group fail the
  * real group, deferred operations are dropped when the group does not launch, a non-blocking
- * communicator's setup job is the only caller of the real NCCL while it runs, and an abort from
- * another thread during a stream of calls neither crashes nor leaks (run it under ASan). */
+ * communicator's setup job is the only caller of the real NCCL while it runs, an abort from
+ * another thread during a stream of calls neither crashes nor leaks (run it under ASan), and a
+ * rank with SYMMCOLL_DISABLE=1 still takes part in every communicator's setup. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -18,9 +19,11 @@
 #include "debug.h"
 #include "failure.h"
 #include "fake_nccl.h"
+#include "forward.h"
 #include "group.h"
 #include "harness.h"
 #include "nccl_api.h"
+#include "param.h"
 
 static fakeNcclCallCountFn callCount;
 static fakeNcclCallFn callAt;
@@ -264,6 +267,83 @@ static void testAbortRace(int cycles) {
   printf("abort race: %d cycles, %ld calls\n", cycles, calls);
 }
 
+/* ---- SYMMCOLL_DISABLE on this rank: its peers' setup exchange needs it ----------------------- */
+
+/* An entry that went through setup (as a disabled rank: nothing of ours loaded or built). */
+static void checkSetUpDisabled(ncclComm_t comm) {
+  struct symmComm* e = symmCommFind(comm);
+  CHECK(e != NULL);
+  if (e == NULL) return;
+  CHECK_EQ_INT(e->setupDone, 1);
+  CHECK_EQ_INT(e->attrsKnown, 1); /* its record needs rank and size */
+  CHECK_EQ_INT(e->rank, FAKE_COMM_RANK);
+  CHECK_EQ_INT(e->kernelsLoaded, 0);
+  CHECK(e->transport == NULL);
+}
+
+static void testDisabledRank(void) {
+  setenv("SYMMCOLL_DISABLE", "1", 1);
+  setenv("NCCL_COMM_BLOCKING", "1", 1); /* setup inside the creating call */
+  symmParamResetAll();
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  ncclComm_t comm = NULL, grouped = NULL, split = NULL, shrunk = NULL, scalable = NULL;
+  ncclComm_t all[2] = {NULL, NULL};
+  CHECK_EQ_INT(ncclCommInitRank(&comm, FAKE_COMM_COUNT, id, FAKE_COMM_RANK), ncclSuccess);
+  checkSetUpDisabled(comm);
+  /* The real NCCL calling back into us (symmRealDepth > 0) still passes straight through. */
+  symmRealDepth++;
+  CHECK_EQ_INT(ncclCommSplit(comm, 0, 0, &split, NULL), ncclSuccess);
+  symmRealDepth--;
+  CHECK(split == FAKE_COMM_SPLIT);
+  CHECK(symmCommFind(split) == NULL);
+  CHECK_EQ_INT(ncclCommDestroy(split), ncclSuccess);
+  /* Inside a group: set up at the outermost end, as on every other rank. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDepth(), 1);
+  CHECK_EQ_INT(ncclCommInitRankConfig(&grouped, FAKE_COMM_COUNT, id, FAKE_COMM_RANK, &config),
+               ncclSuccess);
+  struct symmComm* g = symmCommFind(grouped);
+  CHECK(g != NULL && !g->setupDone);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDepth(), 0);
+  checkSetUpDisabled(grouped);
+  /* Every other way of creating one. */
+  CHECK_EQ_INT(ncclCommSplit(comm, 0, 0, &split, NULL), ncclSuccess);
+  checkSetUpDisabled(split);
+  int exclude[1] = {0};
+  CHECK_EQ_INT(ncclCommShrink(comm, exclude, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT), ncclSuccess);
+  checkSetUpDisabled(shrunk);
+  CHECK_EQ_INT(ncclCommInitRankScalable(&scalable, FAKE_COMM_COUNT, FAKE_COMM_RANK, 1, &id, NULL),
+               ncclSuccess);
+  checkSetUpDisabled(scalable);
+  CHECK_EQ_INT(ncclCommInitAll(all, 2, NULL), ncclSuccess);
+  checkSetUpDisabled(all[0]);
+  checkSetUpDisabled(all[1]);
+  /* Collectives on the disabled rank pass straight through: one call each, nothing of ours. */
+  float buf[4] = {0};
+  const int before = callCount();
+  CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comm, NULL), ncclSuccess);
+  CHECK_EQ_INT(ncclAllGather(buf, buf, 1, ncclFloat32, comm, NULL), ncclSuccess);
+  CHECK_EQ_INT(ncclReduceScatter(buf, buf, 1, ncclFloat32, ncclSum, comm, NULL), ncclSuccess);
+  CHECK_EQ_INT(callCount(), before + 3);
+  CHECK_EQ_STR(lastName(), "ncclReduceScatter");
+  struct symmComm* e = symmCommFind(comm);
+  CHECK(e != NULL && e->launches == 0);
+  ncclResult_t state = ncclInProgress;
+  CHECK_EQ_INT(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+  CHECK_EQ_INT(state, FAKE_ASYNC_ERROR); /* the fake's answer, nothing of ours added */
+  const ncclComm_t made[] = {comm, grouped, split, shrunk, scalable, all[0], all[1]};
+  for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
+    CHECK_EQ_INT(ncclCommDestroy(made[i]), ncclSuccess);
+    CHECK(symmCommFind(made[i]) == NULL);
+  }
+  unsetenv("SYMMCOLL_DISABLE");
+  unsetenv("NCCL_COMM_BLOCKING");
+  symmParamResetAll();
+}
+
 int main(int argc, char** argv) {
   (void)symmLogLevel();
   if (argc < 2) {
@@ -284,6 +364,7 @@ int main(int argc, char** argv) {
   testGroups();
   testJobOwnsRealComm();
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
+  testDisabledRank();
   CHECK_EQ_INT(symmCommCount(), 0);
   return harnessReport("core_fake_paths");
 }

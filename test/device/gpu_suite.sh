@@ -20,6 +20,8 @@ run_gpu_suite() {
   run tr_sec_nonmember 60 env $STAGE $TB/test_peer_security nonmember
   run tr_sec_squat 60 env $STAGE $TB/test_peer_security squat
   run tr_mcguard 60 env $STAGE SYMMCOLL_NCCL_LIB="$BOOT" $TB/test_peer_security mcguard
+  # A setting on one rank only: every rank forwards (same: the control, ours active).
+  for m in maxctas disable same; do run tr_agree_$m 120 $TB/test_peer_agree $m; done
   # The host path through the bootstrap (test/core/README.md): the full-size runs.
   local F="SYMMCOLL_ALLREDUCE_ALGO=oneshot" CB="SYMMCOLL_NCCL_LIB=$BOOT"
   run core_late_30s 120 env $CB $F $C late 2 30000
@@ -31,6 +33,9 @@ run_gpu_suite() {
   run core_group 60 env $CB $F $C group 2
   run core_nonblocking 60 env $CB $F $C nonblocking 2
   run core_mismatch 60 env $CB $F SYMMCOLL_TEST_KNOB_SKEW_RANK=1 $C mismatch 2
+  for w in maxCTAs minCTAs CTAPolicy disable maxRanks; do
+    run core_mismatch_$w 60 env $CB $F SYMMCOLL_TEST_KNOB_SKEW_RANK=1 SYMMCOLL_TEST_SKEW_WHAT=$w $C mismatch 3
+  done
   for m in cta-zero cta-efficiency max-ctas; do run core_$m 60 env $CB $F $C $m 2; done
   run core_cta_zero_8 60 env $CB $F $C cta-zero 8
   for n in 2 4 8; do run core_ce_abort_$n 60 env $CB $C ce-abort $n; done

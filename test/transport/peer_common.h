@@ -432,6 +432,10 @@ static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
+/* runProcesses: called in each rank process before it creates its communicator (a setting
+ * that differs between ranks, such as an environment variable set on one rank only). */
+static PEER_UNUSED void (*beforeRankInit)(int rank);
+
 /* Two processes, one GPU each, the real NCCL: rank 0 makes the id and pipes it to rank 1. Each
  * child sends back its check counts. The parent never touches CUDA. */
 static PEER_UNUSED void runProcesses(rankBody body, void* arg) {
@@ -449,6 +453,7 @@ static PEER_UNUSED void runProcesses(rankBody body, void* arg) {
     }
     if (pids[r] == 0) {
       close(resultPipe[0]);
+      if (beforeRankInit != NULL) beforeRankInit(r);
       ncclUniqueId id;
       int ok = 1;
       if (r == 0) {

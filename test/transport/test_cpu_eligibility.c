@@ -20,11 +20,15 @@ static void makeTable(struct symmPeerRecord* recs, int n) {
     recs[r].flags = SYMM_REC_VMM | SYMM_REC_MULTICAST;
     recs[r].granularity = 2u << 20;
     snprintf(recs[r].busId, sizeof(recs[r].busId), "0000:%02x:00.0", 0x10 + r);
+    recs[r].maxRanks = 8;
+    recs[r].ctaPolicy = 0; /* NCCL_CTA_POLICY_DEFAULT; maxCTAs, minCTAs: 0 (unset) */
   }
 }
 
-static int decide(const struct symmPeerRecord* recs, int n, int maxRanks, struct symmVerdict* v) {
-  return symmDecideFromRecords(recs, n, maxRanks, v);
+/* Every rank reporting SYMMCOLL_MAX_RANKS = maxRanks. */
+static int decide(struct symmPeerRecord* recs, int n, int maxRanks, struct symmVerdict* v) {
+  for (int r = 0; r < n && r < SYMM_MAX_RANKS; r++) recs[r].maxRanks = maxRanks;
+  return symmDecideFromRecords(recs, n, v);
 }
 
 #define CHECK_REASON(v, needle)                                                        \
@@ -80,20 +84,85 @@ int main(void) {
   recs[1].ccMajor = 8;
   CHECK_EQ_INT(decide(recs, 3, 8, &v), 1);
 
-  /* Too many ranks for the configured limit, and for the compiled one. */
+  /* Too many ranks for the configured limit (the same on every rank), and for the compiled one. */
   makeTable(recs, 5);
   CHECK_EQ_INT(decide(recs, 5, 4, &v), 0);
-  CHECK_REASON(v, "exceeds the limit 4");
+  CHECK_REASON(v, "world size 5 exceeds the limit 4 (SYMMCOLL_MAX_RANKS)");
+  CHECK_EQ_INT(v.mismatch, 0);
   CHECK_EQ_INT(decide(recs, 9, 16, &v), 0);
   CHECK_REASON(v, "world size 9 exceeds the limit 8");
   CHECK_EQ_INT(decide(recs, 1, 8, &v), 0);
   CHECK_REASON(v, "below 2");
 
-  /* SYMMCOLL_DISABLE on any rank. */
+  /* SYMMCOLL_DISABLE on any rank: a mismatch (rank 0 warns), named. */
   makeTable(recs, 4);
   recs[3].flags |= SYMM_REC_DISABLED;
   CHECK_EQ_INT(decide(recs, 4, 8, &v), 0);
-  CHECK_REASON(v, "SYMMCOLL_DISABLE is set on rank 3");
+  CHECK_REASON(v, "SYMMCOLL_DISABLE is set on rank 3 but not on rank 0");
+  CHECK_EQ_INT(v.mismatch, 1);
+  /* ... also as a disabled rank sends it: nothing but the settings (no device facts). */
+  makeTable(recs, 2);
+  memset(&recs[0], 0, sizeof(recs[0]));
+  recs[0].version = SYMM_RECORD_VERSION;
+  recs[0].maxRanks = 8;
+  recs[0].flags = SYMM_REC_DISABLED;
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 2, &v), 0);
+  CHECK_REASON(v, "SYMMCOLL_DISABLE is set on rank 0 but not on rank 1");
+  CHECK_EQ_INT(v.mismatch, 1);
+  /* On every rank: a choice, not a mismatch (INFO only). */
+  makeTable(recs, 3);
+  for (int r = 0; r < 3; r++) recs[r].flags |= SYMM_REC_DISABLED;
+  CHECK_EQ_INT(decide(recs, 3, 8, &v), 0);
+  CHECK_REASON(v, "SYMMCOLL_DISABLE is set on every rank");
+  CHECK_EQ_INT(v.mismatch, 0);
+
+  /* Settings that change which kernel runs or its grid: records that differ only in one of
+   * them forward, naming it; the verdict is a mismatch (one WARN, on rank 0). */
+  makeTable(recs, 2);
+  recs[1].maxCTAs = 8; /* NCCL_MAX_CTAS=8 on rank 1 only */
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 2, &v), 0);
+  CHECK_REASON(v, "maxCTAs (ncclConfig_t.maxCTAs, NCCL_MAX_CTAS) differs between ranks: 0 on "
+               "rank 0, 8 on rank 1");
+  CHECK_EQ_INT(v.mismatch, 1);
+  makeTable(recs, 4);
+  recs[2].minCTAs = 3;
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 4, &v), 0);
+  CHECK_REASON(v, "minCTAs (ncclConfig_t.minCTAs, NCCL_MIN_CTAS) differs between ranks: 0 on "
+               "rank 0, 3 on rank 2");
+  CHECK_EQ_INT(v.mismatch, 1);
+  makeTable(recs, 3);
+  recs[1].ctaPolicy = 2; /* NCCL_CTA_POLICY_ZERO */
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 3, &v), 0);
+  CHECK_REASON(v, "CTA policy (ncclConfig_t.CTAPolicy, NCCL_CTA_POLICY) differs between ranks: "
+               "0 on rank 0, 2 on rank 1");
+  CHECK_EQ_INT(v.mismatch, 1);
+  makeTable(recs, 3);
+  recs[2].maxRanks = 2; /* SYMMCOLL_MAX_RANKS=2 on rank 2: it would stay out alone */
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 3, &v), 0);
+  CHECK_REASON(v, "SYMMCOLL_MAX_RANKS differs between ranks: 8 on rank 0, 2 on rank 2");
+  CHECK_EQ_INT(v.mismatch, 1);
+  /* The same values everywhere, set or not: eligible. */
+  makeTable(recs, 4);
+  for (int r = 0; r < 4; r++) {
+    recs[r].maxCTAs = 16;
+    recs[r].minCTAs = 2;
+    recs[r].ctaPolicy = 1;
+    recs[r].maxRanks = 4;
+  }
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 4, &v), 1);
+  CHECK_EQ_INT(v.mismatch, 0);
+  /* A mismatch is named even where something else would forward as well. */
+  makeTable(recs, 2);
+  recs[1].maxCTAs = 4;
+  recs[1].ccMajor = 7;
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 2, &v), 0);
+  CHECK_REASON(v, "NCCL_MAX_CTAS");
+  CHECK_EQ_INT(v.mismatch, 1);
+  /* Nothing else is a mismatch. */
+  makeTable(recs, 2);
+  recs[1].ccMajor = 7;
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 2, &v), 0);
+  CHECK_EQ_INT(v.mismatch, 0);
 
   /* No VMM / POSIX fd handles. */
   makeTable(recs, 2);

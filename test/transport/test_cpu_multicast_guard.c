@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* CPU test: each multicast kill switch turns multicast off before any device query or create. */
+/* CPU test: multicast is opt-in (SYMMCOLL_MULTIMEM=1), each kill switch turns it off before any
+ * device query or create, and decisions read what setup agreed, never the environment now. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -9,9 +11,11 @@
 
 #include "debug.h"
 #include "harness.h"
+#include "internal.h"
 #include "multicast.h"
 #include "param.h"
 #include "transport.h"
+#include "tuner.h"
 
 static const char* const switches[][2] = {
     {"NCCL_NVLS_ENABLE", "0"},
@@ -21,8 +25,10 @@ static const char* const switches[][2] = {
 };
 #define NSWITCHES (int)(sizeof(switches) / sizeof(switches[0]))
 
+/* No switch set, multicast asked for. */
 static void clearAll(void) {
   for (int i = 0; i < NSWITCHES; i++) unsetenv(switches[i][0]);
+  setenv("SYMMCOLL_MULTIMEM", "1", 1);
   symmParamResetAll();
 }
 
@@ -35,7 +41,18 @@ int main(void) {
   /* Initialise logging before any parameter is read: param.c logs while holding its lock, and
    * the first log reads SYMMCOLL_DEBUG through that same lock (reported to the lead). */
   (void)symmLogLevel();
+  /* Off unless asked for: the knob's default is 0, and the guard wants an explicit 1. */
+  unsetenv("SYMMCOLL_MULTIMEM");
+  for (int i = 0; i < NSWITCHES; i++) unsetenv(switches[i][0]);
+  symmParamResetAll();
+  CHECK_EQ_INT(symmTunerMultimemRequested(), 0);
+  CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
+  CHECK_EQ_INT(symmMulticastUsable(0), 0);
+  setOne("SYMMCOLL_MULTIMEM", "2"); /* out of range: the default */
+  CHECK_EQ_INT(symmTunerMultimemRequested(), 0);
+  CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
   clearAll();
+  CHECK_EQ_INT(symmTunerMultimemRequested(), 1);
   CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
 
   for (int i = 0; i < NSWITCHES; i++) {
@@ -66,6 +83,38 @@ int main(void) {
   clearAll();
   setOne("NVSHMEM_DISABLE_NVLS", "true");
   CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
+
+  /* Decisions use what setup agreed. The knob is read once per process: set later, and even
+   * after what ncclResetDebugInit does, it keeps its first value on this rank. */
+  clearAll();
+  unsetenv("SYMMCOLL_MULTIMEM");
+  symmParamResetAll();
+  CHECK_EQ_INT(symmTunerMultimemRequested(), 0);
+  setenv("SYMMCOLL_MULTIMEM", "1", 1);
+  symmParamResetLogging();
+  CHECK_EQ_INT(symmTunerMultimemRequested(), 0);
+  CHECK_EQ_INT(symmMulticastEnvAllows(), 1); /* the guard reads the environment now */
+  /* A communicator whose ranks mapped multicast at setup keeps deciding with it when a switch is
+   * set later on this rank alone (its peers would not see the switch); the guard still refuses
+   * new objects, and a refusal at staging is agreed (stageMulticast's votes). */
+  struct symmComm* c = NULL;
+  CHECK_EQ_INT(symmCommAdd((ncclComm_t)(uintptr_t)0x7000, 1, &c), ncclSuccess);
+  struct symmTransport t;
+  memset(&t, 0, sizeof(t));
+  int mapped = 0;
+  t.peers.multicastBuffer = &mapped;
+  if (c != NULL) {
+    c->transport = &t;
+    CHECK_EQ_INT(symmTransportMulticastReady(c), 1);
+    setOne("NCCL_NVLS_ENABLE", "0");
+    CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
+    CHECK_EQ_INT(symmTransportMulticastReady(c), 1);
+    t.peers.multicastBuffer = NULL; /* none mapped (not agreed, or a staging vote failed) */
+    clearAll();
+    CHECK_EQ_INT(symmTransportMulticastReady(c), 0);
+    c->transport = NULL;
+    symmCommRemove(c->real);
+  }
 
   /* Nothing above came near a multicast object. */
   CHECK_EQ_INT(symmMulticastAttempts(), 0);

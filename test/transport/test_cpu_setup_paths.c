@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* CPU test: setup paths decided without any exchange (world size) and the
+/* CPU test: setup paths decided without any exchange (this build's world-size limit) and the
  * transport queries on communicators without symmetric memory. No GPU, no real NCCL needed. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "debug.h"
@@ -53,13 +56,46 @@ int main(void) {
     symmTransportTeardown(all[i], 0);
   }
   CHECK_EQ_INT(symmTransportSetup(all, 0), ncclSuccess);
-  /* SYMMCOLL_MAX_RANKS narrows the limit. */
+  /* Only this build's limit is decided without talking: SYMMCOLL_MAX_RANKS may differ between
+   * ranks, so it is compared after the exchange (test_cpu_eligibility), which every rank of a
+   * world of 2..SYMM_MAX_RANKS joins. A larger knob does not widen the build's limit. */
   (void)symmLogLevel(); /* logging first: param.c logs under its own lock */
+  setenv("SYMMCOLL_MAX_RANKS", "100", 1);
+  symmParamResetAll();
+  struct symmComm* nine = fakeComm(0x4000, 1, SYMM_MAX_RANKS + 1, 1);
+  CHECK_EQ_INT(symmTransportSetup(&nine, 1), ncclSuccess);
+  CHECK(nine->transport == NULL);
+  /* A world of 4 with SYMMCOLL_MAX_RANKS=3 here joins the exchange (its peers may have the
+   * default): it gets as far as its device, which this test has none of, and stays out of the
+   * real NCCL (never loaded here: reaching it would crash). The log says which. */
+  char logPath[128];
+  snprintf(logPath, sizeof(logPath), "%s/symmcoll-setup-paths.%d.log", P_tmpdir, (int)getpid());
+  unlink(logPath);
+  setenv("SYMMCOLL_DEBUG_FILE", logPath, 1);
+  setenv("SYMMCOLL_DEBUG", "INFO", 1);
   setenv("SYMMCOLL_MAX_RANKS", "3", 1);
   symmParamResetAll();
-  struct symmComm* four = fakeComm(0x4000, 1, 4, 1);
+  symmLogReset();
+  struct symmComm* four = fakeComm(0x5000, 1, 4, 1);
   CHECK_EQ_INT(symmTransportSetup(&four, 1), ncclSuccess);
   CHECK(four->transport == NULL);
+  symmLogReset();
+  FILE* log = fopen(logPath, "r");
+  int joined = 0, leftAlone = 0;
+  char line[1024];
+  while (log != NULL && fgets(line, sizeof(line), log) != NULL) {
+    joined += strstr(line, "for the setup exchange") != NULL;
+    leftAlone += strstr(line, "outside 2..3") != NULL; /* what a local decision said */
+  }
+  if (log != NULL) fclose(log);
+  unlink(logPath);
+  CHECK_EQ_INT(joined, 1);
+  CHECK_EQ_INT(leftAlone, 0);
+  unsetenv("SYMMCOLL_DEBUG_FILE");
+  unsetenv("SYMMCOLL_DEBUG");
+  unsetenv("SYMMCOLL_MAX_RANKS");
+  symmParamResetAll();
+  symmLogReset();
   CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
   CHECK_EQ_INT(symmRegistryCount(), 0);
 
@@ -94,6 +130,7 @@ int main(void) {
   symmCommRemove((ncclComm_t)0x2000);
   symmCommRemove((ncclComm_t)0x3000);
   symmCommRemove((ncclComm_t)0x4000);
+  symmCommRemove((ncclComm_t)0x5000);
   CHECK_EQ_INT(symmCommCount(), 0);
   return harnessReport("transport_cpu_setup_paths");
 }
