@@ -29,6 +29,7 @@ static void freeEntry(struct symmComm* comm) {
   free(comm->repeats);
   symmOrderDestroy(&comm->order);
   pthread_mutex_destroy(&comm->launchLock);
+  pthread_mutex_destroy(&comm->parkLock);
   free(comm);
 }
 
@@ -50,6 +51,7 @@ ncclResult_t symmCommAddConfig(ncclComm_t real, const struct symmCommConfig* con
   comm->refs = 1; /* the table's */
   comm->job = job;
   pthread_mutex_init(&comm->launchLock, NULL);
+  pthread_mutex_init(&comm->parkLock, NULL);
   comm->rank = comm->nranks = comm->cudaDev = -1;
   unsigned b = bucketOf(real);
   struct symmComm* stale = NULL;

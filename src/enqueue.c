@@ -419,7 +419,7 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
   ncclResult_t res = symmArgsCheck(task, comm->nranks, comm->arch, &ncclDecides);
   if (res != ncclSuccess) return refuse(task->comm, res);
   if (ncclDecides || comm->transport == NULL) return forwardOrdered(task);
-  if (comm->parked != NULL) {
+  if (__atomic_load_n(&comm->parked, __ATOMIC_ACQUIRE) != NULL) {
     res = symmGroupRunParked(comm);
     if (res == ncclInProgress) {
       WARN("%s on communicator %p before the previous operation returned ncclSuccess",

@@ -77,7 +77,11 @@ struct symmComm {
   uint64_t replays;                  /* of those, an identical call's launch issued again (tests) */
   struct symmTransport* transport;   /* non-NULL when eligible and set up */
   struct symmRepeats* repeats;       /* NULL until the first launch of ours (launchLock) */
-  struct symmDeferredList* parked;   /* non-blocking: ours behind NCCL's group launch */
+  /* Non-blocking: ours behind NCCL's group launch. Changed under parkLock, which is also held
+   * while they run, and cleared only once they ran: a thread that sees it NULL (atomic) may
+   * issue, one that sees a list waits on parkLock. Taken before launchLock, never after. */
+  struct symmDeferredList* parked;
+  pthread_mutex_t parkLock;
   struct symmComm* next;             /* hash chain, guarded by the table lock */
 };
 

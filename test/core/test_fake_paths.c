@@ -24,10 +24,13 @@
 static fakeNcclCallCountFn callCount;
 static fakeNcclCallFn callAt;
 static fakeNcclSetResultFn setResult;
+static fakeNcclSetResultForFn setResultFor;
+static fakeNcclSetAsyncErrorFn setAsyncError;
+static fakeNcclDeferChildrenFn deferChildren;
 
-static struct symmComm* known(uintptr_t id) {
+static struct symmComm* knownComm(uintptr_t id, int blocking) {
   struct symmComm* c = NULL;
-  CHECK_EQ_INT(symmCommAdd((ncclComm_t)id, 1, &c), ncclSuccess);
+  CHECK_EQ_INT(symmCommAdd((ncclComm_t)id, blocking, &c), ncclSuccess);
   if (c == NULL) return NULL;
   c->rank = 0;
   c->nranks = 2;
@@ -35,6 +38,7 @@ static struct symmComm* known(uintptr_t id) {
   c->attrsKnown = c->setupDone = 1;
   return c;
 }
+static struct symmComm* known(uintptr_t id) { return knownComm(id, 1); }
 
 /* The datatype argument of the fake's last call, -2 if it has none. */
 static int lastDatatype(void) {
@@ -180,6 +184,187 @@ static void testGroups(void) {
   symmCommRemove(c->real);
 }
 
+/* ---- parked operations of a non-blocking communicator go first --------------------------- */
+
+/* A parked operation: how it ran, and how many calls had reached the fake NCCL by then. */
+struct ordered {
+  int runs, launched, callsBefore;
+};
+static ncclResult_t orderedRun(void* arg, int launch) {
+  struct ordered* o = arg;
+  o->callsBefore = callCount();
+  o->launched += launch;
+  __atomic_add_fetch(&o->runs, 1, __ATOMIC_RELEASE);
+  return ncclSuccess;
+}
+
+/* Parks `op` behind a non-blocking group that the fake NCCL is still launching. */
+static void parkBehindGroup(struct symmComm* c, struct ordered* op) {
+  setAsyncError(ncclInProgress);
+  setResultFor("ncclGroupEnd", ncclInProgress);
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, orderedRun, op), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInProgress);
+  setResultFor(NULL, ncclSuccess);
+  CHECK_EQ_INT(op->runs, 0);
+}
+
+/* Where the fake NCCL logged its most recent `name` call with count `count`, -1 if it did not. */
+static int findCall(const char* name, size_t count) {
+  for (int i = callCount() - 1; i >= 0; i--) {
+    const struct fakeCall* call = callAt(i);
+    if (call == NULL) return -1;
+    if (strcmp(call->name, name) != 0) continue;
+    for (int a = 0; a < call->nargs; a++) {
+      size_t v = 0;
+      if (strcmp(call->args[a].name, "count") == 0 && call->args[a].size == sizeof(v)) {
+        memcpy(&v, call->args[a].bytes, sizeof(v));
+        if (v == count) return i;
+      }
+    }
+  }
+  return -1;
+}
+
+/* The runner pauses between taking the parked operations and running them. */
+static pthread_mutex_t gateLock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gateCond = PTHREAD_COND_INITIALIZER;
+static int gatePaused, gateOpen;
+static void pauseHook(struct symmComm* comm) {
+  (void)comm;
+  pthread_mutex_lock(&gateLock);
+  gatePaused = 1;
+  pthread_cond_broadcast(&gateCond);
+  while (!gateOpen) pthread_cond_wait(&gateCond, &gateLock);
+  pthread_mutex_unlock(&gateLock);
+}
+
+static void* pollOnce(void* arg) {
+  ncclResult_t state = ncclInProgress;
+  CHECK_EQ_INT(ncclCommGetAsyncError((ncclComm_t)arg, &state), ncclSuccess);
+  return NULL;
+}
+
+/* The application's thread, after the group: polls until done, then issues its next call. */
+struct issuer {
+  ncclComm_t comm;
+  const struct ordered* parked;
+  ncclResult_t state, called;
+  int parkedRanWhenDone, done;
+};
+static void* issueNext(void* arg) {
+  struct issuer* k = arg;
+  float buf[4] = {0};
+  k->state = ncclInProgress;
+  CHECK_EQ_INT(ncclCommGetAsyncError(k->comm, &k->state), ncclSuccess);
+  k->parkedRanWhenDone = __atomic_load_n(&k->parked->runs, __ATOMIC_ACQUIRE);
+  k->called = ncclAllReduce(buf, buf, 3, ncclFloat32, ncclSum, k->comm, NULL);
+  __atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* A watchdog's ncclCommGetAsyncError takes the parked operation and is held before it runs it:
+ * the application's thread must neither hear ncclSuccess nor reach the real NCCL before it ran
+ * (before the fix: both, so this rank launched its next call ahead of the parked one). */
+static void testParkedRace(void) {
+  struct symmComm* c = knownComm(0x400000, 0);
+  if (c == NULL) return;
+  struct ordered parked = {0};
+  parkBehindGroup(c, &parked);
+  setAsyncError(ncclSuccess);
+  gatePaused = gateOpen = 0;
+  symmGroupParkedHook = pauseHook;
+  pthread_t watchdog, app;
+  pthread_create(&watchdog, NULL, pollOnce, c->real);
+  pthread_mutex_lock(&gateLock);
+  while (!gatePaused) pthread_cond_wait(&gateCond, &gateLock);
+  pthread_mutex_unlock(&gateLock);
+  struct issuer k = {.comm = c->real, .parked = &parked};
+  pthread_create(&app, NULL, issueNext, &k);
+  /* Long enough for the application's thread to get through if nothing holds it. */
+  for (int i = 0; i < 200 && !__atomic_load_n(&k.done, __ATOMIC_ACQUIRE); i++) {
+    struct timespec ms = {0, 1000 * 1000};
+    nanosleep(&ms, NULL);
+  }
+  CHECK_EQ_INT(__atomic_load_n(&k.done, __ATOMIC_ACQUIRE), 0);
+  pthread_mutex_lock(&gateLock);
+  gateOpen = 1;
+  pthread_cond_broadcast(&gateCond);
+  pthread_mutex_unlock(&gateLock);
+  pthread_join(watchdog, NULL);
+  pthread_join(app, NULL);
+  symmGroupParkedHook = NULL;
+  CHECK_EQ_INT(parked.runs, 1);
+  CHECK_EQ_INT(parked.launched, 1);
+  CHECK_EQ_INT(k.state, ncclSuccess);
+  CHECK_EQ_INT(k.parkedRanWhenDone, 1);
+  CHECK_EQ_INT(k.called, ncclSuccess);
+  const int at = findCall("ncclAllReduce", 3);
+  CHECK(at >= 0);
+  CHECK(parked.callsBefore <= at);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(c->real);
+}
+
+struct hammer {
+  ncclComm_t comm;
+  int stop;
+  long polls;
+};
+static void* hammerLoop(void* arg) {
+  struct hammer* h = arg;
+  while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+    ncclResult_t state;
+    (void)ncclCommGetAsyncError(h->comm, &state);
+    __atomic_add_fetch(&h->polls, 1, __ATOMIC_RELAXED);
+    sched_yield();
+  }
+  return NULL;
+}
+
+/* The same without a pause: a thread hammers ncclCommGetAsyncError while the application parks
+ * an operation per group and then issues its next call, grouped or not; each parked operation
+ * must have run before that call reached the real NCCL. */
+static void testParkedOrder(int rounds) {
+  struct symmComm* c = knownComm(0x500000, 0);
+  if (c == NULL) return;
+  struct hammer h = {.comm = c->real};
+  pthread_t t;
+  pthread_create(&t, NULL, hammerLoop, &h);
+  while (__atomic_load_n(&h.polls, __ATOMIC_RELAXED) == 0) sched_yield();
+  float buf[4] = {0};
+  int wrong = 0, unseen = 0;
+  for (int i = 0; i < rounds; i++) {
+    struct ordered parked = {0};
+    parkBehindGroup(c, &parked);
+    setAsyncError(ncclSuccess);
+    if (i % 3 == 0) sched_yield(); /* now and then, let the hammer take them */
+    const size_t marker = 1000 + (size_t)i;
+    if (i % 2 == 0) {
+      CHECK_EQ_INT(ncclAllReduce(buf, buf, marker, ncclFloat32, ncclSum, c->real, NULL), ncclSuccess);
+    } else {
+      CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+      CHECK_EQ_INT(ncclAllReduce(buf, buf, marker, ncclFloat32, ncclSum, c->real, NULL), ncclSuccess);
+      CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+    }
+    const int at = findCall("ncclAllReduce", marker);
+    if (at < 0) {
+      unseen++; /* dropped from the fake's ring by the hammer's calls */
+      continue;
+    }
+    CHECK_EQ_INT(__atomic_load_n(&parked.runs, __ATOMIC_ACQUIRE), 1);
+    wrong += parked.callsBefore > at;
+  }
+  __atomic_store_n(&h.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  CHECK_EQ_INT(wrong, 0);
+  CHECK(unseen < rounds / 2);
+  printf("parked order: %d rounds, %d out of order, %d not checked, %ld polls\n", rounds, wrong,
+         unseen, h.polls);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(c->real);
+}
+
 /* ---- abort from another thread during a stream of calls ----------------------------------- */
 
 struct caller {
@@ -243,11 +428,19 @@ int main(int argc, char** argv) {
   *(void**)&callCount = dlsym(fake, "fakeNcclCallCount");
   *(void**)&callAt = dlsym(fake, "fakeNcclCall");
   *(void**)&setResult = dlsym(fake, "fakeNcclSetResult");
-  CHECK(callCount != NULL && callAt != NULL && setResult != NULL);
-  if (callCount == NULL || callAt == NULL || setResult == NULL) return harnessReport("core_fake_paths");
+  *(void**)&setResultFor = dlsym(fake, "fakeNcclSetResultFor");
+  *(void**)&setAsyncError = dlsym(fake, "fakeNcclSetAsyncError");
+  *(void**)&deferChildren = dlsym(fake, "fakeNcclDeferChildren");
+  CHECK(callCount != NULL && callAt != NULL && setResult != NULL && setResultFor != NULL &&
+        setAsyncError != NULL && deferChildren != NULL);
+  if (callCount == NULL || callAt == NULL || setResult == NULL || setResultFor == NULL ||
+      setAsyncError == NULL || deferChildren == NULL)
+    return harnessReport("core_fake_paths");
   testFailedComm();
   testArgumentErrors();
   testGroups();
+  testParkedRace();
+  testParkedOrder(500);
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
   CHECK_EQ_INT(symmCommCount(), 0);
   return harnessReport("core_fake_paths");
