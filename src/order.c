@@ -147,6 +147,21 @@ cudaEvent_t symmOrderQuiesceEvent(const struct symmOrder* o) {
   return o->created && (o->issued || o->everCaptured) ? o->event : NULL;
 }
 
+int symmOrderHandOver(struct symmOrder* o, cudaEvent_t* quiesce,
+                      cudaEvent_t events[SYMM_ORDER_EVENTS]) {
+  *quiesce = symmOrderQuiesceEvent(o);
+  int n = 0;
+  if (o->created) events[n++] = o->event;
+  o->created = 0;
+  o->issued = o->everCaptured = 0;
+  for (int i = 0; i < SYMM_ORDER_CAPTURES; i++) {
+    if (o->captures[i].capEvent != NULL) events[n++] = o->captures[i].capEvent;
+    o->captures[i].capEvent = NULL;
+    o->captures[i].id = 0;
+  }
+  return n;
+}
+
 void symmOrderDestroy(struct symmOrder* o) {
   if (o->created) (void)cudaEventDestroy(o->event);
   o->created = 0;

@@ -58,7 +58,16 @@ ncclResult_t symmOrderAfter(struct symmOrder* order, cudaStream_t stream,
  * launchLock. */
 cudaEvent_t symmOrderQuiesceEvent(const struct symmOrder* order);
 
-/* Events are created at the communicator's first ordered operation; destroyed with its entry. */
+/* Events are created at the communicator's first ordered operation; destroyed with its entry,
+ * unless handed over first. */
 void symmOrderDestroy(struct symmOrder* order);
+
+/* Teardown: graphs of ours may still record and wait on the order's events after the entry is
+ * gone (a replay after an abort), so whoever outlives those graphs takes them: every event the
+ * order holds goes into events[] (at most SYMM_ORDER_EVENTS; the count is returned), *quiesce
+ * is symmOrderQuiesceEvent's answer, and the order forgets them. Caller holds launchLock. */
+#define SYMM_ORDER_EVENTS (1 + SYMM_ORDER_CAPTURES)
+int symmOrderHandOver(struct symmOrder* order, cudaEvent_t* quiesce,
+                      cudaEvent_t events[SYMM_ORDER_EVENTS]);
 
 #endif

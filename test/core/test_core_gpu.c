@@ -382,17 +382,57 @@ static void ctaRank(struct rank* r) {
 }
 
 /* ---- abort while copy-engine all-gathers wait for a rank that never calls -------------------
- * Stream waits cannot watch the abort flag: ncclCommAbort must release them (every rank's
- * stream drains within 2 s), and a new communicator works afterwards. */
+ * Stream waits cannot watch the abort flag: ncclCommAbort must release them, however many are
+ * queued (CE_CALLS all-gathers of CE_ROUND_BYTES rounds: one release per round, more than 2 s of
+ * them at the pace of one release per 200 us), and also those of a graph of copy-engine calls
+ * replayed after the abort. Every rank's stream drains; then a new communicator works. */
+#define CE_CALLS 200
+#define CE_EACH ((size_t)1 << 16) /* floats per rank: 64 rounds of 4 KiB per call */
+#define CE_GRAPH_OPS 2
+
+/* SYMMCOLL_CE_ROUND_BYTES for every rank (knobs are per process), set while all ranks wait. */
+static void ceRoundBytes(const struct rank* r, const char* bytes) {
+  pthread_barrier_wait(&barrier);
+  if (r->rank == 0) {
+    if (bytes != NULL) setenv("SYMMCOLL_CE_ROUND_BYTES", bytes, 1);
+    else unsetenv("SYMMCOLL_CE_ROUND_BYTES");
+    symmParamResetAll();
+  }
+  pthread_barrier_wait(&barrier);
+}
+
+/* Polls `s` until it is idle or `limitMs` passed: the milliseconds it took, -1 if it never was. */
+static double drainMs(cudaStream_t s, double t0, double limitMs) {
+  cudaError_t e = cudaErrorNotReady;
+  while (e == cudaErrorNotReady && nowMs() - t0 < limitMs) {
+    e = cudaStreamQuery(s);
+    if (e == cudaErrorNotReady) sleepMs(1);
+  }
+  TCHECK_EQ_INT(e, cudaSuccess);
+  return e == cudaSuccess ? nowMs() - t0 : -1;
+}
+
 static void ceAbortRank(struct rank* r) {
   checkedAllGather(r, 4096, 1, r->s1);
   TCHECK_EQ_INT(ours(r->comm), 1);
-  pthread_barrier_wait(&barrier);
+  /* A graph of copy-engine all-gathers, captured now (staging exists), replayed after the abort. */
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  CUDA_OK(cudaStreamBeginCapture(r->s2, cudaStreamCaptureModeThreadLocal));
+  for (int j = 0; j < CE_GRAPH_OPS; j++)
+    TCHECK_EQ_INT(ncclAllGather(r->in, r->out + (size_t)j * 4096 * nranks, 4096, ncclFloat32,
+                                r->comm, r->s2), ncclSuccess);
+  CUDA_OK(cudaStreamEndCapture(r->s2, &graph));
+  TCHECK_EQ_INT(ours(r->comm), 1 + CE_GRAPH_OPS);
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  /* Uploaded before ranks replay at once (test/core/README.md, "Graph uploads"). */
+  CUDA_OK(cudaGraphUpload(exec, r->s2));
+  CUDA_OK(cudaStreamSynchronize(r->s2));
+  ceRoundBytes(r, "4096");
   const int caller = r->rank != nranks - 1;
   if (caller)
-    for (int k = 0; k < 3; k++)
-      TCHECK_EQ_INT(ncclAllGather(r->in, r->out, (size_t)1 << 16, ncclFloat32, r->comm, r->s1),
-                    ncclSuccess);
+    for (int k = 0; k < CE_CALLS; k++)
+      TCHECK_EQ_INT(ncclAllGather(r->in, r->out, CE_EACH, ncclFloat32, r->comm, r->s1), ncclSuccess);
   sleepMs(300);
   if (caller) TCHECK_EQ_INT(cudaStreamQuery(r->s1), cudaErrorNotReady); /* stalled in a wait */
   (void)cudaGetLastError();
@@ -400,15 +440,26 @@ static void ceAbortRank(struct rank* r) {
   const double t0 = nowMs();
   TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
   r->comm = NULL;
-  cudaError_t e = cudaErrorNotReady;
-  while (e == cudaErrorNotReady && nowMs() - t0 < 3000) {
-    e = cudaStreamQuery(r->s1);
-    if (e == cudaErrorNotReady) sleepMs(1);
+  const double aborted = nowMs() - t0;
+  const double ms = drainMs(r->s1, t0, 30000);
+  TCHECK(ms >= 0 && ms < 10000);
+  pthread_barrier_wait(&barrier);
+  /* After the abort: the graph's waits for rank N-1 (which does not replay) are released too. */
+  double replayMs = 0;
+  if (caller) {
+    const double t1 = nowMs();
+    for (int k = 0; k < 3; k++) CUDA_OK(cudaGraphLaunch(exec, r->s2));
+    replayMs = drainMs(r->s2, t1, 30000);
+    TCHECK(replayMs >= 0 && replayMs < 10000);
   }
-  const double ms = nowMs() - t0;
-  TCHECK_EQ_INT(e, cudaSuccess);
-  TCHECK(ms < 2000);
-  if (r->rank == 0) printf("ce-abort: streams drained %.1f ms after ncclCommAbort\n", ms);
+  pthread_barrier_wait(&barrier);
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  ceRoundBytes(r, NULL);
+  if (r->rank == 0)
+    printf("ce-abort: %d queued all-gathers: abort returned in %.1f ms, stream drained %.1f ms "
+           "after it began; 3 replays of a graph after the abort drained in %.1f ms\n",
+           CE_CALLS, aborted, ms, replayMs);
 }
 
 /* ---- an agreed knob differs (SYMMCOLL_TEST_KNOB_SKEW_RANK): every rank forwards, right ---- */
