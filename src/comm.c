@@ -203,7 +203,9 @@ ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs) {
     SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm->real, &state));
     if (res != ncclSuccess) return res;
     if (state != ncclInProgress) return state;
-    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
+    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&comm->aborting, __ATOMIC_ACQUIRE))
+      return ncclInvalidUsage;
     clock_gettime(CLOCK_MONOTONIC, &now);
     const double ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) * 1e-6;
     if (timeoutMs >= 0 && ms > (double)timeoutMs) return ncclInProgress;

@@ -295,21 +295,33 @@ SYMM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
 
-/* Waits until no thread builds staging on `ours` (its real communicator must outlive that work).
- * Such a thread may be blocked inside the real NCCL, in the setup exchange, waiting for peers
- * that will never call (the real NCCL connects to its peers on the host at a first collective;
- * the test bootstrap's collectives wait for every rank): the real communicator is revoked then,
- * which ends those waits with an error, so the staging fails and returns. */
-static void waitStagingDone(struct symmComm* ours) {
+/* Stops a thread that builds staging on `ours` (the caller raised our abort flag: its own waits
+ * end within 20 ms and it enters no real call any more). It may be blocked inside the real
+ * NCCL, in a setup exchange, waiting for peers that will never call (the real NCCL connects to
+ * its peers on the host at a first collective; the test bootstrap's collectives wait for every
+ * rank). With ncclCommRevoke (NCCL 2.28 and later) the real communicator is revoked, which ends
+ * that wait with an error, and we wait until the thread is done. Without it, we wait until the
+ * thread is done or inside the real NCCL: the caller's next step, the real abort (or shrink
+ * with NCCL_SHRINK_ABORT), raises the real NCCL's abort flag, which ends that call as it ends an
+ * application thread's own call blocked in NCCL; the caller waits for the thread after it
+ * (symmTransportTeardown). Nothing here depends on time: every rank's staging fails alike. */
+static void stopStaging(struct symmComm* ours) {
   int revokeTried = 0;
   while (__atomic_load_n(&ours->stagingBusy, __ATOMIC_ACQUIRE)) {
-    if (!revokeTried && symmRealLoad() == ncclSuccess && symmReal.ncclCommRevoke != NULL) {
-      ncclResult_t res = ncclSuccess;
-      SYMM_CALL_REAL(res, ncclCommRevoke, (ours->real, NCCL_REVOKE_DEFAULT));
-      INFO(SYMM_INIT, "comm %p: aborted while building staging; real communicator revoked (%d)",
-           (void*)ours->real, (int)res);
+    if (__atomic_load_n(&ours->inRealExchange, __ATOMIC_SEQ_CST) > 0) {
+      if (symmRealLoad() != ncclSuccess || symmReal.ncclCommRevoke == NULL) {
+        INFO(SYMM_INIT, "comm %p: aborted while building staging; the real NCCL has no "
+             "ncclCommRevoke, so its abort ends the exchange", (void*)ours->real);
+        return;
+      }
+      if (!revokeTried) {
+        ncclResult_t res = ncclSuccess;
+        SYMM_CALL_REAL(res, ncclCommRevoke, (ours->real, NCCL_REVOKE_DEFAULT));
+        INFO(SYMM_INIT, "comm %p: aborted while building staging; real communicator revoked (%d)",
+             (void*)ours->real, (int)res);
+        revokeTried = 1;
+      }
     }
-    revokeTried = 1;
     struct timespec pause = {0, 100 * 1000};
     nanosleep(&pause, NULL);
   }
@@ -317,8 +329,9 @@ static void waitStagingDone(struct symmComm* ours) {
 
 /* From any thread, also while another one is inside a call on the communicator (PyTorch's
  * watchdog): the abort flag goes up first so that our kernels exit, our setup work stops at its
- * next wait, the real NCCL aborts (its kernels exit too), then our memory goes once the kernels
- * have drained (at most 2 s). Calls in flight hold their own reference on the entry. */
+ * next wait (or is ended by the real abort, see stopStaging), the real NCCL aborts (its kernels
+ * exit too), then our memory goes once our work has drained (teardown waits at most 2 s, the
+ * releaser thread the rest). Calls in flight hold their own reference on the entry. */
 SYMM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   struct symmComm* ours = NULL;
   if (symmRealDepth == 0) {
@@ -326,7 +339,7 @@ SYMM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (ours != NULL) {
       symmTransportSetAbort(ours);
       symmCommWaitJob(ours);
-      waitStagingDone(ours);
+      stopStaging(ours);
       symmGroupDropParked(ours);
     } else {
       symmCommRemove(comm);

@@ -68,6 +68,10 @@ struct symmComm {
   int job;                    /* enum symmJobState (atomic) */
   pthread_t jobThread;
   int stagingBusy;            /* a thread is building staging (atomic) */
+  /* ncclCommAbort, ncclCommRevoke or a shrink with NCCL_SHRINK_ABORT began: setup waits stop
+   * and no setup exchange enters the real NCCL any more (atomic). */
+  int aborting;
+  int inRealExchange;         /* setup exchanges of ours inside the real NCCL now (atomic) */
   /* Serialises our launches, the order state and the transport pointer against teardown; held
    * only for host work that never waits on peers. */
   pthread_mutex_t launchLock;
@@ -108,7 +112,8 @@ int symmCommCount(void);
 
 /* A non-blocking communicator may still be launching its last operation (ncclInProgress):
  * polls the real NCCL until that is done, at most timeoutMs (< 0: no limit). ncclSuccess when
- * idle (at once for blocking communicators); ncclInProgress on timeout; else its error. */
+ * idle (at once for blocking communicators); ncclInProgress on timeout; ncclInvalidUsage once
+ * the communicator is going away or aborting; else its error. */
 ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs);
 
 /* Whether the real NCCL will make this communicator blocking, decided as NCCL does: the

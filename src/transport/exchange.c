@@ -97,7 +97,9 @@ ncclResult_t symmWaitStream(const struct symmComm* comm, cudaStream_t stream) {
       WARN("symmetric memory: waiting for a setup stream failed: %s", cudaGetErrorString(e));
       return ncclUnhandledCudaError;
     }
-    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
+    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&comm->aborting, __ATOMIC_ACQUIRE))
+      return ncclInvalidUsage;
     if (polls < 64) {
       sched_yield();
     } else {
@@ -105,6 +107,22 @@ ncclResult_t symmWaitStream(const struct symmComm* comm, cudaStream_t stream) {
       nanosleep(&pause, NULL);
     }
   }
+}
+
+/* Around every call of a setup exchange into the real NCCL, which may block there until every
+ * peer takes part: counts the caller in, then checks that no abort began; an abort raises
+ * `aborting` first and then reads the count (both sequentially consistent), so either this
+ * exchange stays out, or the abort sees it inside (init.c, stopStaging). 0: stay out. */
+static int enterReal(struct symmComm* c) {
+  __atomic_add_fetch(&c->inRealExchange, 1, __ATOMIC_SEQ_CST);
+  if (!__atomic_load_n(&c->aborting, __ATOMIC_SEQ_CST) && !__atomic_load_n(&c->gone, __ATOMIC_SEQ_CST))
+    return 1;
+  __atomic_sub_fetch(&c->inRealExchange, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+static void leaveReal(struct symmComm* c) {
+  __atomic_sub_fetch(&c->inRealExchange, 1, __ATOMIC_SEQ_CST);
 }
 
 ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
@@ -138,11 +156,22 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     taking++;
   }
   ncclResult_t res;
-  /* One thread may own several ranks: their all-gathers must be issued as one group. */
+  int* entered = calloc((size_t)n, sizeof(int));
+  if (entered == NULL) {
+    WARN("symmetric memory: out of host memory for a setup exchange");
+    for (int i = 0; i < n; i++) inExchange[i] = 0;
+  }
+  /* One thread may own several ranks: their all-gathers must be issued as one group (whose end
+   * is where the real NCCL may wait for peers). */
   if (taking > 1) SYMM_CALL_REAL(res, ncclGroupStart, ());
   for (int i = 0; i < n; i++) {
     if (!inExchange[i]) continue;
     struct symmComm* c = comms[i];
+    if (!enterReal(c)) {
+      inExchange[i] = 0;
+      continue;
+    }
+    entered[i] = 1;
     (void)cudaSetDevice(c->cudaDev);
     SYMM_CALL_REAL(res, ncclAllGather,
                    ((char*)slots[i].scratch + bytes * (size_t)c->rank, slots[i].scratch, bytes,
@@ -150,6 +179,10 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     if (res != ncclSuccess && res != ncclInProgress) {
       WARN("symmetric memory: setup all-gather failed (%d) on rank %d", (int)res, c->rank);
       inExchange[i] = 0;
+    }
+    if (taking <= 1) {
+      leaveReal(c);
+      entered[i] = 0;
     }
   }
   if (taking > 1) {
@@ -159,6 +192,9 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
       for (int i = 0; i < n; i++) inExchange[i] = 0;
     }
   }
+  for (int i = 0; entered != NULL && i < n; i++)
+    if (entered[i]) leaveReal(comms[i]);
+  free(entered);
   for (int i = 0; i < n; i++) {
     if (!prepared[i]) continue;
     struct exchangeSlot* x = &slots[i];

@@ -481,6 +481,8 @@ uint32_t symmTransportPollPadFailure(struct symmComm* comm) {
 
 void symmTransportSetAbort(struct symmComm* comm) {
   if (comm == NULL) return;
+  /* Before the flag, and sequentially consistent: see enterReal in exchange.c. */
+  __atomic_store_n(&comm->aborting, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_lock(&comm->launchLock);
   struct symmTransport* t = comm->transport;
   if (t != NULL) __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);

@@ -94,6 +94,7 @@ struct ncclComm {
   struct bootWorld* world;
   int rank, nranks, dev;
   uint64_t nextSeq;
+  int inCalls; /* operations of this rank posted and not finished (bootLock) */
 };
 
 /* One lock and one condition for everything: simple, and the bootstrap is not about speed. */
@@ -141,6 +142,10 @@ static void worldLeave(struct ncclComm* comm, int abort) {
   if (abort) w->aborted = 1;
   w->ranks[comm->rank] = NULL;
   pthread_cond_broadcast(&bootCond);
+  /* An abort may come from another thread while this rank's own thread waits in an operation
+   * (as NCCL's abort ends such a wait): it wakes with an error; the caller frees the rank once it
+   * has left. */
+  while (abort && comm->inCalls > 0) pthread_cond_wait(&bootCond, &bootLock);
   /* An operation already running may use this rank's buffers and streams, which the caller
    * frees once we return: wait for it (it is short: copies and host arithmetic). */
   while (w->running > 0) pthread_cond_wait(&bootCond, &bootLock);
@@ -278,6 +283,7 @@ static ncclResult_t opPost(struct groupItem* item, struct bootOp** out, int* run
     op->result = ncclInvalidUsage;
   }
   op->args[comm->rank] = item->args;
+  comm->inCalls++;
   if (++op->posted == w->nranks) {
     op->state = 1;
     *runIt = 1;
@@ -408,6 +414,8 @@ static ncclResult_t opFinish(struct ncclComm* comm, struct bootOp* op, int runIt
       res = ncclRemoteError;
   }
   if (res == ncclSuccess) res = op->result;
+  comm->inCalls--;
+  pthread_cond_broadcast(&bootCond);
   /* The last rank to leave frees the record (a timed-out or aborted one is left to the world). */
   if (op->state == 2 && ++op->finished == w->nranks) {
     struct bootOp** link = &w->ops;

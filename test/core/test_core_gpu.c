@@ -4,7 +4,8 @@
  * eager calls and graph replays (streams-eager: no graph, its calls issued eagerly), abort from
  * a watchdog thread, groups, non-blocking communicators, an agreed knob that differs, a mixed
  * soak, and repeated identical calls. Exits 77 without a GPU.
- *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES | group N |
+ *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES |
+ *                 abort-setup[-norevoke] N | group N |
  *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | ce-abort N |
  *                 cta-efficiency N | max-ctas N | repeat N CALLS */
 #define _GNU_SOURCE
@@ -632,7 +633,8 @@ static void* watchdog(void* arg) {
 /* The first call's setup exchange waits inside the real NCCL (here the bootstrap, whose
  * collectives wait for every rank; the real NCCL connects to its peers on the host) for a rank
  * that never calls. An abort from another thread ends that wait: every caller returns and every
- * abort completes within seconds (before: the bootstrap's 300 s limit). */
+ * abort completes within seconds (before: the bootstrap's 300 s limit). abort-setup-norevoke:
+ * the same without ncclCommRevoke (hidden from libsymmcoll), as with NCCL before 2.28. */
 static double setupCallReturnedMs[8];
 
 static void abortSetupRank(struct rank* r) {
@@ -770,7 +772,7 @@ int main(int argc, char** argv) {
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
-    fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup|group|"
+    fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup[-norevoke]|group|"
             "nonblocking|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|repeat N [number]\n");
     return 2;
   }
@@ -797,6 +799,11 @@ int main(int argc, char** argv) {
   }
   else if (!strcmp(mode, "abort")) runAbortCycles();
   else if (!strcmp(mode, "abort-setup")) runWorld(abortSetupRank, 1, abortSetupHelper, NULL);
+  else if (!strcmp(mode, "abort-setup-norevoke")) {
+    /* As with a real NCCL older than 2.28: no ncclCommRevoke to end the blocked exchange. */
+    symmReal.ncclCommRevoke = NULL;
+    runWorld(abortSetupRank, 1, abortSetupHelper, NULL);
+  }
   else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
   else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
   else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
