@@ -213,6 +213,21 @@ static void childCreated(ncclResult_t res, ncclComm_t* newcomm, const struct sym
   commCreated(res, child, config);
 }
 
+static void stopStaging(struct symmComm* ours);
+
+/* NCCL_SHRINK_ABORT ("terminate ongoing parent operations"): ours on the parent stop as on an
+ * abort before the real shrink: the abort flag goes up (our kernels exit), setup work stops,
+ * parked operations are dropped; after it our memory on the parent goes (its teardown also
+ * releases copy-engine waits). From then on every call on the parent forwards to the real NCCL,
+ * on every rank that shrank, whether or not a kernel of ours was in flight there (a kernel that
+ * stopped for the abort flag is no failure, see symmCommHealth). */
+static void stopForShrink(struct symmComm* parent) {
+  symmTransportSetAbort(parent);
+  symmCommWaitJob(parent);
+  stopStaging(parent);
+  symmGroupDropParked(parent);
+}
+
 SYMM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
   SYMM_FORWARD_IF_PASSTHROUGH(ncclCommSplit, (comm, color, key, newcomm, config), ncclSystemError);
@@ -237,8 +252,16 @@ SYMM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
   ncclResult_t res;
   struct symmCommConfig ours;
   childConfig(comm, config, &ours);
+  struct symmComm* parent = (shrinkFlags & NCCL_SHRINK_ABORT) ? symmCommAcquire(comm) : NULL;
+  if (parent != NULL) stopForShrink(parent);
   SYMM_CALL_REAL(res, ncclCommShrink,
                  (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
+  /* The real shrink ended the exchange a staging thread may have been blocked in (stopStaging);
+   * should it still be blocked (no ncclCommRevoke, and the real NCCL's abort flag was up only
+   * briefly), our memory waits for the parent's abort. */
+  if (parent != NULL && !__atomic_load_n(&parent->stagingBusy, __ATOMIC_ACQUIRE))
+    symmTransportTeardown(parent, 1);
+  symmCommRelease(parent);
   childCreated(res, newcomm, &ours);
   return res;
 }

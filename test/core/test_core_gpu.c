@@ -2,10 +2,10 @@
 /* GPU tests of the host path through the test bootstrap (ranks are threads; SYMMCOLL_NCCL_LIB
  * names test/bootstrap/libnccl.so.2): a late rank, an injected kernel error, two streams with
  * eager calls and graph replays (streams-eager: no graph, its calls issued eagerly), abort from
- * a watchdog thread, groups, non-blocking communicators, an agreed knob that differs, a mixed
- * soak, and repeated identical calls. Exits 77 without a GPU.
+ * a watchdog thread, groups, non-blocking communicators, a shrink with NCCL_SHRINK_ABORT, an agreed knob that differs, a mixed soak, and repeated identical calls.
+ * Exits 77 without a GPU.
  *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES |
- *                 abort-setup[-norevoke] N | group N |
+ *                 abort-setup[-norevoke] N | group N | shrink N (N >= 3) |
  *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | ce-abort N |
  *                 cta-efficiency N | max-ctas N | repeat N CALLS */
 #define _GNU_SOURCE
@@ -81,9 +81,11 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t res) {
 
 #define MAX_COUNT (1u << 20)
 static float pattern(int rank, size_t i, int salt) { return (float)((rank + 1) * (int)((i + (size_t)salt) % 13 + 1)); }
-static float expected(size_t i, int salt) {
-  return (float)(nranks * (nranks + 1) / 2 * (int)((i + (size_t)salt) % 13 + 1));
+/* The sum of pattern() over n ranks. */
+static float expectedOf(size_t i, int salt, int n) {
+  return (float)(n * (n + 1) / 2 * (int)((i + (size_t)salt) % 13 + 1));
 }
+static float expected(size_t i, int salt) { return expectedOf(i, salt, nranks); }
 
 static void fill(struct rank* r, float* dev, size_t count, int salt, cudaStream_t s) {
   for (size_t i = 0; i < count; i++) r->host[i] = pattern(r->rank, i, salt);
@@ -364,6 +366,69 @@ static void nonBlockingRank(struct rank* r) {
     TCHECK_EQ_INT(wrongSum(r, r->out, 4096, k, r->s1), 0);
     TCHECK_EQ_INT(wrongAt(r, r->out + 4096, 4096, k, k % nranks), 0);
   }
+}
+
+/* ---- a child communicator: checked all-reduces (and an all-gather), ours ------------------- */
+static void childCalls(struct rank* r, ncclComm_t child, int n) {
+  struct rank c = *r;
+  c.comm = child;
+  TCHECK_EQ_INT(ncclCommUserRank(child, &c.rank), ncclSuccess);
+  for (int k = 0; k < 8; k++) {
+    const size_t count = (size_t)256 << (k % 5);
+    fill(&c, c.in, count, k, c.s1);
+    TCHECK_EQ_INT(settle(child, allReduce(&c, c.in, c.out, count, c.s1)), ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(c.s1));
+    CUDA_OK(cudaMemcpy(c.host, c.out, count * sizeof(float), cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (size_t i = 0; i < count; i++) wrong += c.host[i] != expectedOf(i, k, n);
+    TCHECK_EQ_INT(wrong, 0);
+  }
+  /* The first call given to our kernels may forward (non-blocking: staging follows it). */
+  TCHECK(ours(child) >= 7);
+}
+
+/* ---- shrink with NCCL_SHRINK_ABORT while kernels of ours wait for a rank that stopped ---------
+ * Rank N-1 stops taking part; the others' all-reduce of ours waits for it on the GPU. They
+ * shrink it away with NCCL_SHRINK_ABORT: the call returns and their streams drain within 5 s
+ * (before: our abort flag was never raised, the kernels spun forever); the parent's memory of
+ * ours is gone (every later call forwards, on every survivor); the child works with our kernels.
+ * Then every rank aborts the parent. */
+static void shrinkRank(struct rank* r) {
+  checkedAllReduce(r, 1024, 1); /* staging, on every rank */
+  const int gone = nranks - 1;
+  pthread_barrier_wait(&barrier);
+  if (r->rank != gone) {
+    fill(r, r->in, 1024, 2, r->s1);
+    TCHECK_EQ_INT(allReduce(r, r->in, r->out, 1024, r->s1), ncclSuccess);
+    sleepMs(300);
+    TCHECK_EQ_INT(cudaStreamQuery(r->s1), cudaErrorNotReady); /* waiting for rank N-1 */
+    (void)cudaGetLastError();
+    const double t0 = nowMs();
+    int exclude[1] = {gone};
+    ncclComm_t child = NULL;
+    TCHECK_EQ_INT(ncclCommShrink(r->comm, exclude, 1, &child, NULL, NCCL_SHRINK_ABORT), ncclSuccess);
+    const double shrinkMs = nowMs() - t0;
+    cudaError_t e = cudaErrorNotReady;
+    while (e == cudaErrorNotReady && nowMs() - t0 < 10000) {
+      e = cudaStreamQuery(r->s1);
+      if (e == cudaErrorNotReady) sleepMs(1);
+    }
+    const double drainedMs = nowMs() - t0;
+    TCHECK_EQ_INT(e, cudaSuccess);
+    TCHECK(shrinkMs < 5000 && drainedMs < 5000);
+    TCHECK(symmTransportPeers(symmCommFind(r->comm)) == NULL);
+    if (r->rank == 0)
+      printf("shrink: returned %.1f ms, stream drained %.1f ms after NCCL_SHRINK_ABORT began\n",
+             shrinkMs, drainedMs);
+    TCHECK(child != NULL);
+    if (e == cudaSuccess && child != NULL) {
+      childCalls(r, child, nranks - 1);
+      TCHECK_EQ_INT(ncclCommDestroy(child), ncclSuccess);
+    }
+  }
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
+  r->comm = NULL;
 }
 
 /* ---- ncclConfig_t: CTA policy and grid bounds ------------------------------------------- */
@@ -773,7 +838,8 @@ int main(int argc, char** argv) {
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
     fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup[-norevoke]|group|"
-            "nonblocking|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|repeat N [number]\n");
+            "nonblocking|shrink|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|"
+            "repeat N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -824,6 +890,9 @@ int main(int argc, char** argv) {
   } else if (!strcmp(mode, "nonblocking")) {
     blockingComms = 0;
     runWorld(nonBlockingRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "shrink")) {
+    if (nranks < 3) return 2; /* the child needs two ranks for our kernels */
+    runWorld(shrinkRank, 0, NULL, NULL);
   } else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;

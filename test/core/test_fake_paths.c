@@ -365,6 +365,28 @@ static void testParkedOrder(int rounds) {
   symmCommRemove(c->real);
 }
 
+/* ---- shrink with NCCL_SHRINK_ABORT ---------------------------------------------------------- */
+
+/* NCCL_SHRINK_ABORT raises the parent's abort state before the real shrink; later calls on the
+ * parent forward to the real NCCL. */
+static void testShrinkAbort(void) {
+  struct symmComm* c = known(0x800000);
+  if (c == NULL) return;
+  ncclComm_t child = NULL;
+  int exclude[1] = {1};
+  CHECK_EQ_INT(__atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE), 0);
+  CHECK_EQ_INT(ncclCommShrink(c->real, exclude, 1, &child, NULL, NCCL_SHRINK_ABORT), ncclSuccess);
+  CHECK_EQ_INT(__atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE), 1);
+  CHECK(child == FAKE_COMM_SHRINK);
+  float buf[4] = {0};
+  const int before = callCount();
+  CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, c->real, NULL), ncclSuccess);
+  CHECK_EQ_INT(callCount(), before + 1);
+  CHECK_EQ_STR(lastName(), "ncclAllReduce");
+  CHECK_EQ_INT(ncclCommDestroy(FAKE_COMM_SHRINK), ncclSuccess);
+  symmCommRemove(c->real);
+}
+
 /* ---- abort from another thread during a stream of calls ----------------------------------- */
 
 struct caller {
@@ -441,6 +463,7 @@ int main(int argc, char** argv) {
   testGroups();
   testParkedRace();
   testParkedOrder(500);
+  testShrinkAbort();
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
   CHECK_EQ_INT(symmCommCount(), 0);
   return harnessReport("core_fake_paths");
