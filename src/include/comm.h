@@ -48,6 +48,7 @@ struct symmFailure {
 enum symmJobState { SYMM_JOB_NONE = 0, SYMM_JOB_RUNNING = 1, SYMM_JOB_DONE = 2 };
 
 struct symmDeferredList; /* src/group.c: our operations parked behind a non-blocking group */
+struct symmChildWait;    /* src/init.c: a split's child the real NCCL is still creating */
 struct symmRepeats;      /* src/enqueue.c: recent launches of ours, to repeat */
 
 struct symmComm {
@@ -81,6 +82,9 @@ struct symmComm {
   uint64_t replays;                  /* of those, an identical call's launch issued again (tests) */
   struct symmTransport* transport;   /* non-NULL when eligible and set up */
   struct symmRepeats* repeats;       /* NULL until the first launch of ours (launchLock) */
+  /* The child of a non-blocking split or shrink of this parent, handed to the caller by the
+   * parent's job (src/init.c); touched by that job, or by a teardown after waiting for it. */
+  struct symmChildWait* pendingChild;
   /* Non-blocking: ours behind NCCL's group launch. Changed under parkLock, which is also held
    * while they run, and cleared only once they ran: a thread that sees it NULL (atomic) may
    * issue, one that sees a list waits on parkLock. Taken before launchLock, never after. */

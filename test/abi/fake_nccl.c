@@ -224,6 +224,12 @@ static void behave(struct fakeCall* call, enum fakeReturnKind kind, void* ret) {
   if (is(call, "ncclCommInitRankConfig")) WRITE_OUT(call, "comm", ncclComm_t, FAKE_COMM_INIT_CONFIG);
   if (is(call, "ncclCommInitRankScalable"))
     WRITE_OUT(call, "newcomm", ncclComm_t, FAKE_COMM_INIT_SCALABLE);
+  if (is(call, "ncclCommAbort") || is(call, "ncclCommDestroy")) {
+    /* As NCCL joins the thread creating a child before freeing its parent. */
+    for (int i = 0; i < pendingChildCount; i++)
+      __atomic_store_n(pendingChildren[i].where, pendingChildren[i].value, __ATOMIC_RELEASE);
+    pendingChildCount = 0;
+  }
   if (is(call, "ncclCommSplit")) childOutput(call, FAKE_COMM_SPLIT);
   if (is(call, "ncclCommShrink")) childOutput(call, FAKE_COMM_SHRINK);
   if (is(call, "ncclCommInitAll")) {

@@ -79,7 +79,8 @@ typedef void (*fakeNcclSetResultForFn)(const char* name, ncclResult_t result);
  * stores the children fakeNcclDeferChildren held back. */
 typedef void (*fakeNcclSetAsyncErrorFn)(ncclResult_t result);
 /* 1: ncclCommSplit/Shrink store NULL and the child handle only when the asynchronous state
- * leaves ncclInProgress (NCCL 2.28's non-blocking split); 0: at once (default). */
+ * leaves ncclInProgress, or at ncclCommAbort/Destroy (NCCL 2.28's non-blocking split); 0: at
+ * once (default). */
 typedef void (*fakeNcclDeferChildrenFn)(int on);
 
 #endif

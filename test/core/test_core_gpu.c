@@ -2,10 +2,11 @@
 /* GPU tests of the host path through the test bootstrap (ranks are threads; SYMMCOLL_NCCL_LIB
  * names test/bootstrap/libnccl.so.2): a late rank, an injected kernel error, two streams with
  * eager calls and graph replays (streams-eager: no graph, its calls issued eagerly), abort from
- * a watchdog thread, groups, non-blocking communicators, a shrink with NCCL_SHRINK_ABORT, an agreed knob that differs, a mixed soak, and repeated identical calls.
+ * a watchdog thread, groups, non-blocking communicators and their splits, a shrink with
+ * NCCL_SHRINK_ABORT, an agreed knob that differs, a mixed soak, and repeated identical calls.
  * Exits 77 without a GPU.
  *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES |
- *                 abort-setup[-norevoke] N | group N | shrink N (N >= 3) |
+ *                 abort-setup[-norevoke] N | group N | split N | shrink N (N >= 3) |
  *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | ce-abort N |
  *                 cta-efficiency N | max-ctas N | repeat N CALLS */
 #define _GNU_SOURCE
@@ -385,6 +386,33 @@ static void childCalls(struct rank* r, ncclComm_t child, int n) {
   }
   /* The first call given to our kernels may forward (non-blocking: staging follows it). */
   TCHECK(ours(child) >= 7);
+}
+
+/* ---- a non-blocking split: the child is ours on every rank -------------------------------------
+ * The bootstrap's non-blocking split stores the child before it returns on the rank that
+ * completes the rendezvous and later, from a thread, on the others (NCCL's init thread may be
+ * either). Every rank must register the child once the parent is done, whatever it saw at the
+ * return (before: only the quick rank did, and its setup waited for peers that never came). The
+ * child's ranks are the parent's in reverse. */
+static void splitRank(struct rank* r) {
+  checkedAllReduce(r, 1024, 1);
+  ncclComm_t child = NULL;
+  const ncclResult_t res = ncclCommSplit(r->comm, 0, nranks - 1 - r->rank, &child, NULL);
+  TCHECK(res == ncclInProgress || res == ncclSuccess);
+  /* The parent's state says when the split is done; the child is handed over by then. */
+  TCHECK_EQ_INT(settle(r->comm, ncclInProgress), ncclSuccess);
+  child = __atomic_load_n(&child, __ATOMIC_ACQUIRE);
+  TCHECK(child != NULL);
+  if (child == NULL) return;
+  TCHECK(symmCommFind(child) != NULL);
+  TCHECK_EQ_INT(settle(child, ncclInProgress), ncclSuccess); /* its own setup, in the background */
+  int childRank = -1;
+  TCHECK_EQ_INT(ncclCommUserRank(child, &childRank), ncclSuccess);
+  TCHECK_EQ_INT(childRank, nranks - 1 - r->rank);
+  childCalls(r, child, nranks);
+  checkedAllReduce(r, 2048, 2); /* the parent still works */
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(settle(child, ncclCommDestroy(child)), ncclSuccess);
 }
 
 /* ---- shrink with NCCL_SHRINK_ABORT while kernels of ours wait for a rank that stopped ---------
@@ -838,7 +866,7 @@ int main(int argc, char** argv) {
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
     fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup[-norevoke]|group|"
-            "nonblocking|shrink|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|"
+            "nonblocking|split|shrink|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|"
             "repeat N [number]\n");
     return 2;
   }
@@ -890,6 +918,9 @@ int main(int argc, char** argv) {
   } else if (!strcmp(mode, "nonblocking")) {
     blockingComms = 0;
     runWorld(nonBlockingRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "split")) {
+    blockingComms = 0;
+    runWorld(splitRank, 0, NULL, NULL);
   } else if (!strcmp(mode, "shrink")) {
     if (nranks < 3) return 2; /* the child needs two ranks for our kernels */
     runWorld(shrinkRank, 0, NULL, NULL);

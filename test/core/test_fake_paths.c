@@ -365,7 +365,104 @@ static void testParkedOrder(int rounds) {
   symmCommRemove(c->real);
 }
 
-/* ---- shrink with NCCL_SHRINK_ABORT ---------------------------------------------------------- */
+/* ---- children of non-blocking splits and shrinks ------------------------------------------ */
+
+/* Polls ncclCommGetAsyncError until it leaves ncclInProgress (at most 10 s). */
+static ncclResult_t settled(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int i = 0; i < 100000 && state == ncclInProgress; i++) {
+    CHECK_EQ_INT(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+    if (state == ncclInProgress) {
+      struct timespec pause = {0, 100 * 1000};
+      nanosleep(&pause, NULL);
+    }
+  }
+  return state;
+}
+
+/* A split returns ncclInProgress on a non-blocking parent. Whether the real NCCL's thread has
+ * stored the child by then (`early`) or stores it at completion (NCCL 2.28), every rank must do
+ * the same: nothing known or handed out while the parent is in progress, then the child
+ * registered (setting itself up in the background) before the caller gets it. Before the fix
+ * the child was registered at once in the first case and never in the second. */
+static void testNonBlockingSplit(int early, int shrink) {
+  const ncclComm_t expect = shrink ? FAKE_COMM_SHRINK : FAKE_COMM_SPLIT;
+  struct symmComm* c = knownComm(0x600000 + (uintptr_t)(early * 2 + shrink) * 0x10000, 0);
+  if (c == NULL) return;
+  const ncclComm_t parent = c->real;
+  deferChildren(!early);
+  setAsyncError(ncclInProgress);
+  setResultFor(shrink ? "ncclCommShrink" : "ncclCommSplit", ncclInProgress);
+  ncclComm_t child = (ncclComm_t)(uintptr_t)0xbad;
+  int exclude[1] = {1};
+  const ncclResult_t res = shrink ? ncclCommShrink(parent, exclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT)
+                                  : ncclCommSplit(parent, 0, 0, &child, NULL);
+  setResultFor(NULL, ncclSuccess);
+  CHECK_EQ_INT(res, ncclInProgress);
+  CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL);
+  CHECK(symmCommFind(expect) == NULL);
+  ncclResult_t state = ncclSuccess;
+  CHECK_EQ_INT(ncclCommGetAsyncError(parent, &state), ncclSuccess);
+  CHECK_EQ_INT(state, ncclInProgress);
+  CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL);
+  /* The real NCCL completes (child stored, then the parent's state). */
+  setAsyncError(ncclSuccess);
+  CHECK_EQ_INT(settled(parent), ncclSuccess);
+  CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == expect);
+  const struct symmComm* k = symmCommFind(expect);
+  CHECK(k != NULL);
+  if (k != NULL) CHECK_EQ_INT(k->config.blocking, 0);
+  /* Its own setup job (which finds no GPU here, so it forwards) ends too. */
+  CHECK_EQ_INT(settled(expect), ncclSuccess);
+  CHECK_EQ_INT(ncclCommDestroy(expect), ncclSuccess);
+  CHECK(symmCommFind(expect) == NULL);
+  deferChildren(0);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(parent);
+}
+
+/* The parent is aborted while its child is being created: the caller still gets the child (the
+ * real abort completes or fails it), unregistered: it forwards. */
+static void testSplitThenAbort(void) {
+  struct symmComm* c = knownComm(0xa00000, 0);
+  if (c == NULL) return;
+  const ncclComm_t parent = c->real;
+  deferChildren(1);
+  setAsyncError(ncclInProgress);
+  setResultFor("ncclCommSplit", ncclInProgress);
+  ncclComm_t child = NULL;
+  CHECK_EQ_INT(ncclCommSplit(parent, 0, 0, &child, NULL), ncclInProgress);
+  setResultFor(NULL, ncclSuccess);
+  CHECK_EQ_INT(ncclCommAbort(parent), ncclSuccess);
+  CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == FAKE_COMM_SPLIT);
+  CHECK(symmCommFind(FAKE_COMM_SPLIT) == NULL);
+  CHECK(symmCommFind(parent) == NULL);
+  deferChildren(0);
+  setAsyncError(FAKE_ASYNC_ERROR);
+}
+
+/* Blocking parents: the child is final when the call returns and known at once; inside a group
+ * the real NCCL stores it at the group's end, so it stays unknown (forwards) on every rank. */
+static void testBlockingSplit(void) {
+  struct symmComm* c = known(0x700000);
+  if (c == NULL) return;
+  ncclComm_t child = NULL;
+  CHECK_EQ_INT(ncclCommSplit(c->real, 0, 0, &child, NULL), ncclSuccess);
+  CHECK(child == FAKE_COMM_SPLIT);
+  CHECK(symmCommFind(FAKE_COMM_SPLIT) != NULL);
+  CHECK_EQ_INT(ncclCommDestroy(FAKE_COMM_SPLIT), ncclSuccess);
+  child = NULL;
+  deferChildren(1); /* stored at the group's end */
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(ncclCommSplit(c->real, 0, 0, &child, NULL), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  setAsyncError(ncclSuccess); /* the fake's group end */
+  CHECK(child == FAKE_COMM_SPLIT);
+  CHECK(symmCommFind(FAKE_COMM_SPLIT) == NULL);
+  deferChildren(0);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(c->real);
+}
 
 /* NCCL_SHRINK_ABORT raises the parent's abort state before the real shrink; later calls on the
  * parent forward to the real NCCL. */
@@ -463,6 +560,10 @@ int main(int argc, char** argv) {
   testGroups();
   testParkedRace();
   testParkedOrder(500);
+  for (int early = 0; early <= 1; early++)
+    for (int shrink = 0; shrink <= 1; shrink++) testNonBlockingSplit(early, shrink);
+  testSplitThenAbort();
+  testBlockingSplit();
   testShrinkAbort();
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
   CHECK_EQ_INT(symmCommCount(), 0);
