@@ -137,7 +137,7 @@ ncclResult_t symmGroupRunParked(struct symmComm* comm) {
   pthread_mutex_lock(&comm->parkLock);
   struct symmDeferredList* l = comm->parked;
   ncclResult_t state = ncclSuccess, res = ncclSuccess;
-  if (l != NULL) SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm->real, &state));
+  if (l != NULL) res = symmCommRealState(comm, &state);
   if (l == NULL || res != ncclSuccess || state == ncclInProgress) {
     pthread_mutex_unlock(&comm->parkLock);
     return res != ncclSuccess ? res : l == NULL ? ncclSuccess : ncclInProgress;

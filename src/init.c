@@ -255,8 +255,8 @@ static void publishChild(struct symmChildWait* w, int known) {
 static int harvestChild(struct symmComm* parent) {
   for (;;) {
     if (__atomic_load_n(&parent->gone, __ATOMIC_ACQUIRE)) return 0;
-    ncclResult_t state = ncclSuccess, res;
-    SYMM_CALL_REAL(res, ncclCommGetAsyncError, (parent->real, &state));
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t res = symmCommRealState(parent, &state);
     if (res != ncclSuccess || state != ncclInProgress) return 1;
     struct timespec pause = {0, 50 * 1000};
     nanosleep(&pause, NULL);
@@ -522,11 +522,17 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeF
  * non-blocking group (ncclInProgress). */
 SYMM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   SYMM_FORWARD_IF_PASSTHROUGH(ncclCommGetAsyncError, (comm, asyncError), ncclSystemError);
+  struct symmComm* ours = asyncError != NULL ? symmCommAcquire(comm) : NULL;
   ncclResult_t res;
-  SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm, asyncError));
-  if (res != ncclSuccess || asyncError == NULL) return res;
-  struct symmComm* ours = symmCommAcquire(comm);
-  if (ours == NULL) return res;
+  if (ours != NULL) {
+    res = symmCommRealState(ours, asyncError);
+  } else {
+    SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm, asyncError));
+  }
+  if (res != ncclSuccess || ours == NULL) {
+    symmCommRelease(ours);
+    return res;
+  }
   ncclResult_t mine = symmCommJobState(ours);
   if (mine == ncclSuccess && *asyncError != ncclInProgress) mine = symmGroupRunParked(ours);
   const ncclResult_t health = symmCommPollHealth(ours);

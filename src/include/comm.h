@@ -90,6 +90,7 @@ struct symmComm {
    * issue, one that sees a list waits on parkLock. Taken before launchLock, never after. */
   struct symmDeferredList* parked;
   pthread_mutex_t parkLock;
+  pthread_mutex_t pollLock;          /* symmCommRealState */
   struct symmComm* next;             /* hash chain, guarded by the table lock */
 };
 
@@ -118,7 +119,13 @@ int symmCommCount(void);
  * polls the real NCCL until that is done, at most timeoutMs (< 0: no limit). ncclSuccess when
  * idle (at once for blocking communicators); ncclInProgress on timeout; ncclInvalidUsage once
  * the communicator is going away or aborting; else its error. */
-ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs);
+ncclResult_t symmCommWaitIdle(struct symmComm* comm, int64_t timeoutMs);
+
+/* The real NCCL's ncclCommGetAsyncError, one thread at a time per communicator (our jobs, parked
+ * operations and the application's watchdog all poll it): NCCL 2.28 completes and frees a
+ * non-blocking communicator's group job in that call, and two threads there at once can both do
+ * it. pollLock is taken last, around that call only. */
+ncclResult_t symmCommRealState(struct symmComm* comm, ncclResult_t* state);
 
 /* Whether the real NCCL will make this communicator blocking, decided as NCCL does: the
  * NCCL_COMM_BLOCKING environment variable (0 or 1) wins, then config->blocking, then
