@@ -369,7 +369,7 @@ static void nonBlockingRank(struct rank* r) {
   }
 }
 
-/* ---- a child communicator: checked all-reduces (and an all-gather), ours ------------------- */
+/* ---- a child communicator of n ranks: checked all-reduces, ours ---------------------------- */
 static void childCalls(struct rank* r, ncclComm_t child, int n) {
   struct rank c = *r;
   c.comm = child;
