@@ -736,11 +736,12 @@ BOOT_API(ncclResult_t, ncclGroupEnd, (void)) {
   int* runIt = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
   if (runIt == NULL) res = ncclSystemError;
   /* Post everything first (never blocks), then wait: ranks of this thread meet each other. */
-  int postedUpTo = 0;
+  int postedUpTo = 0; /* items posted (a failed post is not waited for) */
   for (; postedUpTo < n && res == ncclSuccess; postedUpTo++) {
     struct groupItem* it = &groupItems[postedUpTo];
     if (it->kind == ITEM_INIT) res = initPost(it->comm, it->nranks, &it->id, it->rank);
     else res = opPost(it, &it->posted, &runIt[postedUpTo]);
+    if (res != ncclSuccess) break;
   }
   /* Operations this thread completed run first: a later wait of ours may be for one of them. */
   for (int pass = 1; pass >= 0; pass--)
