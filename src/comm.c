@@ -29,6 +29,8 @@ static void freeEntry(struct symmComm* comm) {
   free(comm->repeats);
   symmOrderDestroy(&comm->order);
   pthread_mutex_destroy(&comm->launchLock);
+  pthread_mutex_destroy(&comm->parkLock);
+  pthread_mutex_destroy(&comm->pollLock);
   free(comm);
 }
 
@@ -50,6 +52,8 @@ ncclResult_t symmCommAddConfig(ncclComm_t real, const struct symmCommConfig* con
   comm->refs = 1; /* the table's */
   comm->job = job;
   pthread_mutex_init(&comm->launchLock, NULL);
+  pthread_mutex_init(&comm->parkLock, NULL);
+  pthread_mutex_init(&comm->pollLock, NULL);
   comm->rank = comm->nranks = comm->cudaDev = -1;
   comm->order.noMixing = symmOrderMixingOff(); /* fixed at creation, as NCCL reads it */
   unsigned b = bucketOf(real);
@@ -193,16 +197,26 @@ void symmConfigRead(const ncclConfig_t* config, const struct symmCommConfig* par
   out->ctaPolicy = policy;
 }
 
-ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs) {
+ncclResult_t symmCommRealState(struct symmComm* comm, ncclResult_t* state) {
+  ncclResult_t res;
+  pthread_mutex_lock(&comm->pollLock);
+  SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm->real, state));
+  pthread_mutex_unlock(&comm->pollLock);
+  return res;
+}
+
+ncclResult_t symmCommWaitIdle(struct symmComm* comm, int64_t timeoutMs) {
   if (comm->config.blocking) return ncclSuccess;
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
-    ncclResult_t state = ncclSuccess, res;
-    SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm->real, &state));
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t res = symmCommRealState(comm, &state);
     if (res != ncclSuccess) return res;
     if (state != ncclInProgress) return state;
-    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
+    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&comm->aborting, __ATOMIC_ACQUIRE))
+      return ncclInvalidUsage;
     clock_gettime(CLOCK_MONOTONIC, &now);
     const double ms = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) * 1e-6;
     if (timeoutMs >= 0 && ms > (double)timeoutMs) return ncclInProgress;

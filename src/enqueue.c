@@ -471,13 +471,7 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
   int ncclDecides = 0;
   ncclResult_t res = symmArgsCheck(task, comm->nranks, comm->arch, &ncclDecides);
   if (res != ncclSuccess) return refuse(task->comm, res);
-  /* Never ours on this communicator: nothing of ours to order it against (a failed one still
-   * refuses, as every call on it does). */
-  if (comm->transport == NULL) {
-    res = symmFailureGet(&comm->failure);
-    return res == ncclSuccess ? callReal(task) : refuse(task->comm, res);
-  }
-  if (comm->parked != NULL) {
+  if (__atomic_load_n(&comm->parked, __ATOMIC_ACQUIRE) != NULL) {
     res = symmGroupRunParked(comm);
     if (res == ncclInProgress) {
       WARN("%s on communicator %p before the previous operation returned ncclSuccess",
@@ -485,6 +479,12 @@ static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task
       return refuse(task->comm, ncclInvalidArgument);
     }
     if (res != ncclSuccess) return refuse(task->comm, res);
+  }
+  /* Never ours on this communicator: nothing of ours to order it against (a failed one still
+   * refuses, as every call on it does). */
+  if (comm->transport == NULL) {
+    res = symmFailureGet(&comm->failure);
+    return res == ncclSuccess ? callReal(task) : refuse(task->comm, res);
   }
   if (ncclDecides) return forwardOrdered(comm, task);
 

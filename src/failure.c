@@ -49,7 +49,10 @@ void symmCommFail(struct symmComm* comm, uint32_t bits, int tellPeers) {
 ncclResult_t symmCommHealth(struct symmComm* comm) {
   const ncclResult_t ours = symmFailureGet(&comm->failure);
   if (ours != ncclSuccess) return ours;
-  const uint32_t kernel = symmTransportKernelErrors(comm);
+  /* A kernel that stopped for our abort flag is no failure: the flag stays up, so nothing of
+   * ours launches here again, and calls are refused (abort) or forwarded (revoke, a shrink's
+   * aborted parent) on every rank alike, whether a kernel of ours was in flight there or not. */
+  const uint32_t kernel = symmTransportKernelErrors(comm) & ~SYMM_ERR_ABORT;
   if (kernel == 0) return ncclSuccess;
   symmCommFail(comm, kernel, 0);
   return symmFailureGet(&comm->failure);

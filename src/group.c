@@ -105,49 +105,64 @@ static ncclResult_t runOp(struct deferredOp* op, int launch) {
 
 static ncclResult_t park(struct deferredOp* op) {
   struct symmComm* c = op->comm;
-  pthread_mutex_lock(&c->launchLock);
+  pthread_mutex_lock(&c->parkLock);
   struct symmDeferredList* l = c->parked;
-  if (l == NULL) l = c->parked = calloc(1, sizeof(*l));
+  if (l == NULL) l = calloc(1, sizeof(*l));
   int cap = l != NULL ? l->count : 0;
   struct deferredOp* grown = l != NULL ? realloc(l->ops, (size_t)(cap + 1) * sizeof(*grown)) : NULL;
   if (grown == NULL) {
-    pthread_mutex_unlock(&c->launchLock);
+    if (l != c->parked) free(l);
+    pthread_mutex_unlock(&c->parkLock);
     WARN("out of host memory parking a grouped operation");
     return runOp(op, 0);
   }
   l->ops = grown;
   l->ops[l->count++] = *op;
-  pthread_mutex_unlock(&c->launchLock);
+  __atomic_store_n(&c->parked, l, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&c->parkLock);
   return ncclInProgress;
 }
 
+void (*symmGroupParkedHook)(struct symmComm* comm);
+
+/* The communicator whose parked operations this thread is running. */
+static __thread struct symmComm* runningParked;
+
 ncclResult_t symmGroupRunParked(struct symmComm* comm) {
   if (__atomic_load_n(&comm->parked, __ATOMIC_ACQUIRE) == NULL) return ncclSuccess;
-  ncclResult_t state = ncclSuccess, res;
-  SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm->real, &state));
-  if (res != ncclSuccess) return res;
-  if (state == ncclInProgress) return ncclInProgress;
-  pthread_mutex_lock(&comm->launchLock);
+  /* Re-entered by an operation being run here: it is part of that run (never waits on itself). */
+  if (runningParked == comm) return ncclSuccess;
+  /* Held until the list has run and is cleared: whoever sees it NULL afterwards issues behind
+   * every parked operation, on this rank as on the others. */
+  pthread_mutex_lock(&comm->parkLock);
   struct symmDeferredList* l = comm->parked;
-  comm->parked = NULL;
-  pthread_mutex_unlock(&comm->launchLock);
-  if (l == NULL) return ncclSuccess;
+  ncclResult_t state = ncclSuccess, res = ncclSuccess;
+  if (l != NULL) res = symmCommRealState(comm, &state);
+  if (l == NULL || res != ncclSuccess || state == ncclInProgress) {
+    pthread_mutex_unlock(&comm->parkLock);
+    return res != ncclSuccess ? res : l == NULL ? ncclSuccess : ncclInProgress;
+  }
+  if (symmGroupParkedHook != NULL) symmGroupParkedHook(comm);
   /* NCCL's group has been launched: ours follow it on every stream, in call order. */
+  runningParked = comm;
   ncclResult_t ours = ncclSuccess;
   for (int i = 0; i < l->count; i++) {
     const ncclResult_t r = runOp(&l->ops[i], state == ncclSuccess);
     if (r != ncclSuccess && ours == ncclSuccess) ours = r;
   }
+  runningParked = NULL;
+  __atomic_store_n(&comm->parked, NULL, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&comm->parkLock);
   free(l->ops);
   free(l);
   return state != ncclSuccess ? state : ours;
 }
 
 void symmGroupDropParked(struct symmComm* comm) {
-  pthread_mutex_lock(&comm->launchLock);
+  pthread_mutex_lock(&comm->parkLock);
   struct symmDeferredList* l = comm->parked;
-  comm->parked = NULL;
-  pthread_mutex_unlock(&comm->launchLock);
+  __atomic_store_n(&comm->parked, NULL, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&comm->parkLock);
   if (l == NULL) return;
   for (int i = 0; i < l->count; i++) {
     (void)l->ops[i].run(l->ops[i].arg, 0);

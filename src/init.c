@@ -38,17 +38,26 @@ ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
 
 /* ---- background jobs (non-blocking communicators) ----------------------------------------- */
 
+enum jobKind { JOB_SETUP, JOB_STAGING, JOB_CHILD };
+
 struct commJob {
   struct symmComm* comm; /* one reference, dropped when the job ends */
-  int staging;
+  enum jobKind kind;
 };
+
+static int harvestChild(struct symmComm* parent);
+static struct symmChildWait* takeChild(struct symmComm* parent);
+static void publishChild(struct symmChildWait* w, int known);
 
 static void* jobMain(void* arg) {
   struct commJob* job = arg;
   struct symmComm* comm = job->comm;
-  /* The real NCCL may still be creating the communicator or launching its last operation. */
-  if (symmCommWaitIdle(comm, -1) == ncclSuccess) {
-    if (job->staging) {
+  if (job->kind == JOB_CHILD) {
+    /* Left to the teardown of the parent if that began first (harvestChild returns 0). */
+    if (harvestChild(comm)) publishChild(takeChild(comm), 1);
+  } else if (symmCommWaitIdle(comm, -1) == ncclSuccess) {
+    /* The real NCCL may still be creating the communicator or launching its last operation. */
+    if (job->kind == JOB_STAGING) {
       if (symmTransportNeedsStaging(comm)) (void)symmTransportStage(&comm, 1);
     } else {
       (void)symmCommSetupMany(&comm, 1);
@@ -64,22 +73,27 @@ static void* jobMain(void* arg) {
   return NULL;
 }
 
-void symmCommStartJob(struct symmComm* comm, int staging) {
+/* 0 when the job could not start. */
+static int startJob(struct symmComm* comm, enum jobKind kind) {
   struct commJob* job = malloc(sizeof(*job));
   pthread_attr_t attr;
-  if (job == NULL) goto fail;
-  *job = (struct commJob){.comm = comm, .staging = staging};
+  if (job == NULL) return 0;
+  *job = (struct commJob){.comm = comm, .kind = kind};
   symmCommRetain(comm);
   __atomic_store_n(&comm->job, SYMM_JOB_RUNNING, __ATOMIC_RELEASE);
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   const int err = pthread_create(&comm->jobThread, &attr, jobMain, job);
   pthread_attr_destroy(&attr);
-  if (err == 0) return;
+  if (err == 0) return 1;
   __atomic_store_n(&comm->job, SYMM_JOB_DONE, __ATOMIC_RELEASE);
   symmCommRelease(comm);
   free(job);
-fail:
+  return 0;
+}
+
+void symmCommStartJob(struct symmComm* comm, int staging) {
+  if (startJob(comm, staging ? JOB_STAGING : JOB_SETUP)) return;
   /* Every rank could fail to start it for different reasons: it is then the setup that stays
    * undone, which forwards without disagreement only if nobody starts; so say it loudly. */
   WARN("comm %p: cannot start the setup job of a non-blocking communicator", (void*)comm->real);
@@ -204,15 +218,115 @@ SYMM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int ndev, const int* devlist))
 
-/* A non-blocking split or shrink may store the child's handle only after the call returned (the
- * real NCCL's own thread stores it): such a child is unknown to us and forwards for its life. */
-static void childCreated(ncclResult_t res, ncclComm_t* newcomm, const struct symmCommConfig* config) {
-  if (newcomm == NULL) return;
-  ncclComm_t child = __atomic_load_n(newcomm, __ATOMIC_ACQUIRE);
-  if (child == NULL && res == ncclInProgress)
-    INFO(SYMM_INIT, "a non-blocking split or shrink returned before its child existed: that "
-         "communicator forwards to the real NCCL");
-  commCreated(res, child, config);
+/* ---- split and shrink ---------------------------------------------------------------------- */
+
+/* NCCL (2.28: ncclCommInitChildComm) sets *newcomm to NULL and stores the child only once its
+ * creation has completed, from its own thread when the parent is non-blocking (the call then
+ * returns ncclInProgress and the parent's ncclCommGetAsyncError says so until that thread is
+ * done, child stored). Whether the child existed when the call returned is therefore a race,
+ * different on every rank; so the rule is taken from what the call returned, which is the same
+ * on every rank: outside a group, with a parent of ours, the real NCCL stores the child into a
+ * slot of ours, and
+ *  - ncclSuccess (blocking): the child is final; registered and set up now (blocking) or in its
+ *    background job (non-blocking), then stored where the caller asked;
+ *  - ncclInProgress: a job of the parent waits until the real NCCL says the parent is no longer
+ *    in progress (child stored or failed), registers the child (its setup job follows) and only
+ *    then stores it for the caller; the parent's ncclCommGetAsyncError says ncclInProgress
+ *    meanwhile, so the caller learns the split is done only after that;
+ *  - an error: whatever the real NCCL left in the slot is passed on.
+ * Inside a group the real NCCL stores the child at the group's end, which we do not track: it
+ * forwards for its life (one INFO line), on every rank. */
+struct symmChildWait {
+  ncclComm_t slot;   /* where the real NCCL stores the child */
+  ncclComm_t* user;  /* where the caller asked for it */
+  struct symmCommConfig config;
+};
+
+/* Hands the child to the caller, registered first when `known` (its setup follows). */
+static void publishChild(struct symmChildWait* w, int known) {
+  if (w == NULL) return;
+  const ncclComm_t child = __atomic_load_n(&w->slot, __ATOMIC_ACQUIRE);
+  if (known) commCreated(ncclSuccess, child, &w->config);
+  __atomic_store_n(w->user, child, __ATOMIC_RELEASE);
+  free(w);
+}
+
+/* The parent's job: waits until the real NCCL is no longer creating the child. 0 when the
+ * parent's teardown began first: the real abort or destroy completes the child (or gives up on
+ * it), and the teardown passes it on unregistered after that (takeChild). */
+static int harvestChild(struct symmComm* parent) {
+  for (;;) {
+    if (__atomic_load_n(&parent->gone, __ATOMIC_ACQUIRE)) return 0;
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t res = symmCommRealState(parent, &state);
+    if (res != ncclSuccess || state != ncclInProgress) return 1;
+    struct timespec pause = {0, 50 * 1000};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* A teardown of the parent, after its job: the child still waiting for the caller, if any. */
+static struct symmChildWait* takeChild(struct symmComm* parent) {
+  return __atomic_exchange_n(&parent->pendingChild, NULL, __ATOMIC_ACQ_REL);
+}
+
+/* Before the real split or shrink: a slot of ours (NULL: the caller's pointer is used and the
+ * child stays unknown). The parent's job must be over first: it uses the real parent. */
+static struct symmChildWait* childBegin(struct symmComm* parent, ncclComm_t* newcomm,
+                                        const struct symmCommConfig* config) {
+  if (parent == NULL || newcomm == NULL) return NULL;
+  symmCommWaitJob(parent);
+  (void)symmGroupRunParked(parent); /* ours of the last group go before the real call */
+  if (symmGroupDepth() > 0) {
+    INFO(SYMM_INIT, "comm %p: a split or shrink inside a group stores its child at the group's "
+         "end: that communicator forwards to the real NCCL", (void*)parent->real);
+    return NULL;
+  }
+  struct symmChildWait* w = malloc(sizeof(*w));
+  if (w == NULL) {
+    WARN("out of host memory for a split or shrink; a non-blocking child of it forwards to the "
+         "real NCCL");
+    return NULL;
+  }
+  *w = (struct symmChildWait){.slot = *newcomm, .user = newcomm, .config = *config};
+  return w;
+}
+
+static void stopStaging(struct symmComm* ours);
+
+/* NCCL_SHRINK_ABORT ("terminate ongoing parent operations"): ours on the parent stop as on an
+ * abort before the real shrink: the abort flag goes up (our kernels exit), setup work stops,
+ * parked operations are dropped; after it our memory on the parent goes (its teardown also
+ * releases copy-engine waits). From then on every call on the parent forwards to the real NCCL,
+ * on every rank that shrank, whether or not a kernel of ours was in flight there (a kernel that
+ * stopped for the abort flag is no failure, see symmCommHealth). */
+static void stopForShrink(struct symmComm* parent) {
+  symmTransportSetAbort(parent);
+  symmCommWaitJob(parent);
+  stopStaging(parent);
+  symmGroupDropParked(parent);
+}
+
+/* After it: see the rules above. */
+static void childEnd(struct symmComm* parent, struct symmChildWait* w, ncclResult_t res,
+                     ncclComm_t* newcomm, const struct symmCommConfig* config) {
+  if (w == NULL) {
+    /* Only a final child: after ncclInProgress the caller's pointer is the real NCCL's race. */
+    if (newcomm != NULL && res == ncclSuccess) commCreated(res, *newcomm, config);
+    return;
+  }
+  if (res != ncclInProgress) {
+    publishChild(w, res == ncclSuccess);
+    return;
+  }
+  __atomic_store_n(newcomm, NULL, __ATOMIC_RELEASE);
+  parent->pendingChild = w;
+  if (startJob(parent, JOB_CHILD)) return;
+  /* No thread: this call waits for the child itself (never leave the caller without it). */
+  WARN("comm %p: cannot start the job of a non-blocking split or shrink; waiting for it here",
+       (void*)parent->real);
+  const int final = harvestChild(parent);
+  publishChild(takeChild(parent), final);
 }
 
 SYMM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
@@ -222,8 +336,11 @@ SYMM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   ncclResult_t res;
   struct symmCommConfig ours;
   childConfig(comm, config, &ours);
-  SYMM_CALL_REAL(res, ncclCommSplit, (comm, color, key, newcomm, config));
-  childCreated(res, newcomm, &ours);
+  struct symmComm* parent = symmCommAcquire(comm);
+  struct symmChildWait* w = childBegin(parent, newcomm, &ours);
+  SYMM_CALL_REAL(res, ncclCommSplit, (comm, color, key, w != NULL ? &w->slot : newcomm, config));
+  childEnd(parent, w, res, newcomm, &ours);
+  symmCommRelease(parent);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommSplit,
@@ -239,9 +356,19 @@ SYMM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
   ncclResult_t res;
   struct symmCommConfig ours;
   childConfig(comm, config, &ours);
-  SYMM_CALL_REAL(res, ncclCommShrink,
-                 (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
-  childCreated(res, newcomm, &ours);
+  struct symmComm* parent = symmCommAcquire(comm);
+  const int aborting = parent != NULL && (shrinkFlags & NCCL_SHRINK_ABORT) != 0;
+  if (aborting) stopForShrink(parent);
+  struct symmChildWait* w = childBegin(parent, newcomm, &ours);
+  SYMM_CALL_REAL(res, ncclCommShrink, (comm, excludeRanksList, excludeRanksCount,
+                                       w != NULL ? &w->slot : newcomm, config, shrinkFlags));
+  /* The real shrink ended the exchange a staging thread may have been blocked in (stopStaging);
+   * should it still be blocked (no ncclCommRevoke, and the real NCCL's abort flag was up only
+   * briefly), our memory waits for the parent's abort. */
+  if (aborting && !__atomic_load_n(&parent->stagingBusy, __ATOMIC_ACQUIRE))
+    symmTransportTeardown(parent, 1);
+  childEnd(parent, w, res, newcomm, &ours);
+  symmCommRelease(parent);
   return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommShrink,
@@ -265,20 +392,38 @@ static struct symmComm* beginTeardown(ncclComm_t real) {
 }
 
 /* Our resources go first: we wait for our kernels, then the real NCCL tears its part down. */
+/* A teardown another call began (finalize before destroy, say): the child it left, if any. */
+static struct symmChildWait* leftChild(ncclComm_t real) {
+  struct symmComm* c = symmCommAcquire(real);
+  if (c == NULL) return NULL;
+  symmCommWaitJob(c);
+  struct symmChildWait* w = takeChild(c);
+  symmCommRelease(c);
+  return w;
+}
+
 SYMM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  struct symmChildWait* child = NULL;
   if (symmRealDepth == 0) {
     struct symmComm* ours = beginTeardown(comm);
     if (ours != NULL) {
       symmCommWaitJob(ours);
+      child = takeChild(ours);
       symmGroupDropParked(ours);
       symmTransportTeardown(ours, 0);
       symmCommRemove(comm);
       symmCommRelease(ours);
     } else {
+      child = leftChild(comm);
       symmCommRemove(comm); /* finalized before, or never ours */
     }
   }
-  SYMM_FORWARD(ncclCommDestroy, (comm), ncclSystemError);
+  ncclResult_t res = ncclSystemError;
+  if (symmRealLoad() == ncclSuccess && symmReal.ncclCommDestroy != NULL)
+    res = symmReal.ncclCommDestroy(comm);
+  /* The real NCCL finished (or gave up) the split it was running on the parent. */
+  publishChild(child, 0);
+  return res;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
 
@@ -297,21 +442,33 @@ SYMM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
 
-/* Waits until no thread builds staging on `ours` (its real communicator must outlive that work).
- * Such a thread may be blocked inside the real NCCL, in the setup exchange, waiting for peers
- * that will never call (the real NCCL connects to its peers on the host at a first collective;
- * the test bootstrap's collectives wait for every rank): the real communicator is revoked then,
- * which ends those waits with an error, so the staging fails and returns. */
-static void waitStagingDone(struct symmComm* ours) {
+/* Stops a thread that builds staging on `ours` (the caller raised our abort flag: its own waits
+ * end within 20 ms and it enters no real call any more). It may be blocked inside the real
+ * NCCL, in a setup exchange, waiting for peers that will never call (the real NCCL connects to
+ * its peers on the host at a first collective; the test bootstrap's collectives wait for every
+ * rank). With ncclCommRevoke (NCCL 2.28 and later) the real communicator is revoked, which ends
+ * that wait with an error, and we wait until the thread is done. Without it, we wait until the
+ * thread is done or inside the real NCCL: the caller's next step, the real abort (or shrink
+ * with NCCL_SHRINK_ABORT), raises the real NCCL's abort flag, which ends that call as it ends an
+ * application thread's own call blocked in NCCL; the caller waits for the thread after it
+ * (symmTransportTeardown). Nothing here depends on time: every rank's staging fails alike. */
+static void stopStaging(struct symmComm* ours) {
   int revokeTried = 0;
   while (__atomic_load_n(&ours->stagingBusy, __ATOMIC_ACQUIRE)) {
-    if (!revokeTried && symmRealLoad() == ncclSuccess && symmReal.ncclCommRevoke != NULL) {
-      ncclResult_t res = ncclSuccess;
-      SYMM_CALL_REAL(res, ncclCommRevoke, (ours->real, NCCL_REVOKE_DEFAULT));
-      INFO(SYMM_INIT, "comm %p: aborted while building staging; real communicator revoked (%d)",
-           (void*)ours->real, (int)res);
+    if (__atomic_load_n(&ours->inRealExchange, __ATOMIC_SEQ_CST) > 0) {
+      if (symmRealLoad() != ncclSuccess || symmReal.ncclCommRevoke == NULL) {
+        INFO(SYMM_INIT, "comm %p: aborted while building staging; the real NCCL has no "
+             "ncclCommRevoke, so its abort ends the exchange", (void*)ours->real);
+        return;
+      }
+      if (!revokeTried) {
+        ncclResult_t res = ncclSuccess;
+        SYMM_CALL_REAL(res, ncclCommRevoke, (ours->real, NCCL_REVOKE_DEFAULT));
+        INFO(SYMM_INIT, "comm %p: aborted while building staging; real communicator revoked (%d)",
+             (void*)ours->real, (int)res);
+        revokeTried = 1;
+      }
     }
-    revokeTried = 1;
     struct timespec pause = {0, 100 * 1000};
     nanosleep(&pause, NULL);
   }
@@ -319,23 +476,28 @@ static void waitStagingDone(struct symmComm* ours) {
 
 /* From any thread, also while another one is inside a call on the communicator (PyTorch's
  * watchdog): the abort flag goes up first so that our kernels exit, our setup work stops at its
- * next wait, the real NCCL aborts (its kernels exit too), then our memory goes once the kernels
- * have drained (at most 2 s). Calls in flight hold their own reference on the entry. */
+ * next wait (or is ended by the real abort, see stopStaging), the real NCCL aborts (its kernels
+ * exit too), then our memory goes once our work has drained (teardown waits at most 2 s, the
+ * releaser thread the rest). Calls in flight hold their own reference on the entry. */
 SYMM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   struct symmComm* ours = NULL;
+  struct symmChildWait* child = NULL;
   if (symmRealDepth == 0) {
     ours = beginTeardown(comm);
     if (ours != NULL) {
       symmTransportSetAbort(ours);
       symmCommWaitJob(ours);
-      waitStagingDone(ours);
+      stopStaging(ours);
       symmGroupDropParked(ours);
     } else {
+      child = leftChild(comm);
       symmCommRemove(comm);
     }
   }
+  if (ours != NULL) child = takeChild(ours);
   ncclResult_t res = ncclSystemError;
   if (symmRealLoad() == ncclSuccess && symmReal.ncclCommAbort != NULL) res = symmReal.ncclCommAbort(comm);
+  publishChild(child, 0); /* the real abort ended the split it was running on the parent */
   if (ours != NULL) {
     symmTransportTeardown(ours, 1);
     symmCommRemove(comm);
@@ -374,7 +536,11 @@ SYMM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* as
     return ncclSuccess;
   }
   ncclResult_t res;
-  SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm, asyncError));
+  if (ours != NULL) {
+    res = symmCommRealState(ours, asyncError);
+  } else {
+    SYMM_CALL_REAL(res, ncclCommGetAsyncError, (comm, asyncError));
+  }
   if (res != ncclSuccess || ours == NULL) {
     symmCommRelease(ours);
     return res;

@@ -308,6 +308,21 @@ cudaEvent_t symmOrderQuiesceEvent(const struct symmOrder* o) {
   return o->created && (o->issued || o->everCaptured) ? o->event : NULL;
 }
 
+int symmOrderHandOver(struct symmOrder* o, cudaEvent_t* quiesce,
+                      cudaEvent_t events[SYMM_ORDER_EVENTS]) {
+  *quiesce = symmOrderQuiesceEvent(o);
+  int n = 0;
+  if (o->created) events[n++] = o->event;
+  o->created = 0;
+  o->issued = o->everCaptured = 0;
+  while (o->captures != NULL) {
+    struct symmCaptureState* c = o->captures;
+    o->captures = c->next;
+    releaseState(c);
+  }
+  return n;
+}
+
 void symmOrderDestroy(struct symmOrder* o) {
   if (o->created) (void)cudaEventDestroy(o->event);
   o->created = 0;

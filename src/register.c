@@ -59,7 +59,10 @@ static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHa
 SYMM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   if (symmRealDepth == 0 && handle != NULL) {
     struct symmComm* ours = symmCommAcquire(comm);
-    if (!deferDeregister(ours, NULL, handle)) symmTransportUserDeregister(ours, handle);
+    if (!deferDeregister(ours, NULL, handle)) {
+      if (ours != NULL) (void)symmGroupRunParked(ours); /* they may read through it */
+      symmTransportUserDeregister(ours, handle);
+    }
     symmCommRelease(ours);
   }
   SYMM_FORWARD(ncclCommDeregister, (comm, handle), ncclSystemError);
@@ -133,7 +136,10 @@ static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHa
 SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   if (symmRealDepth == 0) {
     struct symmComm* ours = symmCommAcquire(comm);
-    if (!deferDeregister(ours, win, NULL)) symmTransportWindowDeregister(ours, win);
+    if (!deferDeregister(ours, win, NULL)) {
+      if (ours != NULL) (void)symmGroupRunParked(ours); /* they may read through it */
+      symmTransportWindowDeregister(ours, win);
+    }
     symmCommRelease(ours);
   }
   SYMM_FORWARD(ncclCommWindowDeregister, (comm, win), ncclSystemError);

@@ -43,6 +43,7 @@ struct symmFailure {
 enum symmJobState { SYMM_JOB_NONE = 0, SYMM_JOB_RUNNING = 1, SYMM_JOB_DONE = 2 };
 
 struct symmDeferredList; /* src/group.c: our operations parked behind a non-blocking group */
+struct symmChildWait;    /* src/init.c: a split's child the real NCCL is still creating */
 struct symmRepeats;      /* src/enqueue.c: recent launches of ours, to repeat */
 
 struct symmComm {
@@ -63,6 +64,10 @@ struct symmComm {
   int job;                    /* enum symmJobState (atomic) */
   pthread_t jobThread;
   int stagingBusy;            /* a thread is building staging (atomic) */
+  /* ncclCommAbort, ncclCommRevoke or a shrink with NCCL_SHRINK_ABORT began: setup waits stop
+   * and no setup exchange enters the real NCCL any more (atomic). */
+  int aborting;
+  int inRealExchange;         /* setup exchanges of ours inside the real NCCL now (atomic) */
   /* Serialises our launches, the order state and the transport pointer against teardown; held
    * only for host work that never waits on peers. */
   pthread_mutex_t launchLock;
@@ -72,7 +77,15 @@ struct symmComm {
   uint64_t replays;                  /* of those, an identical call's launch issued again (tests) */
   struct symmTransport* transport;   /* non-NULL when eligible and set up */
   struct symmRepeats* repeats;       /* NULL until the first launch of ours (launchLock) */
-  struct symmDeferredList* parked;   /* non-blocking: ours behind NCCL's group launch */
+  /* The child of a non-blocking split or shrink of this parent, handed to the caller by the
+   * parent's job (src/init.c); touched by that job, or by a teardown after waiting for it. */
+  struct symmChildWait* pendingChild;
+  /* Non-blocking: ours behind NCCL's group launch. Changed under parkLock, which is also held
+   * while they run, and cleared only once they ran: a thread that sees it NULL (atomic) may
+   * issue, one that sees a list waits on parkLock. Taken before launchLock, never after. */
+  struct symmDeferredList* parked;
+  pthread_mutex_t parkLock;
+  pthread_mutex_t pollLock;          /* symmCommRealState */
   struct symmComm* next;             /* hash chain, guarded by the table lock */
 };
 
@@ -99,8 +112,15 @@ int symmCommCount(void);
 
 /* A non-blocking communicator may still be launching its last operation (ncclInProgress):
  * polls the real NCCL until that is done, at most timeoutMs (< 0: no limit). ncclSuccess when
- * idle (at once for blocking communicators); ncclInProgress on timeout; else its error. */
-ncclResult_t symmCommWaitIdle(const struct symmComm* comm, int64_t timeoutMs);
+ * idle (at once for blocking communicators); ncclInProgress on timeout; ncclInvalidUsage once
+ * the communicator is going away or aborting; else its error. */
+ncclResult_t symmCommWaitIdle(struct symmComm* comm, int64_t timeoutMs);
+
+/* The real NCCL's ncclCommGetAsyncError, one thread at a time per communicator (our jobs, parked
+ * operations and the application's watchdog all poll it): NCCL 2.28 completes and frees a
+ * non-blocking communicator's group job in that call, and two threads there at once can both do
+ * it. pollLock is taken last, around that call only. */
+ncclResult_t symmCommRealState(struct symmComm* comm, ncclResult_t* state);
 
 /* Whether the real NCCL will make this communicator blocking, decided as NCCL does: the
  * NCCL_COMM_BLOCKING environment variable (0 or 1) wins, then config->blocking, then

@@ -41,8 +41,14 @@ void symmGroupPoison(ncclComm_t real);
 /* Non-blocking communicators: our operations of a group the real NCCL is still launching
  * (ncclInProgress) wait on the communicator, behind NCCL's, and launch once the real NCCL says
  * it is done; ncclSuccess when none wait, ncclInProgress while they do, else the error. Called
- * by ncclCommGetAsyncError and at every entry point that uses the communicator. */
+ * by ncclCommGetAsyncError and at every entry point that uses the communicator, before it
+ * issues anything: while one thread runs them (a watchdog polling ncclCommGetAsyncError, say)
+ * the others wait here, so they always launch first, in call order. Takes comm->parkLock
+ * (never call it holding launchLock). */
 ncclResult_t symmGroupRunParked(struct symmComm* comm);
+/* Tests only: called by the thread that runs parked operations, once it holds them and before
+ * the first one runs. */
+extern void (*symmGroupParkedHook)(struct symmComm* comm);
 /* Drops what waits on a communicator that goes away. */
 void symmGroupDropParked(struct symmComm* comm);
 

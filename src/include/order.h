@@ -75,11 +75,21 @@ int symmOrderCaptureCount(const struct symmOrder* order);
  * launchLock. */
 cudaEvent_t symmOrderQuiesceEvent(const struct symmOrder* order);
 
-/* Events are created at the communicator's first ordered operation; destroyed with its entry. */
+/* Events are created at the communicator's first ordered operation; destroyed with its entry,
+ * unless handed over first. */
 void symmOrderDestroy(struct symmOrder* order);
 
 /* Whether captured operations skip the event nodes that order graph replays against other work
  * (NCCL_GRAPH_MIXING_SUPPORT=0, NCCL's own switch, read as NCCL reads it). */
 int symmOrderMixingOff(void);
+
+/* Teardown: graphs of ours may still record and wait on the order's event after the entry is
+ * gone (a replay after an abort), so whoever outlives those graphs takes it: the event goes into
+ * events[] (at most SYMM_ORDER_EVENTS; the count is returned), *quiesce is
+ * symmOrderQuiesceEvent's answer, and the order forgets it and its captures. Caller holds
+ * launchLock. */
+#define SYMM_ORDER_EVENTS 1
+int symmOrderHandOver(struct symmOrder* order, cudaEvent_t* quiesce,
+                      cudaEvent_t events[SYMM_ORDER_EVENTS]);
 
 #endif

@@ -65,7 +65,8 @@ uint32_t symmTransportPollPadFailure(struct symmComm* comm);
 /* Tests: what a kernel of ours that gives up for `bits` does (this rank's error word, every
  * rank's failure word). */
 void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits);
-/* ncclCommAbort/ncclCommRevoke: raise the abort flag that every spin loop polls. */
+/* ncclCommAbort/ncclCommRevoke/a shrink with NCCL_SHRINK_ABORT: raise the abort flag that every
+ * spin loop polls, and comm->aborting, which stops setup waits and exchanges. */
 void symmTransportSetAbort(struct symmComm* comm);
 
 /* If [ptr, ptr+bytes) lies inside a symmetric window registered on `comm` (ncclCommWindowRegister

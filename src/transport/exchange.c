@@ -97,7 +97,9 @@ ncclResult_t symmWaitStream(const struct symmComm* comm, cudaStream_t stream) {
       WARN("symmetric memory: waiting for a setup stream failed: %s", cudaGetErrorString(e));
       return ncclUnhandledCudaError;
     }
-    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
+    if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&comm->aborting, __ATOMIC_ACQUIRE))
+      return ncclInvalidUsage;
     if (polls < 64) {
       sched_yield();
     } else {
@@ -105,6 +107,30 @@ ncclResult_t symmWaitStream(const struct symmComm* comm, cudaStream_t stream) {
       nanosleep(&pause, NULL);
     }
   }
+}
+
+/* Around the calls of a setup exchange into the real NCCL, which may block there until every
+ * peer takes part: every communicator of the exchange is counted in, then none may be aborting;
+ * an abort raises `aborting` first and then reads the count (both sequentially consistent), so
+ * either the exchange stays out, or the abort sees it inside (init.c, stopStaging). All or
+ * none: one thread drives them all, and a group missing one of its ranks would never end.
+ * 0: stay out (nobody counted in any more). */
+static int enterReal(struct symmComm** comms, int n, const int* inExchange) {
+  for (int i = 0; i < n; i++)
+    if (inExchange[i]) __atomic_add_fetch(&comms[i]->inRealExchange, 1, __ATOMIC_SEQ_CST);
+  int stop = 0;
+  for (int i = 0; i < n && !stop; i++)
+    stop = inExchange[i] && (__atomic_load_n(&comms[i]->aborting, __ATOMIC_SEQ_CST) ||
+                             __atomic_load_n(&comms[i]->gone, __ATOMIC_SEQ_CST));
+  if (!stop) return 1;
+  for (int i = 0; i < n; i++)
+    if (inExchange[i]) __atomic_sub_fetch(&comms[i]->inRealExchange, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
+static void leaveReal(struct symmComm** comms, int n, const int* entered) {
+  for (int i = 0; i < n; i++)
+    if (entered[i]) __atomic_sub_fetch(&comms[i]->inRealExchange, 1, __ATOMIC_SEQ_CST);
 }
 
 ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
@@ -138,8 +164,19 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     taking++;
   }
   ncclResult_t res;
-  /* One thread may own several ranks: their all-gathers must be issued as one group. */
-  if (taking > 1) SYMM_CALL_REAL(res, ncclGroupStart, ());
+  int* entered = calloc((size_t)n, sizeof(int));
+  if (entered == NULL) WARN("symmetric memory: out of host memory for a setup exchange");
+  if (entered == NULL || !enterReal(comms, n, inExchange)) {
+    for (int i = 0; i < n; i++) inExchange[i] = 0;
+  } else {
+    for (int i = 0; i < n; i++) entered[i] = inExchange[i];
+  }
+  /* One thread may own several ranks: their all-gathers must be issued as one group (whose end
+   * is where the real NCCL may wait for peers). */
+  int issuing = 0;
+  for (int i = 0; i < n; i++) issuing += inExchange[i];
+  const int grouped = taking > 1 && issuing > 0;
+  if (grouped) SYMM_CALL_REAL(res, ncclGroupStart, ());
   for (int i = 0; i < n; i++) {
     if (!inExchange[i]) continue;
     struct symmComm* c = comms[i];
@@ -152,13 +189,15 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
       inExchange[i] = 0;
     }
   }
-  if (taking > 1) {
+  if (grouped) {
     SYMM_CALL_REAL(res, ncclGroupEnd, ());
     if (res != ncclSuccess && res != ncclInProgress) {
       WARN("symmetric memory: setup group failed (%d)", (int)res);
       for (int i = 0; i < n; i++) inExchange[i] = 0;
     }
   }
+  if (entered != NULL) leaveReal(comms, n, entered);
+  free(entered);
   for (int i = 0; i < n; i++) {
     if (!prepared[i]) continue;
     struct exchangeSlot* x = &slots[i];

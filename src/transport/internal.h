@@ -8,6 +8,7 @@
 #include "comm.h"
 #include "cudriver.h"
 #include "eligibility.h"
+#include "order.h"
 #include "symm_peers.h"
 #include "vmm.h"
 
@@ -81,6 +82,14 @@ struct symmTransport {
   struct symmUserReg* userReg;
   /* Registrations made before staging existed, offered once it does (userreg.c). */
   struct symmPendingReg* pendingRegs;
+  /* From teardown on: the communicator's order events (graphs of ours may still record and wait
+   * on them), destroyed with the transport; `quiesce` is the one whose latest record follows
+   * every operation of ours, eager or replayed. `released`: recorded on `ctl` after the latest
+   * release of copy-engine waits (transport.c). */
+  cudaEvent_t orderEvents[SYMM_ORDER_EVENTS];
+  int orderEventCount;
+  cudaEvent_t quiesce;
+  cudaEvent_t released;
 };
 
 /* Waits for everything on `stream` by polling, giving up when the communicator is going away

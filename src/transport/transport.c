@@ -105,6 +105,8 @@ void symmTransportFree(struct symmTransport* t) {
     (void)cudaStreamDestroy(t->ctl);
   }
   if (t->readback != NULL) (void)cudaEventDestroy(t->readback);
+  if (t->released != NULL) (void)cudaEventDestroy(t->released);
+  for (int i = 0; i < t->orderEventCount; i++) (void)cudaEventDestroy(t->orderEvents[i]);
   symmHostSlotFree(&t->flags);
   (void)cudaGetLastError();
   pthread_mutex_destroy(&t->lock);
@@ -186,33 +188,157 @@ ncclResult_t symmTransportRetainForGraph(struct symmComm* comm, cudaGraph_t grap
   return ncclSuccess;
 }
 
-/* ---- teardown -------------------------------------------------------------------------------- */
+/* ---- teardown ----------------------------------------------------------------------------- */
 
-/* Waits for `event` (every eager operation of ours issued on the communicator); on abort at
- * most 2 s: our kernels exit on the abort flag, and a stream stalled in a copy-engine
- * all-gather (stream waits cannot watch the flag) is released again and again until it has
- * drained. 0 if work of ours may still be running. */
-static int drained(cudaEvent_t event, int abort, const struct symmTransport* t) {
-  if (event == NULL) return 1;
-  if (!abort) {
-    if (cudaEventSynchronize(event) == cudaSuccess) return 1;
+/* Stream waits of copy-engine all-gathers cannot watch the abort flag: once our communicator is
+ * aborted they are released by writing 1 into every copy-engine word of our own pad from the
+ * private stream, one release at a time (a barrier consumes one), for as long as work of ours
+ * that may wait is queued. Issues one release unless the previous one has not run yet. */
+static void releaseCopyEngineWaits(struct symmTransport* t) {
+  if (!t->staged) return;
+  if (t->released != NULL) {
+    const cudaError_t e = cudaEventQuery(t->released);
+    if (e == cudaErrorNotReady) return;
+    if (e != cudaSuccess) (void)cudaGetLastError();
+  } else if (cudaEventCreateWithFlags(&t->released, cudaEventDisableTiming) != cudaSuccess) {
     (void)cudaGetLastError();
-    return 0;
+    t->released = NULL;
+  }
+  symmCopyEngineRelease(&t->peers, t->ctl);
+  if (t->released != NULL && cudaEventRecord(t->released, t->ctl) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+enum quiet { QUIET = 0, BUSY = 1, UNKNOWN = 2 };
+
+/* Whether every operation of ours (eager, or a replay of a graph holding one) has completed. */
+static enum quiet quietNow(const struct symmTransport* t) {
+  if (t->quiesce == NULL) return QUIET;
+  const cudaError_t e = cudaEventQuery(t->quiesce);
+  if (e == cudaSuccess) return QUIET;
+  if (e == cudaErrorNotReady) return BUSY;
+  (void)cudaGetLastError();
+  return UNKNOWN;
+}
+
+/* The releaser: one process-wide thread that keeps releasing the copy-engine waits of aborted
+ * communicators whose work had not drained when their teardown returned, or whose graphs may
+ * still be replayed, and frees each transport once its last operation has completed and no
+ * graph holds it (never memory under running work). */
+struct releaseItem {
+  struct symmTransport* t; /* the communicator's reference, handed over */
+  struct releaseItem* next;
+};
+static pthread_mutex_t releaseLock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t releaseCond = PTHREAD_COND_INITIALIZER;
+static struct releaseItem* releasing;
+static int releaserStarted;
+
+/* One pass over a handed-over transport: 1 when it is done with (freed, or leaked). */
+static int releaseStep(struct symmTransport* t, int* busy) {
+  (void)cudaSetDevice(t->cudaDev);
+  /* References first: with none but ours, no graph can launch anything any more, and a graph's
+   * reference goes only after its pending replays completed. */
+  const int graphs = __atomic_load_n(&t->refs, __ATOMIC_ACQUIRE) > 1;
+  const enum quiet q = quietNow(t);
+  if (q == UNKNOWN) {
+    WARN("symmetric memory: cannot tell whether work on device %d finished; leaking its memory "
+         "rather than unmapping it under it", t->cudaDev);
+    return 1;
+  }
+  if (q == QUIET && !graphs) {
+    releaseTransport(t, 0);
+    return 1;
+  }
+  if (q == BUSY) {
+    *busy = 1;
+    releaseCopyEngineWaits(t);
+  }
+  return 0;
+}
+
+static void* releaserMain(void* arg) {
+  (void)arg;
+  /* Its CUDA work is on private streams: never part of, or breaking, another thread's capture. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  for (;;) {
+    pthread_mutex_lock(&releaseLock);
+    while (releasing == NULL) pthread_cond_wait(&releaseCond, &releaseLock);
+    struct releaseItem* list = releasing;
+    releasing = NULL;
+    pthread_mutex_unlock(&releaseLock);
+    int busy = 0;
+    struct releaseItem* keep = NULL;
+    while (list != NULL) {
+      struct releaseItem* item = list;
+      list = item->next;
+      if (releaseStep(item->t, &busy)) {
+        free(item);
+      } else {
+        item->next = keep;
+        keep = item;
+      }
+    }
+    pthread_mutex_lock(&releaseLock);
+    while (keep != NULL) {
+      struct releaseItem* item = keep;
+      keep = item->next;
+      item->next = releasing;
+      releasing = item;
+    }
+    pthread_mutex_unlock(&releaseLock);
+    /* Queued work: release as fast as barriers consume releases; else only watch for replays. */
+    struct timespec pause = {0, busy ? 20 * 1000 : 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  return NULL;
+}
+
+/* Hands the communicator's reference on `t` to the releaser; 0 if it could not start. */
+static int handToReleaser(struct symmTransport* t) {
+  struct releaseItem* item = malloc(sizeof(*item));
+  if (item == NULL) return 0;
+  item->t = t;
+  pthread_mutex_lock(&releaseLock);
+  if (!releaserStarted) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    releaserStarted = pthread_create(&thread, &attr, releaserMain, NULL) == 0;
+    pthread_attr_destroy(&attr);
+  }
+  const int ok = releaserStarted;
+  if (ok) {
+    item->next = releasing;
+    releasing = item;
+    pthread_cond_signal(&releaseCond);
+  }
+  pthread_mutex_unlock(&releaseLock);
+  if (!ok) free(item);
+  return ok;
+}
+
+/* Waits for every operation of ours issued on the communicator; on abort at most 2 s: our
+ * kernels exit on the abort flag, and copy-engine waits are released meanwhile. */
+static enum quiet drained(struct symmTransport* t, int abort) {
+  if (t->quiesce == NULL) return QUIET;
+  if (!abort) {
+    if (cudaEventSynchronize(t->quiesce) == cudaSuccess) return QUIET;
+    (void)cudaGetLastError();
+    return UNKNOWN;
   }
   struct timespec start, now;
   clock_gettime(CLOCK_MONOTONIC, &start);
   for (;;) {
-    cudaError_t e = cudaEventQuery(event);
-    if (e == cudaSuccess) return 1;
-    if (e != cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return 0;
-    }
+    const enum quiet q = quietNow(t);
+    if (q != BUSY) return q;
     clock_gettime(CLOCK_MONOTONIC, &now);
     if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >= 2000)
-      return 0;
-    if (t->staged) symmCopyEngineRelease(&t->peers, t->ctl);
-    struct timespec pause = {0, 200 * 1000};
+      return BUSY;
+    releaseCopyEngineWaits(t);
+    struct timespec pause = {0, 20 * 1000};
     nanosleep(&pause, NULL);
   }
 }
@@ -229,21 +355,35 @@ void symmTransportTeardown(struct symmComm* comm, int abort) {
   pthread_mutex_lock(&comm->launchLock);
   struct symmTransport* t = comm->transport;
   comm->transport = NULL;
-  if (abort && t != NULL) __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
+  if (t != NULL) {
+    if (abort) __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
+    /* Revoked, or aborted by a shrink: our work may wait for peers that are gone. */
+    abort = abort || __atomic_load_n(&t->flags.host[SYMM_HOST_ABORT], __ATOMIC_SEQ_CST) != 0;
+    t->orderEventCount = symmOrderHandOver(&comm->order, &t->quiesce, t->orderEvents);
+  }
   pthread_mutex_unlock(&comm->launchLock);
   if (t == NULL) return;
   int prevDev = -1;
   (void)cudaGetDevice(&prevDev);
   (void)cudaSetDevice(t->cudaDev);
-  if (!drained(symmOrderQuiesceEvent(&comm->order), abort, t)) {
+  const enum quiet q = drained(t, abort);
+  /* Graphs still holding it keep the memory; a replay after the communicator is gone (an abort;
+   * otherwise the application's error, as with NCCL) must not wait for peers forever: its
+   * kernels see the abort flag, its copy-engine waits are released by the releaser. */
+  const int graphs = __atomic_load_n(&t->refs, __ATOMIC_ACQUIRE) > 1;
+  if (graphs) __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
+  if (q == QUIET && !graphs) {
+    releaseTransport(t, 0);
+  } else if (q != UNKNOWN && t->staged && handToReleaser(t)) {
+    if (q == BUSY)
+      INFO(SYMM_INIT, "comm %p: work of ours still queued on device %d 2 s after the abort; it "
+           "is released in the background and the memory freed once it has drained",
+           (void*)comm->real, t->cudaDev);
+  } else if (q == QUIET) {
+    releaseTransport(t, 0); /* graphs hold no copy-engine waits without staging */
+  } else {
     WARN("symmetric memory: kernels on device %d did not finish; leaking their memory rather than "
          "unmapping it under them", t->cudaDev);
-  } else {
-    /* Graphs still holding it keep the memory; a replay after the communicator is gone (the
-     * application's error, as with NCCL) must not wait for peers forever. */
-    if (__atomic_load_n(&t->refs, __ATOMIC_ACQUIRE) > 1)
-      __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
-    releaseTransport(t, 0);
   }
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
 }
@@ -341,6 +481,8 @@ uint32_t symmTransportPollPadFailure(struct symmComm* comm) {
 
 void symmTransportSetAbort(struct symmComm* comm) {
   if (comm == NULL) return;
+  /* Before the flag, and sequentially consistent: see enterReal in exchange.c. */
+  __atomic_store_n(&comm->aborting, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_lock(&comm->launchLock);
   struct symmTransport* t = comm->transport;
   if (t != NULL) __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);

@@ -13,6 +13,23 @@ static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
 static struct fakeCall calls[FAKE_LOG_CALLS];
 static int callCount;
 static ncclResult_t forcedResult = ncclSuccess;
+/* Per entry point results that win over forcedResult (fakeNcclSetResultFor). */
+#define FAKE_OVERRIDES 8
+static struct {
+  char name[48];
+  ncclResult_t result;
+} overrides[FAKE_OVERRIDES];
+static int overrideCount;
+static ncclResult_t fakeAsyncError = FAKE_ASYNC_ERROR;
+/* Children of split/shrink whose handles are stored only at completion (fakeNcclDeferChildren):
+ * where, and what. */
+#define FAKE_PENDING_CHILDREN 8
+static int deferChildren;
+static struct {
+  ncclComm_t* where;
+  ncclComm_t value;
+} pendingChildren[FAKE_PENDING_CHILDREN];
+static int pendingChildCount;
 
 SYMM_EXPORT int fakeNcclCallCount(void);
 int fakeNcclCallCount(void) {
@@ -37,6 +54,43 @@ SYMM_EXPORT void fakeNcclSetResult(ncclResult_t result);
 void fakeNcclSetResult(ncclResult_t result) {
   pthread_mutex_lock(&logLock);
   forcedResult = result;
+  pthread_mutex_unlock(&logLock);
+}
+
+SYMM_EXPORT void fakeNcclSetResultFor(const char* name, ncclResult_t result);
+void fakeNcclSetResultFor(const char* name, ncclResult_t result) {
+  pthread_mutex_lock(&logLock);
+  if (name == NULL) {
+    overrideCount = 0;
+  } else {
+    int i = 0;
+    while (i < overrideCount && strcmp(overrides[i].name, name) != 0) i++;
+    if (i < FAKE_OVERRIDES) {
+      snprintf(overrides[i].name, sizeof(overrides[i].name), "%s", name);
+      overrides[i].result = result;
+      if (i == overrideCount) overrideCount++;
+    }
+  }
+  pthread_mutex_unlock(&logLock);
+}
+
+/* As NCCL's group thread does: the children it created are stored, then the state changes. */
+SYMM_EXPORT void fakeNcclSetAsyncError(ncclResult_t result);
+void fakeNcclSetAsyncError(ncclResult_t result) {
+  pthread_mutex_lock(&logLock);
+  if (result != ncclInProgress) {
+    for (int i = 0; i < pendingChildCount; i++)
+      __atomic_store_n(pendingChildren[i].where, pendingChildren[i].value, __ATOMIC_RELEASE);
+    pendingChildCount = 0;
+  }
+  __atomic_store_n(&fakeAsyncError, result, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&logLock);
+}
+
+SYMM_EXPORT void fakeNcclDeferChildren(int on);
+void fakeNcclDeferChildren(int on) {
+  pthread_mutex_lock(&logLock);
+  deferChildren = on;
   pthread_mutex_unlock(&logLock);
 }
 
@@ -115,8 +169,24 @@ static const char* errorString(ncclResult_t result) {
 }
 
 /* The fake's answers: out-parameters and return values for each entry point by name. */
+/* A child handle: stored now, or (fakeNcclDeferChildren) NULL now and the handle when the
+ * state leaves ncclInProgress, as NCCL 2.28's split does for non-blocking parents. */
+static void childOutput(struct fakeCall* call, ncclComm_t child) {
+  ncclComm_t* where = argPtr(call, "newcomm");
+  if (deferChildren && where != NULL && pendingChildCount < FAKE_PENDING_CHILDREN) {
+    pendingChildren[pendingChildCount].where = where;
+    pendingChildren[pendingChildCount++].value = child;
+    child = NULL;
+  }
+  WRITE_OUT(call, "newcomm", ncclComm_t, child);
+}
+
 static void behave(struct fakeCall* call, enum fakeReturnKind kind, void* ret) {
-  if (kind == RET_RESULT) *(ncclResult_t*)ret = forcedResult;
+  if (kind == RET_RESULT) {
+    *(ncclResult_t*)ret = forcedResult;
+    for (int i = 0; i < overrideCount && i < FAKE_OVERRIDES; i++)
+      if (is(call, overrides[i].name)) *(ncclResult_t*)ret = overrides[i].result;
+  }
   if (is(call, "ncclGetVersion")) WRITE_OUT(call, "version", int, FAKE_VERSION);
   if (is(call, "ncclGetUniqueId")) {
     ncclUniqueId id;
@@ -125,7 +195,7 @@ static void behave(struct fakeCall* call, enum fakeReturnKind kind, void* ret) {
   }
   if (is(call, "ncclGetLastError")) *(const char**)ret = FAKE_LAST_ERROR;
   if (is(call, "ncclGetErrorString")) *(const char**)ret = errorString((ncclResult_t)argInt(call, "result"));
-  if (is(call, "ncclCommGetAsyncError")) WRITE_OUT(call, "asyncError", ncclResult_t, FAKE_ASYNC_ERROR);
+  if (is(call, "ncclCommGetAsyncError")) WRITE_OUT(call, "asyncError", ncclResult_t, fakeAsyncError);
   if (is(call, "ncclCommCount")) WRITE_OUT(call, "count", int, FAKE_COMM_COUNT);
   if (is(call, "ncclCommUserRank")) WRITE_OUT(call, "rank", int, FAKE_COMM_RANK);
   if (is(call, "ncclCommCuDevice")) WRITE_OUT(call, "device", int, FAKE_COMM_DEVICE);
@@ -154,8 +224,14 @@ static void behave(struct fakeCall* call, enum fakeReturnKind kind, void* ret) {
   if (is(call, "ncclCommInitRankConfig")) WRITE_OUT(call, "comm", ncclComm_t, FAKE_COMM_INIT_CONFIG);
   if (is(call, "ncclCommInitRankScalable"))
     WRITE_OUT(call, "newcomm", ncclComm_t, FAKE_COMM_INIT_SCALABLE);
-  if (is(call, "ncclCommSplit")) WRITE_OUT(call, "newcomm", ncclComm_t, FAKE_COMM_SPLIT);
-  if (is(call, "ncclCommShrink")) WRITE_OUT(call, "newcomm", ncclComm_t, FAKE_COMM_SHRINK);
+  if (is(call, "ncclCommAbort") || is(call, "ncclCommDestroy")) {
+    /* As NCCL joins the thread creating a child before freeing its parent. */
+    for (int i = 0; i < pendingChildCount; i++)
+      __atomic_store_n(pendingChildren[i].where, pendingChildren[i].value, __ATOMIC_RELEASE);
+    pendingChildCount = 0;
+  }
+  if (is(call, "ncclCommSplit")) childOutput(call, FAKE_COMM_SPLIT);
+  if (is(call, "ncclCommShrink")) childOutput(call, FAKE_COMM_SHRINK);
   if (is(call, "ncclCommInitAll")) {
     ncclComm_t* comms = argPtr(call, "comm");
     for (int i = 0; comms != NULL && i < argInt(call, "ndev"); i++) comms[i] = FAKE_COMM_INIT_ALL(i);

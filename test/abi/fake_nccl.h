@@ -73,5 +73,14 @@ enum fakeReturnKind { RET_NONE, RET_RESULT, RET_STRING, RET_INT, RET_TEAM };
 typedef int (*fakeNcclCallCountFn)(void);             /* calls since load (never wraps) */
 typedef const struct fakeCall* (*fakeNcclCallFn)(int index); /* NULL when dropped or not yet made */
 typedef void (*fakeNcclSetResultFn)(ncclResult_t result);   /* what ncclResult_t calls return */
+/* What the entry point `name` returns, over fakeNcclSetResult (NULL name: forget them all). */
+typedef void (*fakeNcclSetResultForFn)(const char* name, ncclResult_t result);
+/* What ncclCommGetAsyncError reports (FAKE_ASYNC_ERROR until set); leaving ncclInProgress first
+ * stores the children fakeNcclDeferChildren held back. */
+typedef void (*fakeNcclSetAsyncErrorFn)(ncclResult_t result);
+/* 1: ncclCommSplit/Shrink store NULL and the child handle only when the asynchronous state
+ * leaves ncclInProgress, or at ncclCommAbort/Destroy (NCCL 2.28's non-blocking split); 0: at
+ * once (default). */
+typedef void (*fakeNcclDeferChildrenFn)(int on);
 
 #endif

@@ -56,15 +56,17 @@ static int waitLimitSeconds(void) {
 
 /* --- worlds, communicators, operations ---------------------------------------------------------- */
 
-enum opKind { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE };
+enum opKind { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BROADCAST, OP_REDUCE, OP_SPLIT };
 static const char* const opKindName[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast",
-                                         "Reduce"};
+                                         "Reduce", "Split"};
 
 struct rankArgs {
   const void* send;
   void* recv;
   cudaStream_t stream;
   int dev;
+  int posted;                /* this rank posted (shrinks: the survivors) */
+  int color, key, blocking;  /* OP_SPLIT: where this rank goes, and its child's mode */
 };
 
 struct bootOp {
@@ -74,7 +76,9 @@ struct bootOp {
   ncclDataType_t type;
   ncclRedOp_t redOp;
   int root;
+  int expected;         /* ranks that take part: all, or a shrink's survivors */
   int posted, finished; /* ranks that posted / that saw the result */
+  struct bootOp** list; /* the world's list it is on */
   int state;            /* 0 collecting, 1 running, 2 done */
   ncclResult_t result;
   struct bootOp* next;
@@ -87,13 +91,18 @@ struct bootWorld {
   int running; /* operations being run outside the lock (their ranks' buffers and streams in use) */
   struct ncclComm* ranks[BOOT_MAX_RANKS];
   struct bootOp* ops;
+  struct bootOp* shrinks; /* shrink rendezvous: only the survivors post, in their own order */
   struct bootWorld* next; /* registry chain while collecting ranks */
 };
 
 struct ncclComm {
   struct bootWorld* world;
   int rank, nranks, dev;
-  uint64_t nextSeq;
+  uint64_t nextSeq, shrinkSeq;
+  int inCalls; /* operations of this rank posted and not finished (bootLock) */
+  int blocking;               /* config.blocking (splits and shrinks inherit it) */
+  ncclResult_t asyncResult;   /* ncclInProgress while a non-blocking split or shrink runs */
+  struct ncclComm* child;     /* this rank's communicator from its latest split or shrink */
 };
 
 /* One lock and one condition for everything: simple, and the bootstrap is not about speed. */
@@ -124,6 +133,11 @@ static void worldUnref(struct bootWorld* w) { /* caller holds bootLock */
     w->ops = op->next;
     free(op);
   }
+  while (w->shrinks) {
+    struct bootOp* op = w->shrinks;
+    w->shrinks = op->next;
+    free(op);
+  }
   free(w);
 }
 
@@ -141,6 +155,10 @@ static void worldLeave(struct ncclComm* comm, int abort) {
   if (abort) w->aborted = 1;
   w->ranks[comm->rank] = NULL;
   pthread_cond_broadcast(&bootCond);
+  /* An abort may come from another thread while this rank's own thread waits in an operation
+   * (as NCCL's abort ends such a wait): it wakes with an error; the caller frees the rank once it
+   * has left. */
+  while (abort && comm->inCalls > 0) pthread_cond_wait(&bootCond, &bootLock);
   /* An operation already running may use this rank's buffers and streams, which the caller
    * frees once we return: wait for it (it is short: copies and host arithmetic). */
   while (w->running > 0) pthread_cond_wait(&bootCond, &bootLock);
@@ -214,6 +232,7 @@ struct groupItem {
   ncclUniqueId id;
   /* ITEM_OP */
   enum opKind opKind;
+  int survivors; /* a shrink: the ranks that take part (0: every rank, in the operation order) */
   size_t count;
   ncclDataType_t type;
   ncclRedOp_t redOp;
@@ -251,8 +270,10 @@ static ncclResult_t opPost(struct groupItem* item, struct bootOp** out, int* run
     pthread_mutex_unlock(&bootLock);
     return ncclRemoteError;
   }
-  uint64_t seq = comm->nextSeq++;
-  struct bootOp* op = w->ops;
+  struct bootOp** list = item->survivors > 0 ? &w->shrinks : &w->ops;
+  uint64_t seq = item->survivors > 0 ? comm->shrinkSeq++ : comm->nextSeq++;
+  const int expected = item->survivors > 0 ? item->survivors : w->nranks;
+  struct bootOp* op = *list;
   while (op && op->seq != seq) op = op->next;
   if (op == NULL) {
     op = calloc(1, sizeof(*op) + (size_t)w->nranks * sizeof(struct rankArgs));
@@ -266,10 +287,12 @@ static ncclResult_t opPost(struct groupItem* item, struct bootOp** out, int* run
     op->type = item->type;
     op->redOp = item->redOp;
     op->root = item->root;
-    op->next = w->ops;
-    w->ops = op;
+    op->expected = expected;
+    op->list = list;
+    op->next = *list;
+    *list = op;
   } else if (op->kind != item->opKind || op->count != item->count || op->type != item->type ||
-             op->redOp != item->redOp || op->root != item->root) {
+             op->redOp != item->redOp || op->root != item->root || op->expected != expected) {
     bootWarn("rank %d: operation #%llu is %s count %zu type %d op %d root %d here but %s count %zu "
              "type %d op %d root %d on another rank",
              comm->rank, (unsigned long long)seq, opKindName[item->opKind], item->count,
@@ -278,7 +301,9 @@ static ncclResult_t opPost(struct groupItem* item, struct bootOp** out, int* run
     op->result = ncclInvalidUsage;
   }
   op->args[comm->rank] = item->args;
-  if (++op->posted == w->nranks) {
+  op->args[comm->rank].posted = 1;
+  comm->inCalls++;
+  if (++op->posted == op->expected) {
     op->state = 1;
     *runIt = 1;
   }
@@ -303,8 +328,58 @@ static cudaError_t copyStream(int dev, cudaStream_t* out) {
   return err;
 }
 
+/* A split (or shrink: color 0, key = parent rank, survivors only): one new world per color, its
+ * ranks ordered by (key, parent rank), each rank's communicator left in its parent's `child`
+ * (NULL for NCCL_SPLIT_NOCOLOR). No lock held: the parents are members that posted. */
+static ncclResult_t splitRun(struct bootOp* op, struct bootWorld* w) {
+  const int n = w->nranks;
+  int* done = calloc((size_t)n, sizeof(int));
+  if (done == NULL) return ncclSystemError;
+  ncclResult_t res = ncclSuccess;
+  for (int r = 0; r < n; r++)
+    if (op->args[r].posted && w->ranks[r] != NULL) w->ranks[r]->child = NULL;
+  for (int first = 0; first < n && res == ncclSuccess; first++) {
+    const struct rankArgs* a = &op->args[first];
+    if (done[first] || !a->posted || a->color == NCCL_SPLIT_NOCOLOR) continue;
+    int members[BOOT_MAX_RANKS], m = 0;
+    for (int r = first; r < n; r++) {
+      if (!op->args[r].posted || op->args[r].color != a->color) continue;
+      done[r] = 1;
+      int at = m++;
+      while (at > 0 && op->args[members[at - 1]].key > op->args[r].key) {
+        members[at] = members[at - 1];
+        at--;
+      }
+      members[at] = r;
+    }
+    struct bootWorld* cw = calloc(1, sizeof(*cw));
+    if (cw == NULL) {
+      res = ncclSystemError;
+      break;
+    }
+    cw->nranks = cw->arrived = cw->refs = m;
+    cw->complete = 1;
+    for (int i = 0; i < m; i++) {
+      struct ncclComm* child = calloc(1, sizeof(*child));
+      if (child == NULL) {
+        res = ncclSystemError; /* the children made so far are leaked: test-only */
+        break;
+      }
+      const struct rankArgs* ra = &op->args[members[i]];
+      *child = (struct ncclComm){.world = cw, .rank = i, .nranks = m, .dev = ra->dev,
+                                 .blocking = ra->blocking, .asyncResult = ncclSuccess};
+      cw->ranks[i] = child;
+      if (w->ranks[members[i]] != NULL) w->ranks[members[i]]->child = child;
+    }
+  }
+  free(done);
+  return res;
+}
+
 /* Synchronizes every rank's stream, reads inputs, computes, writes outputs. No lock held. */
-static ncclResult_t opRun(struct bootOp* op, int nranks) {
+static ncclResult_t opRun(struct bootOp* op, struct bootWorld* w) {
+  if (op->kind == OP_SPLIT) return splitRun(op, w);
+  const int nranks = w->nranks;
   ncclResult_t res = ncclSuccess;
   size_t elt = symmTypeSize(op->type);
   size_t inCount = op->count, outCount = op->count; /* per rank, in elements */
@@ -387,7 +462,7 @@ static ncclResult_t opFinish(struct ncclComm* comm, struct bootOp* op, int runIt
     const int run = op->result == ncclSuccess && !w->aborted;
     if (run) w->running++;
     pthread_mutex_unlock(&bootLock);
-    ncclResult_t ran = run ? opRun(op, w->nranks) : op->result != ncclSuccess ? op->result : ncclRemoteError;
+    ncclResult_t ran = run ? opRun(op, w) : op->result != ncclSuccess ? op->result : ncclRemoteError;
     pthread_mutex_lock(&bootLock);
     if (run) w->running--;
     op->result = ran;
@@ -402,15 +477,17 @@ static ncclResult_t opFinish(struct ncclComm* comm, struct bootOp* op, int runIt
       if (pthread_cond_timedwait(&bootCond, &bootLock, &deadline) == ETIMEDOUT) res = ncclSystemError;
     if (res == ncclSystemError)
       bootWarn("rank %d: %s #%llu: only %d of %d ranks posted within %d s", comm->rank,
-               opKindName[op->kind], (unsigned long long)op->seq, op->posted, w->nranks,
+               opKindName[op->kind], (unsigned long long)op->seq, op->posted, op->expected,
                waitLimitSeconds());
     else if (op->state != 2)
       res = ncclRemoteError;
   }
   if (res == ncclSuccess) res = op->result;
+  comm->inCalls--;
+  pthread_cond_broadcast(&bootCond);
   /* The last rank to leave frees the record (a timed-out or aborted one is left to the world). */
-  if (op->state == 2 && ++op->finished == w->nranks) {
-    struct bootOp** link = &w->ops;
+  if (op->state == 2 && ++op->finished == op->expected) {
+    struct bootOp** link = op->list;
     while (*link != op) link = &(*link)->next;
     *link = op->next;
     free(op);
@@ -502,6 +579,7 @@ static ncclResult_t commCreate(ncclComm_t* out, int nranks, const ncclUniqueId* 
   }
   struct ncclComm* comm = calloc(1, sizeof(*comm));
   if (comm == NULL) return ncclSystemError;
+  comm->blocking = 1;
   comm->rank = rank;
   comm->nranks = nranks;
   comm->dev = dev;
@@ -543,10 +621,18 @@ BOOT_API(ncclResult_t, ncclCommInitRank,
   return commCreate(comm, nranks, &commId, rank, currentDevice());
 }
 
+/* config->blocking as NCCL reads it (unset: blocking). */
+static int configBlocking(const ncclConfig_t* config, int inherited) {
+  if (config == NULL) return inherited;
+  return config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
+}
+
 BOOT_API(ncclResult_t, ncclCommInitRankConfig,
          (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config)) {
   /* Non-blocking configs complete at once: NCCL allows ncclSuccess there. */
-  return commCreate(comm, nranks, &commId, rank, currentDevice());
+  ncclResult_t res = commCreate(comm, nranks, &commId, rank, currentDevice());
+  if (comm != NULL && *comm != NULL) (*comm)->blocking = configBlocking(config, 1);
+  return res;
 }
 
 BOOT_API(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int ndev, const int* devlist)) {
@@ -650,11 +736,12 @@ BOOT_API(ncclResult_t, ncclGroupEnd, (void)) {
   int* runIt = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
   if (runIt == NULL) res = ncclSystemError;
   /* Post everything first (never blocks), then wait: ranks of this thread meet each other. */
-  int postedUpTo = 0;
+  int postedUpTo = 0; /* items posted (a failed post is not waited for) */
   for (; postedUpTo < n && res == ncclSuccess; postedUpTo++) {
     struct groupItem* it = &groupItems[postedUpTo];
     if (it->kind == ITEM_INIT) res = initPost(it->comm, it->nranks, &it->id, it->rank);
     else res = opPost(it, &it->posted, &runIt[postedUpTo]);
+    if (res != ncclSuccess) break;
   }
   /* Operations this thread completed run first: a later wait of ours may be for one of them. */
   for (int pass = 1; pass >= 0; pass--)
@@ -714,9 +801,118 @@ BOOT_API(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags)) {
 BOOT_API(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError)) {
   if (comm == NULL || asyncError == NULL) return ncclInvalidArgument;
   pthread_mutex_lock(&bootLock);
-  *asyncError = comm->world && comm->world->aborted ? ncclRemoteError : ncclSuccess;
+  *asyncError = comm->world && comm->world->aborted ? ncclRemoteError : comm->asyncResult;
   pthread_mutex_unlock(&bootLock);
   return ncclSuccess;
+}
+
+/* --- split and shrink --------------------------------------------------------------------------- */
+
+/* A non-blocking split or shrink that other ranks still have to join: waited for on a thread of
+ * its own, which stores the child (as NCCL's init thread does) and then the parent's state. */
+struct childWait {
+  struct ncclComm* parent;
+  struct bootOp* op;
+  ncclComm_t* newcomm;
+};
+
+static void* childWaitMain(void* arg) {
+  struct childWait* cw = arg;
+  struct ncclComm* parent = cw->parent;
+  const ncclResult_t res = opFinish(parent, cw->op, 0);
+  if (res == ncclSuccess) __atomic_store_n(cw->newcomm, parent->child, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&bootLock);
+  parent->asyncResult = res;
+  parent->inCalls--; /* the thread's own count: the rank is not freed under it */
+  pthread_cond_broadcast(&bootCond);
+  pthread_mutex_unlock(&bootLock);
+  free(cw);
+  return NULL;
+}
+
+/* Posts a split or shrink on `comm`. Blocking: waits and stores the child. Non-blocking:
+ * returns ncclInProgress; the rank that completes the rendezvous stores its child before it
+ * returns (NCCL's init thread may be that quick), the others from a thread when it completes. */
+static ncclResult_t childCreate(struct ncclComm* comm, struct groupItem* item, ncclComm_t* newcomm) {
+  item->kind = ITEM_OP;
+  if (groupDepth > 0) {
+    bootWarn("%s inside a group is not supported by the test bootstrap", opKindName[item->opKind]);
+    return ncclInvalidUsage;
+  }
+  int runIt;
+  struct bootOp* op;
+  ncclResult_t res = opPost(item, &op, &runIt);
+  if (res != ncclSuccess) return res;
+  if (comm->blocking || runIt) {
+    res = opFinish(comm, op, runIt);
+    if (res == ncclSuccess) __atomic_store_n(newcomm, comm->child, __ATOMIC_RELEASE);
+    if (comm->blocking) return res;
+    pthread_mutex_lock(&bootLock);
+    comm->asyncResult = res;
+    pthread_mutex_unlock(&bootLock);
+    return res == ncclSuccess ? ncclInProgress : res;
+  }
+  struct childWait* cw = malloc(sizeof(*cw));
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_mutex_lock(&bootLock);
+  comm->asyncResult = ncclInProgress;
+  comm->inCalls++;
+  pthread_mutex_unlock(&bootLock);
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (cw != NULL) *cw = (struct childWait){.parent = comm, .op = op, .newcomm = newcomm};
+  if (cw == NULL || pthread_create(&thread, &attr, childWaitMain, cw) != 0) {
+    free(cw);
+    pthread_attr_destroy(&attr);
+    bootWarn("cannot start the thread of a non-blocking split");
+    res = opFinish(comm, op, 0); /* waits: no better way out of a posted rendezvous */
+    if (res == ncclSuccess) __atomic_store_n(newcomm, comm->child, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&bootLock);
+    comm->asyncResult = res;
+    comm->inCalls--;
+    pthread_mutex_unlock(&bootLock);
+    return res;
+  }
+  pthread_attr_destroy(&attr);
+  return ncclInProgress;
+}
+
+BOOT_API(ncclResult_t, ncclCommSplit,
+         (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config)) {
+  if (comm == NULL || comm->world == NULL || newcomm == NULL) return ncclInvalidArgument;
+  *newcomm = NULL;
+  struct groupItem it = {.comm = comm, .opKind = OP_SPLIT,
+                         .args = {.dev = comm->dev, .color = color, .key = key,
+                                  .blocking = configBlocking(config, comm->blocking)}};
+  return childCreate(comm, &it, newcomm);
+}
+
+/* The survivors (every rank not in excludeRanksList) meet in their own sequence of shrinks,
+ * whatever the excluded ranks did; NCCL_SHRINK_ABORT changes nothing here (the bootstrap has no
+ * operation in flight that a rank's own thread is not waiting in). */
+BOOT_API(ncclResult_t, ncclCommShrink,
+         (ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+          ncclConfig_t* config, int shrinkFlags)) {
+  (void)shrinkFlags;
+  if (comm == NULL || comm->world == NULL || newcomm == NULL || excludeRanksList == NULL ||
+      excludeRanksCount < 1 || excludeRanksCount >= comm->nranks)
+    return ncclInvalidArgument;
+  for (int i = 0; i < excludeRanksCount; i++) {
+    if (excludeRanksList[i] == comm->rank || excludeRanksList[i] < 0 ||
+        excludeRanksList[i] >= comm->nranks) {
+      bootWarn("ncclCommShrink: rank %d cannot exclude rank %d", comm->rank, excludeRanksList[i]);
+      return ncclInvalidArgument;
+    }
+    for (int j = 0; j < i; j++)
+      if (excludeRanksList[j] == excludeRanksList[i]) return ncclInvalidArgument;
+  }
+  *newcomm = NULL;
+  struct groupItem it = {.comm = comm, .opKind = OP_SPLIT,
+                         .survivors = comm->nranks - excludeRanksCount,
+                         .args = {.dev = comm->dev, .color = 0, .key = comm->rank,
+                                  .blocking = configBlocking(config, comm->blocking)}};
+  return childCreate(comm, &it, newcomm);
 }
 
 BOOT_API(ncclResult_t, ncclAllReduce,

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The test bootstrap without a GPU: rendezvous, groups, argument checks, timeouts, abort. */
+/* The test bootstrap without a GPU: rendezvous, groups, argument checks, timeouts, abort,
+ * split and shrink. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -98,6 +99,153 @@ static void* lonelyWaiter(void* p) {
   return NULL;
 }
 
+/* ---- split (blocking and not) and shrink ------------------------------------------------- */
+struct splitArg {
+  int rank, nranks, blocking;
+  ncclUniqueId id;
+  pthread_barrier_t* barrier;
+  ncclResult_t splitRes, state, childOp;
+  ncclComm_t child;
+  int childRank, childCount;
+};
+
+/* Odd and even ranks apart, in reverse order; rank 0 takes no part (NCCL_SPLIT_NOCOLOR). */
+static void* splitThread(void* p) {
+  struct splitArg* a = p;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = a->blocking;
+  ncclComm_t parent = NULL;
+  CHECK_EQ_INT(ncclCommInitRankConfig(&parent, a->nranks, a->id, a->rank, &config), ncclSuccess);
+  if (parent == NULL) return NULL;
+  const int color = a->rank == 0 ? NCCL_SPLIT_NOCOLOR : a->rank % 2;
+  a->splitRes = ncclCommSplit(parent, color, -a->rank, &a->child, NULL);
+  a->state = ncclInProgress;
+  while (a->state == ncclInProgress) {
+    CHECK_EQ_INT(ncclCommGetAsyncError(parent, &a->state), ncclSuccess);
+    if (a->state == ncclInProgress) usleep(100);
+  }
+  ncclComm_t child = __atomic_load_n(&a->child, __ATOMIC_ACQUIRE);
+  if (child != NULL) {
+    CHECK_EQ_INT(ncclCommUserRank(child, &a->childRank), ncclSuccess);
+    CHECK_EQ_INT(ncclCommCount(child, &a->childCount), ncclSuccess);
+    a->childOp = ncclAllReduce(NULL, NULL, 0, ncclInt32, ncclSum, child, NULL);
+  }
+  pthread_barrier_wait(a->barrier);
+  if (child != NULL) CHECK_EQ_INT(ncclCommDestroy(child), ncclSuccess);
+  CHECK_EQ_INT(ncclCommDestroy(parent), ncclSuccess);
+  return NULL;
+}
+
+static void splitWorld(int nranks, int blocking) {
+  struct splitArg args[MAX_WORLD];
+  pthread_t tids[MAX_WORLD];
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, (unsigned)nranks);
+  ncclUniqueId id;
+  CHECK_EQ_INT(ncclGetUniqueId(&id), ncclSuccess);
+  for (int r = 0; r < nranks; r++) {
+    args[r] = (struct splitArg){.rank = r, .nranks = nranks, .blocking = blocking, .id = id,
+                                .barrier = &barrier};
+    CHECK_EQ_INT(pthread_create(&tids[r], NULL, splitThread, &args[r]), 0);
+  }
+  for (int r = 0; r < nranks; r++) pthread_join(tids[r], NULL);
+  pthread_barrier_destroy(&barrier);
+  for (int r = 0; r < nranks; r++) {
+    CHECK_EQ_INT(args[r].splitRes, blocking ? ncclSuccess : ncclInProgress);
+    CHECK_EQ_INT(args[r].state, ncclSuccess);
+    if (r == 0) {
+      CHECK(args[r].child == NULL);
+      continue;
+    }
+    /* Members of color r % 2 other than rank 0, by descending parent rank. */
+    int count = 0, above = 0;
+    for (int q = 1; q < nranks; q++) {
+      count += q % 2 == r % 2;
+      above += q % 2 == r % 2 && q > r;
+    }
+    CHECK(args[r].child != NULL);
+    CHECK_EQ_INT(args[r].childCount, count);
+    CHECK_EQ_INT(args[r].childRank, above);
+    CHECK_EQ_INT(args[r].childOp, ncclSuccess);
+  }
+}
+
+/* Rank n-1 never takes part again: the others shrink it away and use the child; then it aborts
+ * its parent. */
+struct shrinkArg {
+  int rank, nranks;
+  ncclComm_t parent, child;
+  pthread_barrier_t* barrier;
+  ncclResult_t res, state, childOp;
+  int childRank, childCount;
+};
+
+static void* shrinkThread(void* p) {
+  struct shrinkArg* a = p;
+  const int gone = a->nranks - 1;
+  if (a->rank != gone) {
+    int exclude[1] = {gone};
+    a->res = ncclCommShrink(a->parent, exclude, 1, &a->child, NULL, NCCL_SHRINK_ABORT);
+    a->state = ncclInProgress;
+    while (a->state == ncclInProgress) {
+      CHECK_EQ_INT(ncclCommGetAsyncError(a->parent, &a->state), ncclSuccess);
+      if (a->state == ncclInProgress) usleep(100);
+    }
+    ncclComm_t child = __atomic_load_n(&a->child, __ATOMIC_ACQUIRE);
+    if (child != NULL) {
+      CHECK_EQ_INT(ncclCommUserRank(child, &a->childRank), ncclSuccess);
+      CHECK_EQ_INT(ncclCommCount(child, &a->childCount), ncclSuccess);
+      a->childOp = ncclAllReduce(NULL, NULL, 0, ncclInt32, ncclSum, child, NULL);
+    }
+  }
+  pthread_barrier_wait(a->barrier);
+  if (a->child != NULL) CHECK_EQ_INT(ncclCommDestroy(a->child), ncclSuccess);
+  CHECK_EQ_INT(ncclCommAbort(a->parent), ncclSuccess);
+  return NULL;
+}
+
+static void shrinkWorld(int nranks) {
+  struct shrinkArg args[MAX_WORLD];
+  pthread_t tids[MAX_WORLD];
+  ncclComm_t comms[MAX_WORLD] = {0};
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, (unsigned)nranks);
+  CHECK_EQ_INT(ncclCommInitAll(comms, nranks, NULL), ncclSuccess);
+  for (int r = 0; r < nranks; r++) {
+    args[r] = (struct shrinkArg){.rank = r, .nranks = nranks, .parent = comms[r],
+                                 .barrier = &barrier};
+    CHECK_EQ_INT(pthread_create(&tids[r], NULL, shrinkThread, &args[r]), 0);
+  }
+  for (int r = 0; r < nranks; r++) pthread_join(tids[r], NULL);
+  pthread_barrier_destroy(&barrier);
+  for (int r = 0; r < nranks - 1; r++) {
+    CHECK_EQ_INT(args[r].res, ncclSuccess);
+    CHECK_EQ_INT(args[r].state, ncclSuccess);
+    CHECK_EQ_INT(args[r].childCount, nranks - 1);
+    CHECK_EQ_INT(args[r].childRank, r);
+    CHECK_EQ_INT(args[r].childOp, ncclSuccess);
+  }
+}
+
+/* Abort from another thread while the rank's own thread waits in a collective: the waiter
+ * returns ncclRemoteError and the rank is freed only after it left. */
+static void* abortedWaiter(void* p) {
+  ncclComm_t comm = p;
+  CHECK_EQ_INT(ncclAllReduce(NULL, NULL, 0, ncclInt32, ncclSum, comm, NULL), ncclRemoteError);
+  return NULL;
+}
+
+static void abortOwnWaiter(void) {
+  ncclComm_t comms[2] = {0};
+  CHECK_EQ_INT(ncclCommInitAll(comms, 2, NULL), ncclSuccess);
+  pthread_t tid;
+  CHECK_EQ_INT(pthread_create(&tid, NULL, abortedWaiter, comms[0]), 0);
+  usleep(100 * 1000);
+  CHECK_EQ_INT(ncclCommAbort(comms[0]), ncclSuccess);
+  pthread_join(tid, NULL);
+  CHECK_EQ_INT(ncclCommAbort(comms[1]), ncclSuccess);
+}
+
 int main(void) {
   int version = 0;
   CHECK_EQ_INT(ncclGetVersion(&version), ncclSuccess);
@@ -112,6 +260,12 @@ int main(void) {
 
   for (int n = 1; n <= MAX_WORLD; n++) threadedWorld(n);
   for (int n = 1; n <= MAX_WORLD; n++) groupedWorld(n);
+  for (int n = 1; n <= MAX_WORLD; n++) {
+    splitWorld(n, 1);
+    splitWorld(n, 0);
+  }
+  for (int n = 2; n <= MAX_WORLD; n++) shrinkWorld(n);
+  abortOwnWaiter();
 
   /* Argument checks and unsupported entry points. */
   ncclComm_t comms[2] = {0};

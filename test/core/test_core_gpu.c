@@ -2,9 +2,11 @@
 /* GPU tests of the host path through the test bootstrap (ranks are threads; SYMMCOLL_NCCL_LIB
  * names test/bootstrap/libnccl.so.2): a late rank, an injected kernel error, two streams with
  * eager calls and graph replays (streams-eager: no graph, its calls issued eagerly), abort from
- * a watchdog thread, groups, non-blocking communicators, an agreed knob that differs, a mixed
- * soak, and repeated identical calls. Exits 77 without a GPU.
- *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES | group N |
+ * a watchdog thread, groups, non-blocking communicators and their splits, a shrink with
+ * NCCL_SHRINK_ABORT, an agreed knob that differs, a mixed soak, and repeated identical calls.
+ * Exits 77 without a GPU.
+ *   test_core_gpu late N DELAY_MS | fault N | streams[-eager] N ITERS | abort N CYCLES |
+ *                 abort-setup[-norevoke] N | group N | split N | shrink N (N >= 3) |
  *                 nonblocking N | mismatch N | soak N CALLS | cta-zero N | ce-abort N |
  *                 cta-efficiency N | max-ctas N | repeat N CALLS */
 #define _GNU_SOURCE
@@ -80,9 +82,11 @@ static ncclResult_t settle(ncclComm_t comm, ncclResult_t res) {
 
 #define MAX_COUNT (1u << 20)
 static float pattern(int rank, size_t i, int salt) { return (float)((rank + 1) * (int)((i + (size_t)salt) % 13 + 1)); }
-static float expected(size_t i, int salt) {
-  return (float)(nranks * (nranks + 1) / 2 * (int)((i + (size_t)salt) % 13 + 1));
+/* The sum of pattern() over n ranks. */
+static float expectedOf(size_t i, int salt, int n) {
+  return (float)(n * (n + 1) / 2 * (int)((i + (size_t)salt) % 13 + 1));
 }
+static float expected(size_t i, int salt) { return expectedOf(i, salt, nranks); }
 
 static void fill(struct rank* r, float* dev, size_t count, int salt, cudaStream_t s) {
   for (size_t i = 0; i < count; i++) r->host[i] = pattern(r->rank, i, salt);
@@ -365,6 +369,96 @@ static void nonBlockingRank(struct rank* r) {
   }
 }
 
+/* ---- a child communicator of n ranks: checked all-reduces, ours ---------------------------- */
+static void childCalls(struct rank* r, ncclComm_t child, int n) {
+  struct rank c = *r;
+  c.comm = child;
+  TCHECK_EQ_INT(ncclCommUserRank(child, &c.rank), ncclSuccess);
+  for (int k = 0; k < 8; k++) {
+    const size_t count = (size_t)256 << (k % 5);
+    fill(&c, c.in, count, k, c.s1);
+    TCHECK_EQ_INT(settle(child, allReduce(&c, c.in, c.out, count, c.s1)), ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(c.s1));
+    CUDA_OK(cudaMemcpy(c.host, c.out, count * sizeof(float), cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (size_t i = 0; i < count; i++) wrong += c.host[i] != expectedOf(i, k, n);
+    TCHECK_EQ_INT(wrong, 0);
+  }
+  /* The first call given to our kernels may forward (non-blocking: staging follows it). */
+  TCHECK(ours(child) >= 7);
+}
+
+/* ---- a non-blocking split: the child is ours on every rank -------------------------------------
+ * The bootstrap's non-blocking split stores the child before it returns on the rank that
+ * completes the rendezvous and later, from a thread, on the others (NCCL's init thread may be
+ * either). Every rank must register the child once the parent is done, whatever it saw at the
+ * return (before: only the quick rank did, and its setup waited for peers that never came). The
+ * child's ranks are the parent's in reverse. */
+static void splitRank(struct rank* r) {
+  checkedAllReduce(r, 1024, 1);
+  ncclComm_t child = NULL;
+  const ncclResult_t res = ncclCommSplit(r->comm, 0, nranks - 1 - r->rank, &child, NULL);
+  TCHECK(res == ncclInProgress || res == ncclSuccess);
+  /* The parent's state says when the split is done; the child is handed over by then. */
+  TCHECK_EQ_INT(settle(r->comm, ncclInProgress), ncclSuccess);
+  child = __atomic_load_n(&child, __ATOMIC_ACQUIRE);
+  TCHECK(child != NULL);
+  if (child == NULL) return;
+  TCHECK(symmCommFind(child) != NULL);
+  TCHECK_EQ_INT(settle(child, ncclInProgress), ncclSuccess); /* its own setup, in the background */
+  int childRank = -1;
+  TCHECK_EQ_INT(ncclCommUserRank(child, &childRank), ncclSuccess);
+  TCHECK_EQ_INT(childRank, nranks - 1 - r->rank);
+  childCalls(r, child, nranks);
+  checkedAllReduce(r, 2048, 2); /* the parent still works */
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(settle(child, ncclCommDestroy(child)), ncclSuccess);
+}
+
+/* ---- shrink with NCCL_SHRINK_ABORT while kernels of ours wait for a rank that stopped ---------
+ * Rank N-1 stops taking part; the others' all-reduce of ours waits for it on the GPU. They
+ * shrink it away with NCCL_SHRINK_ABORT: the call returns and their streams drain within 5 s
+ * (before: our abort flag was never raised, the kernels spun forever); the parent's memory of
+ * ours is gone (every later call forwards, on every survivor); the child works with our kernels.
+ * Then every rank aborts the parent. */
+static void shrinkRank(struct rank* r) {
+  checkedAllReduce(r, 1024, 1); /* staging, on every rank */
+  const int gone = nranks - 1;
+  pthread_barrier_wait(&barrier);
+  if (r->rank != gone) {
+    fill(r, r->in, 1024, 2, r->s1);
+    TCHECK_EQ_INT(allReduce(r, r->in, r->out, 1024, r->s1), ncclSuccess);
+    sleepMs(300);
+    TCHECK_EQ_INT(cudaStreamQuery(r->s1), cudaErrorNotReady); /* waiting for rank N-1 */
+    (void)cudaGetLastError();
+    const double t0 = nowMs();
+    int exclude[1] = {gone};
+    ncclComm_t child = NULL;
+    TCHECK_EQ_INT(ncclCommShrink(r->comm, exclude, 1, &child, NULL, NCCL_SHRINK_ABORT), ncclSuccess);
+    const double shrinkMs = nowMs() - t0;
+    cudaError_t e = cudaErrorNotReady;
+    while (e == cudaErrorNotReady && nowMs() - t0 < 10000) {
+      e = cudaStreamQuery(r->s1);
+      if (e == cudaErrorNotReady) sleepMs(1);
+    }
+    const double drainedMs = nowMs() - t0;
+    TCHECK_EQ_INT(e, cudaSuccess);
+    TCHECK(shrinkMs < 5000 && drainedMs < 5000);
+    TCHECK(symmTransportPeers(symmCommFind(r->comm)) == NULL);
+    if (r->rank == 0)
+      printf("shrink: returned %.1f ms, stream drained %.1f ms after NCCL_SHRINK_ABORT began\n",
+             shrinkMs, drainedMs);
+    TCHECK(child != NULL);
+    if (e == cudaSuccess && child != NULL) {
+      childCalls(r, child, nranks - 1);
+      TCHECK_EQ_INT(ncclCommDestroy(child), ncclSuccess);
+    }
+  }
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
+  r->comm = NULL;
+}
+
 /* ---- ncclConfig_t: CTA policy and grid bounds ------------------------------------------- */
 static void ctaRank(struct rank* r) {
   for (int k = 0; k < 10; k++) checkedAllReduce(r, 256u << (k % 4), k);
@@ -382,17 +476,57 @@ static void ctaRank(struct rank* r) {
 }
 
 /* ---- abort while copy-engine all-gathers wait for a rank that never calls -------------------
- * Stream waits cannot watch the abort flag: ncclCommAbort must release them (every rank's
- * stream drains within 2 s), and a new communicator works afterwards. */
+ * Stream waits cannot watch the abort flag: ncclCommAbort must release them, however many are
+ * queued (CE_CALLS all-gathers of CE_ROUND_BYTES rounds: one release per round, more than 2 s of
+ * them at the pace of one release per 200 us), and also those of a graph of copy-engine calls
+ * replayed after the abort. Every rank's stream drains; then a new communicator works. */
+#define CE_CALLS 200
+#define CE_EACH ((size_t)1 << 16) /* floats per rank: 64 rounds of 4 KiB per call */
+#define CE_GRAPH_OPS 2
+
+/* SYMMCOLL_CE_ROUND_BYTES for every rank (knobs are per process), set while all ranks wait. */
+static void ceRoundBytes(const struct rank* r, const char* bytes) {
+  pthread_barrier_wait(&barrier);
+  if (r->rank == 0) {
+    if (bytes != NULL) setenv("SYMMCOLL_CE_ROUND_BYTES", bytes, 1);
+    else unsetenv("SYMMCOLL_CE_ROUND_BYTES");
+    symmParamResetAll();
+  }
+  pthread_barrier_wait(&barrier);
+}
+
+/* Polls `s` until it is idle or `limitMs` passed: the milliseconds it took, -1 if it never was. */
+static double drainMs(cudaStream_t s, double t0, double limitMs) {
+  cudaError_t e = cudaErrorNotReady;
+  while (e == cudaErrorNotReady && nowMs() - t0 < limitMs) {
+    e = cudaStreamQuery(s);
+    if (e == cudaErrorNotReady) sleepMs(1);
+  }
+  TCHECK_EQ_INT(e, cudaSuccess);
+  return e == cudaSuccess ? nowMs() - t0 : -1;
+}
+
 static void ceAbortRank(struct rank* r) {
   checkedAllGather(r, 4096, 1, r->s1);
   TCHECK_EQ_INT(ours(r->comm), 1);
-  pthread_barrier_wait(&barrier);
+  /* A graph of copy-engine all-gathers, captured now (staging exists), replayed after the abort. */
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  CUDA_OK(cudaStreamBeginCapture(r->s2, cudaStreamCaptureModeThreadLocal));
+  for (int j = 0; j < CE_GRAPH_OPS; j++)
+    TCHECK_EQ_INT(ncclAllGather(r->in, r->out + (size_t)j * 4096 * nranks, 4096, ncclFloat32,
+                                r->comm, r->s2), ncclSuccess);
+  CUDA_OK(cudaStreamEndCapture(r->s2, &graph));
+  TCHECK_EQ_INT(ours(r->comm), 1 + CE_GRAPH_OPS);
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  /* Uploaded before ranks replay at once (test/core/README.md, "Graph uploads"). */
+  CUDA_OK(cudaGraphUpload(exec, r->s2));
+  CUDA_OK(cudaStreamSynchronize(r->s2));
+  ceRoundBytes(r, "4096");
   const int caller = r->rank != nranks - 1;
   if (caller)
-    for (int k = 0; k < 3; k++)
-      TCHECK_EQ_INT(ncclAllGather(r->in, r->out, (size_t)1 << 16, ncclFloat32, r->comm, r->s1),
-                    ncclSuccess);
+    for (int k = 0; k < CE_CALLS; k++)
+      TCHECK_EQ_INT(ncclAllGather(r->in, r->out, CE_EACH, ncclFloat32, r->comm, r->s1), ncclSuccess);
   sleepMs(300);
   if (caller) TCHECK_EQ_INT(cudaStreamQuery(r->s1), cudaErrorNotReady); /* stalled in a wait */
   (void)cudaGetLastError();
@@ -400,15 +534,26 @@ static void ceAbortRank(struct rank* r) {
   const double t0 = nowMs();
   TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
   r->comm = NULL;
-  cudaError_t e = cudaErrorNotReady;
-  while (e == cudaErrorNotReady && nowMs() - t0 < 3000) {
-    e = cudaStreamQuery(r->s1);
-    if (e == cudaErrorNotReady) sleepMs(1);
+  const double aborted = nowMs() - t0;
+  const double ms = drainMs(r->s1, t0, 30000);
+  TCHECK(ms >= 0 && ms < 10000);
+  pthread_barrier_wait(&barrier);
+  /* After the abort: the graph's waits for rank N-1 (which does not replay) are released too. */
+  double replayMs = 0;
+  if (caller) {
+    const double t1 = nowMs();
+    for (int k = 0; k < 3; k++) CUDA_OK(cudaGraphLaunch(exec, r->s2));
+    replayMs = drainMs(r->s2, t1, 30000);
+    TCHECK(replayMs >= 0 && replayMs < 10000);
   }
-  const double ms = nowMs() - t0;
-  TCHECK_EQ_INT(e, cudaSuccess);
-  TCHECK(ms < 2000);
-  if (r->rank == 0) printf("ce-abort: streams drained %.1f ms after ncclCommAbort\n", ms);
+  pthread_barrier_wait(&barrier);
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  ceRoundBytes(r, NULL);
+  if (r->rank == 0)
+    printf("ce-abort: %d queued all-gathers: abort returned in %.1f ms, stream drained %.1f ms "
+           "after it began; 3 replays of a graph after the abort drained in %.1f ms\n",
+           CE_CALLS, aborted, ms, replayMs);
 }
 
 /* ---- a setting differs between ranks: every rank forwards, right ---------------------------
@@ -608,7 +753,8 @@ static void* watchdog(void* arg) {
 /* The first call's setup exchange waits inside the real NCCL (here the bootstrap, whose
  * collectives wait for every rank; the real NCCL connects to its peers on the host) for a rank
  * that never calls. An abort from another thread ends that wait: every caller returns and every
- * abort completes within seconds (before: the bootstrap's 300 s limit). */
+ * abort completes within seconds (before: the bootstrap's 300 s limit). abort-setup-norevoke:
+ * the same without ncclCommRevoke (hidden from libsymmcoll), as with NCCL before 2.28. */
 static double setupCallReturnedMs[8];
 
 static void abortSetupRank(struct rank* r) {
@@ -746,8 +892,9 @@ int main(int argc, char** argv) {
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
-    fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup|group|"
-            "nonblocking|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|repeat N [number]\n");
+    fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup[-norevoke]|group|"
+            "nonblocking|split|shrink|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|"
+            "repeat N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -773,6 +920,11 @@ int main(int argc, char** argv) {
   }
   else if (!strcmp(mode, "abort")) runAbortCycles();
   else if (!strcmp(mode, "abort-setup")) runWorld(abortSetupRank, 1, abortSetupHelper, NULL);
+  else if (!strcmp(mode, "abort-setup-norevoke")) {
+    /* As with a real NCCL older than 2.28: no ncclCommRevoke to end the blocked exchange. */
+    symmReal.ncclCommRevoke = NULL;
+    runWorld(abortSetupRank, 1, abortSetupHelper, NULL);
+  }
   else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
   else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
   else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
@@ -793,6 +945,12 @@ int main(int argc, char** argv) {
   } else if (!strcmp(mode, "nonblocking")) {
     blockingComms = 0;
     runWorld(nonBlockingRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "split")) {
+    blockingComms = 0;
+    runWorld(splitRank, 0, NULL, NULL);
+  } else if (!strcmp(mode, "shrink")) {
+    if (nranks < 3) return 2; /* the child needs two ranks for our kernels */
+    runWorld(shrinkRank, 0, NULL, NULL);
   } else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;

@@ -28,10 +28,13 @@
 static fakeNcclCallCountFn callCount;
 static fakeNcclCallFn callAt;
 static fakeNcclSetResultFn setResult;
+static fakeNcclSetResultForFn setResultFor;
+static fakeNcclSetAsyncErrorFn setAsyncError;
+static fakeNcclDeferChildrenFn deferChildren;
 
-static struct symmComm* known(uintptr_t id) {
+static struct symmComm* knownComm(uintptr_t id, int blocking) {
   struct symmComm* c = NULL;
-  CHECK_EQ_INT(symmCommAdd((ncclComm_t)id, 1, &c), ncclSuccess);
+  CHECK_EQ_INT(symmCommAdd((ncclComm_t)id, blocking, &c), ncclSuccess);
   if (c == NULL) return NULL;
   c->rank = 0;
   c->nranks = 2;
@@ -39,6 +42,7 @@ static struct symmComm* known(uintptr_t id) {
   c->attrsKnown = c->setupDone = 1;
   return c;
 }
+static struct symmComm* known(uintptr_t id) { return knownComm(id, 1); }
 
 /* The datatype argument of the fake's last call, -2 if it has none. */
 static int lastDatatype(void) {
@@ -192,7 +196,7 @@ static void testGroups(void) {
 static void testJobOwnsRealComm(void) {
   struct symmCommConfig config = {.blocking = 0, .ctaPolicy = NCCL_CTA_POLICY_DEFAULT};
   struct symmComm* c = NULL;
-  const ncclComm_t h = (ncclComm_t)(uintptr_t)0x400000;
+  const ncclComm_t h = (ncclComm_t)(uintptr_t)0x480000;
   CHECK_EQ_INT(symmCommAddConfig(h, &config, SYMM_JOB_RUNNING, &c), ncclSuccess);
   if (c == NULL) return;
   c->rank = 0;
@@ -215,6 +219,306 @@ static void testJobOwnsRealComm(void) {
   CHECK_EQ_STR(lastName(), "ncclCommGetAsyncError");
   CHECK_EQ_INT(state, FAKE_ASYNC_ERROR);
   symmCommRemove(h);
+}
+
+/* ---- parked operations of a non-blocking communicator go first --------------------------- */
+
+/* A parked operation: how it ran, and how many calls had reached the fake NCCL by then. */
+struct ordered {
+  int runs, launched, callsBefore;
+};
+static ncclResult_t orderedRun(void* arg, int launch) {
+  struct ordered* o = arg;
+  o->callsBefore = callCount();
+  o->launched += launch;
+  __atomic_add_fetch(&o->runs, 1, __ATOMIC_RELEASE);
+  return ncclSuccess;
+}
+
+/* Parks `op` behind a non-blocking group that the fake NCCL is still launching. */
+static void parkBehindGroup(struct symmComm* c, struct ordered* op) {
+  setAsyncError(ncclInProgress);
+  setResultFor("ncclGroupEnd", ncclInProgress);
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, orderedRun, op), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInProgress);
+  setResultFor(NULL, ncclSuccess);
+  CHECK_EQ_INT(op->runs, 0);
+}
+
+/* Where the fake NCCL logged its most recent `name` call with count `count`, -1 if it did not. */
+static int findCall(const char* name, size_t count) {
+  for (int i = callCount() - 1; i >= 0; i--) {
+    const struct fakeCall* call = callAt(i);
+    if (call == NULL) return -1;
+    if (strcmp(call->name, name) != 0) continue;
+    for (int a = 0; a < call->nargs; a++) {
+      size_t v = 0;
+      if (strcmp(call->args[a].name, "count") == 0 && call->args[a].size == sizeof(v)) {
+        memcpy(&v, call->args[a].bytes, sizeof(v));
+        if (v == count) return i;
+      }
+    }
+  }
+  return -1;
+}
+
+/* The runner pauses between taking the parked operations and running them. */
+static pthread_mutex_t gateLock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gateCond = PTHREAD_COND_INITIALIZER;
+static int gatePaused, gateOpen;
+static void pauseHook(struct symmComm* comm) {
+  (void)comm;
+  pthread_mutex_lock(&gateLock);
+  gatePaused = 1;
+  pthread_cond_broadcast(&gateCond);
+  while (!gateOpen) pthread_cond_wait(&gateCond, &gateLock);
+  pthread_mutex_unlock(&gateLock);
+}
+
+static void* pollOnce(void* arg) {
+  ncclResult_t state = ncclInProgress;
+  CHECK_EQ_INT(ncclCommGetAsyncError((ncclComm_t)arg, &state), ncclSuccess);
+  return NULL;
+}
+
+/* The application's thread, after the group: polls until done, then issues its next call. */
+struct issuer {
+  ncclComm_t comm;
+  const struct ordered* parked;
+  ncclResult_t state, called;
+  int parkedRanWhenDone, done;
+};
+static void* issueNext(void* arg) {
+  struct issuer* k = arg;
+  float buf[4] = {0};
+  k->state = ncclInProgress;
+  CHECK_EQ_INT(ncclCommGetAsyncError(k->comm, &k->state), ncclSuccess);
+  k->parkedRanWhenDone = __atomic_load_n(&k->parked->runs, __ATOMIC_ACQUIRE);
+  k->called = ncclAllReduce(buf, buf, 3, ncclFloat32, ncclSum, k->comm, NULL);
+  __atomic_store_n(&k->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* A watchdog's ncclCommGetAsyncError takes the parked operation and is held before it runs it:
+ * the application's thread must neither hear ncclSuccess nor reach the real NCCL before it ran
+ * (before the fix: both, so this rank launched its next call ahead of the parked one). */
+static void testParkedRace(void) {
+  struct symmComm* c = knownComm(0x400000, 0);
+  if (c == NULL) return;
+  struct ordered parked = {0};
+  parkBehindGroup(c, &parked);
+  setAsyncError(ncclSuccess);
+  gatePaused = gateOpen = 0;
+  symmGroupParkedHook = pauseHook;
+  pthread_t watchdog, app;
+  pthread_create(&watchdog, NULL, pollOnce, c->real);
+  pthread_mutex_lock(&gateLock);
+  while (!gatePaused) pthread_cond_wait(&gateCond, &gateLock);
+  pthread_mutex_unlock(&gateLock);
+  struct issuer k = {.comm = c->real, .parked = &parked};
+  pthread_create(&app, NULL, issueNext, &k);
+  /* Long enough for the application's thread to get through if nothing holds it. */
+  for (int i = 0; i < 200 && !__atomic_load_n(&k.done, __ATOMIC_ACQUIRE); i++) {
+    struct timespec ms = {0, 1000 * 1000};
+    nanosleep(&ms, NULL);
+  }
+  CHECK_EQ_INT(__atomic_load_n(&k.done, __ATOMIC_ACQUIRE), 0);
+  pthread_mutex_lock(&gateLock);
+  gateOpen = 1;
+  pthread_cond_broadcast(&gateCond);
+  pthread_mutex_unlock(&gateLock);
+  pthread_join(watchdog, NULL);
+  pthread_join(app, NULL);
+  symmGroupParkedHook = NULL;
+  CHECK_EQ_INT(parked.runs, 1);
+  CHECK_EQ_INT(parked.launched, 1);
+  CHECK_EQ_INT(k.state, ncclSuccess);
+  CHECK_EQ_INT(k.parkedRanWhenDone, 1);
+  CHECK_EQ_INT(k.called, ncclSuccess);
+  const int at = findCall("ncclAllReduce", 3);
+  CHECK(at >= 0);
+  CHECK(parked.callsBefore <= at);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(c->real);
+}
+
+struct hammer {
+  ncclComm_t comm;
+  int stop;
+  long polls;
+};
+static void* hammerLoop(void* arg) {
+  struct hammer* h = arg;
+  while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+    ncclResult_t state;
+    (void)ncclCommGetAsyncError(h->comm, &state);
+    __atomic_add_fetch(&h->polls, 1, __ATOMIC_RELAXED);
+    sched_yield();
+  }
+  return NULL;
+}
+
+/* The same without a pause: a thread hammers ncclCommGetAsyncError while the application parks
+ * an operation per group and then issues its next call, grouped or not; each parked operation
+ * must have run before that call reached the real NCCL. */
+static void testParkedOrder(int rounds) {
+  struct symmComm* c = knownComm(0x500000, 0);
+  if (c == NULL) return;
+  struct hammer h = {.comm = c->real};
+  pthread_t t;
+  pthread_create(&t, NULL, hammerLoop, &h);
+  while (__atomic_load_n(&h.polls, __ATOMIC_RELAXED) == 0) sched_yield();
+  float buf[4] = {0};
+  int wrong = 0, unseen = 0;
+  for (int i = 0; i < rounds; i++) {
+    struct ordered parked = {0};
+    parkBehindGroup(c, &parked);
+    setAsyncError(ncclSuccess);
+    if (i % 3 == 0) sched_yield(); /* now and then, let the hammer take them */
+    const size_t marker = 1000 + (size_t)i;
+    if (i % 2 == 0) {
+      CHECK_EQ_INT(ncclAllReduce(buf, buf, marker, ncclFloat32, ncclSum, c->real, NULL), ncclSuccess);
+    } else {
+      CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+      CHECK_EQ_INT(ncclAllReduce(buf, buf, marker, ncclFloat32, ncclSum, c->real, NULL), ncclSuccess);
+      CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+    }
+    const int at = findCall("ncclAllReduce", marker);
+    if (at < 0) {
+      unseen++; /* dropped from the fake's ring by the hammer's calls */
+      continue;
+    }
+    CHECK_EQ_INT(__atomic_load_n(&parked.runs, __ATOMIC_ACQUIRE), 1);
+    wrong += parked.callsBefore > at;
+  }
+  __atomic_store_n(&h.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  CHECK_EQ_INT(wrong, 0);
+  CHECK(unseen < rounds / 2);
+  printf("parked order: %d rounds, %d out of order, %d not checked, %ld polls\n", rounds, wrong,
+         unseen, h.polls);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(c->real);
+}
+
+/* ---- children of non-blocking splits and shrinks ------------------------------------------ */
+
+/* Polls ncclCommGetAsyncError until it leaves ncclInProgress (at most 10 s). */
+static ncclResult_t settled(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int i = 0; i < 100000 && state == ncclInProgress; i++) {
+    CHECK_EQ_INT(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+    if (state == ncclInProgress) {
+      struct timespec pause = {0, 100 * 1000};
+      nanosleep(&pause, NULL);
+    }
+  }
+  return state;
+}
+
+/* A split returns ncclInProgress on a non-blocking parent. Whether the real NCCL's thread has
+ * stored the child by then (`early`) or stores it at completion (NCCL 2.28), every rank must do
+ * the same: nothing known or handed out while the parent is in progress, then the child
+ * registered (setting itself up in the background) before the caller gets it. Before the fix
+ * the child was registered at once in the first case and never in the second. */
+static void testNonBlockingSplit(int early, int shrink) {
+  const ncclComm_t expect = shrink ? FAKE_COMM_SHRINK : FAKE_COMM_SPLIT;
+  struct symmComm* c = knownComm(0x600000 + (uintptr_t)(early * 2 + shrink) * 0x10000, 0);
+  if (c == NULL) return;
+  const ncclComm_t parent = c->real;
+  deferChildren(!early);
+  setAsyncError(ncclInProgress);
+  setResultFor(shrink ? "ncclCommShrink" : "ncclCommSplit", ncclInProgress);
+  ncclComm_t child = (ncclComm_t)(uintptr_t)0xbad;
+  int exclude[1] = {1};
+  const ncclResult_t res = shrink ? ncclCommShrink(parent, exclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT)
+                                  : ncclCommSplit(parent, 0, 0, &child, NULL);
+  setResultFor(NULL, ncclSuccess);
+  CHECK_EQ_INT(res, ncclInProgress);
+  CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL);
+  CHECK(symmCommFind(expect) == NULL);
+  ncclResult_t state = ncclSuccess;
+  CHECK_EQ_INT(ncclCommGetAsyncError(parent, &state), ncclSuccess);
+  CHECK_EQ_INT(state, ncclInProgress);
+  CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL);
+  /* The real NCCL completes (child stored, then the parent's state). */
+  setAsyncError(ncclSuccess);
+  CHECK_EQ_INT(settled(parent), ncclSuccess);
+  CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == expect);
+  const struct symmComm* k = symmCommFind(expect);
+  CHECK(k != NULL);
+  if (k != NULL) CHECK_EQ_INT(k->config.blocking, 0);
+  /* Its own setup job (which finds no GPU here, so it forwards) ends too. */
+  CHECK_EQ_INT(settled(expect), ncclSuccess);
+  CHECK_EQ_INT(ncclCommDestroy(expect), ncclSuccess);
+  CHECK(symmCommFind(expect) == NULL);
+  deferChildren(0);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(parent);
+}
+
+/* The parent is aborted while its child is being created: the caller still gets the child (the
+ * real abort completes or fails it), unregistered: it forwards. */
+static void testSplitThenAbort(void) {
+  struct symmComm* c = knownComm(0xa00000, 0);
+  if (c == NULL) return;
+  const ncclComm_t parent = c->real;
+  deferChildren(1);
+  setAsyncError(ncclInProgress);
+  setResultFor("ncclCommSplit", ncclInProgress);
+  ncclComm_t child = NULL;
+  CHECK_EQ_INT(ncclCommSplit(parent, 0, 0, &child, NULL), ncclInProgress);
+  setResultFor(NULL, ncclSuccess);
+  CHECK_EQ_INT(ncclCommAbort(parent), ncclSuccess);
+  CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == FAKE_COMM_SPLIT);
+  CHECK(symmCommFind(FAKE_COMM_SPLIT) == NULL);
+  CHECK(symmCommFind(parent) == NULL);
+  deferChildren(0);
+  setAsyncError(FAKE_ASYNC_ERROR);
+}
+
+/* Blocking parents: the child is final when the call returns and known at once; inside a group
+ * the real NCCL stores it at the group's end, so it stays unknown (forwards) on every rank. */
+static void testBlockingSplit(void) {
+  struct symmComm* c = known(0x700000);
+  if (c == NULL) return;
+  ncclComm_t child = NULL;
+  CHECK_EQ_INT(ncclCommSplit(c->real, 0, 0, &child, NULL), ncclSuccess);
+  CHECK(child == FAKE_COMM_SPLIT);
+  CHECK(symmCommFind(FAKE_COMM_SPLIT) != NULL);
+  CHECK_EQ_INT(ncclCommDestroy(FAKE_COMM_SPLIT), ncclSuccess);
+  child = NULL;
+  deferChildren(1); /* stored at the group's end */
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(ncclCommSplit(c->real, 0, 0, &child, NULL), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  setAsyncError(ncclSuccess); /* the fake's group end */
+  CHECK(child == FAKE_COMM_SPLIT);
+  CHECK(symmCommFind(FAKE_COMM_SPLIT) == NULL);
+  deferChildren(0);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(c->real);
+}
+
+/* NCCL_SHRINK_ABORT raises the parent's abort state before the real shrink; later calls on the
+ * parent forward to the real NCCL. */
+static void testShrinkAbort(void) {
+  struct symmComm* c = known(0x800000);
+  if (c == NULL) return;
+  ncclComm_t child = NULL;
+  int exclude[1] = {1};
+  CHECK_EQ_INT(__atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE), 0);
+  CHECK_EQ_INT(ncclCommShrink(c->real, exclude, 1, &child, NULL, NCCL_SHRINK_ABORT), ncclSuccess);
+  CHECK_EQ_INT(__atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE), 1);
+  CHECK(child == FAKE_COMM_SHRINK);
+  float buf[4] = {0};
+  const int before = callCount();
+  CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, c->real, NULL), ncclSuccess);
+  CHECK_EQ_INT(callCount(), before + 1);
+  CHECK_EQ_STR(lastName(), "ncclAllReduce");
+  CHECK_EQ_INT(ncclCommDestroy(FAKE_COMM_SHRINK), ncclSuccess);
+  symmCommRemove(c->real);
 }
 
 /* ---- abort from another thread during a stream of calls ----------------------------------- */
@@ -357,12 +661,25 @@ int main(int argc, char** argv) {
   *(void**)&callCount = dlsym(fake, "fakeNcclCallCount");
   *(void**)&callAt = dlsym(fake, "fakeNcclCall");
   *(void**)&setResult = dlsym(fake, "fakeNcclSetResult");
-  CHECK(callCount != NULL && callAt != NULL && setResult != NULL);
-  if (callCount == NULL || callAt == NULL || setResult == NULL) return harnessReport("core_fake_paths");
+  *(void**)&setResultFor = dlsym(fake, "fakeNcclSetResultFor");
+  *(void**)&setAsyncError = dlsym(fake, "fakeNcclSetAsyncError");
+  *(void**)&deferChildren = dlsym(fake, "fakeNcclDeferChildren");
+  CHECK(callCount != NULL && callAt != NULL && setResult != NULL && setResultFor != NULL &&
+        setAsyncError != NULL && deferChildren != NULL);
+  if (callCount == NULL || callAt == NULL || setResult == NULL || setResultFor == NULL ||
+      setAsyncError == NULL || deferChildren == NULL)
+    return harnessReport("core_fake_paths");
   testFailedComm();
   testArgumentErrors();
   testGroups();
   testJobOwnsRealComm();
+  testParkedRace();
+  testParkedOrder(500);
+  for (int early = 0; early <= 1; early++)
+    for (int shrink = 0; shrink <= 1; shrink++) testNonBlockingSplit(early, shrink);
+  testSplitThenAbort();
+  testBlockingSplit();
+  testShrinkAbort();
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
   testDisabledRank();
   CHECK_EQ_INT(symmCommCount(), 0);

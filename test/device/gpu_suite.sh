@@ -32,6 +32,12 @@ run_gpu_suite() {
   run core_abort_1000 600 env $CB $F $C abort 2 1000
   run core_group 60 env $CB $F $C group 2
   run core_nonblocking 60 env $CB $F $C nonblocking 2
+  for n in 3 8; do
+    run core_abort_setup_$n 60 env $CB $F $C abort-setup $n
+    run core_abort_setup_norevoke_$n 60 env $CB $F $C abort-setup-norevoke $n
+  done
+  for n in 2 4 8; do run core_split_$n 60 env $CB $F $C split $n; done
+  for n in 3 8; do run core_shrink_$n 60 env $CB $F $C shrink $n; done
   run core_mismatch 60 env $CB $F SYMMCOLL_TEST_KNOB_SKEW_RANK=1 $C mismatch 2
   for w in maxCTAs minCTAs CTAPolicy disable maxRanks; do
     run core_mismatch_$w 60 env $CB $F SYMMCOLL_TEST_KNOB_SKEW_RANK=1 SYMMCOLL_TEST_SKEW_WHAT=$w $C mismatch 3
