@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Host cost of the CUDA calls on our eager all-reduce path, one at a time (perf/NOTES.md):
+/* Host cost of the CUDA calls on our eager all-reduce path, one at a time (perf/RESULTS.md):
  * kernel launches with a small and with an all-reduce-sized argument block (runtime and driver),
  * cudaEventRecord, the stream queries, cudaGetDevice, and all of them in the sequence one eager
  * call of ours makes; the same for the driver calls of a replayed call, two other ways to mark

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* How fast one GPU can push bytes into its peer's memory, by method (a measurement tool for
- * perf/NOTES.md, not installed): the copy engine (cudaMemcpyPeerAsync), SM 16-byte stores (as the
- * two-shot's push phase does), and TMA bulk stores (cp.async.bulk from shared memory to the
+ * perf/RESULTS.md, not installed): the copy engine (cudaMemcpyPeerAsync), SM 16-byte stores (as
+ * the two-shot's push phase does), and TMA bulk stores (cp.async.bulk from shared memory to the
  * peer's global memory, fed by cp.async.bulk loads), and the copy engine and SM stores side by
  * side on two streams (a share of the bytes each). Each method runs one way (GPU 0 -> 1) and
  * both ways at once (what an all-reduce does). Every pushed byte is checked once per method.
