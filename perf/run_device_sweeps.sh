@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The acceptance sweeps on a 2-GPU node: the three binaries from 8 B to 1 GiB with -c 1, in
-# single-process -g 2 mode (float, like BASELINE.md's first tables) and two-process -P 2 mode
-# (bfloat16, like its last table), eager and -G 20, each with SYMMCOLL_DISABLE=1 (NCCL alone)
-# and without (libsymmcoll). Logs and CSVs go to <out>; a summary table (time per size, wrong
-# totals, NCCL alone against BASELINE.md) is printed last.
+# single-process -g 2 mode (float, like sweep_summary.py's first reference tables) and
+# two-process -P 2 mode (bfloat16, like its last ones), eager and -G 20, each with
+# SYMMCOLL_DISABLE=1 (NCCL alone) and without (libsymmcoll). Logs and CSVs go to <out>; a
+# summary table (time per size, wrong totals, NCCL alone against sweep_summary.py's reference
+# times) is printed last.
 #
 # usage: perf/run_device_sweeps.sh <out-dir> [quick]
 #   quick: 8 B..64 MiB only (a smoke run)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # Summary of perf/run_device_sweeps.sh: out-of-place time per size for NCCL alone and
-# libsymmcoll, NCCL alone against the H200 pair baseline (shared/BASELINE.md), wrong totals.
+# libsymmcoll, NCCL alone against reference times of NCCL on the H200 pair, wrong totals.
 """usage: sweep_summary.py <dir with <coll>_<mode>_<graph>_<lib>.csv files>"""
 import csv
 import glob
@@ -9,7 +9,8 @@ import os
 import sys
 
 K, M, G = 1 << 10, 1 << 20, 1 << 30
-# NCCL 2.28.9 on 2x H200, from BASELINE.md: (mode, graph, collective) -> {bytes: time in us}
+# Reference times of NCCL 2.28.9 alone on 2x H200 (NV18), "BASELINE.md" in the printed table:
+# (mode, graph, collective) -> {bytes: time in us}
 BASELINE = {
     ("g2", "eager", "all_reduce"): {K: 12.65, 16 * K: 12.67, 256 * K: 14.14, M: 15.01, 4 * M: 35.39, 16 * M: 78.24,
                                     64 * M: 249.05, 256 * M: 890.44, G: 3233.1},

@@ -95,10 +95,16 @@ def bench_allreduce(torch, dist, rank, label, out_dir):
         if rank == 0:
             print(f"allreduce,{label},{nbytes},{t_nccl:.2f},{t_one:.2f},{t_two:.2f}", flush=True)
     if rank == 0:
-        with open(os.path.join(out_dir, f"allreduce.{label}.csv"), "w") as f:
-            f.write("bytes,label,allreduce_us,torch_one_shot_us,torch_two_shot_us\n")
-            for b, a, o, t in rows:
-                f.write(f"{b},{label},{a:.3f},{o:.3f},{t:.3f}\n")
+        write_allreduce_csv(os.path.join(out_dir, f"allreduce.{label}.csv"), label, rows)
+
+
+def write_allreduce_csv(path, label, rows):
+    """rows: (bytes, all_reduce, torch one_shot, torch two_shot_) times in us. torch_compare.py
+    writes its graph-mode rows through this too, so --report reads either."""
+    with open(path, "w") as f:
+        f.write("bytes,label,allreduce_us,torch_one_shot_us,torch_two_shot_us\n")
+        for b, a, o, t in rows:
+            f.write(f"{b},{label},{a:.3f},{o:.3f},{t:.3f}\n")
 
 
 # ---- (b) training steps ---------------------------------------------------------------------

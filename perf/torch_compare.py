@@ -13,6 +13,7 @@ os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
 import torch  # noqa: E402
+from torch_bench import write_allreduce_csv  # noqa: E402 (this folder; it does not import torch)
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
@@ -82,10 +83,7 @@ def worker(rank, label, csv_path):
         for b, a, o, t in rows:
             print(f"{b:>10} {a:22.2f} {o:15.2f} {t:15.2f}")
         if csv_path:
-            with open(csv_path, "w") as f:
-                f.write("bytes,label,allreduce_us,torch_one_shot_us,torch_two_shot_us\n")
-                for b, a, o, t in rows:
-                    f.write(f"{b},{label},{a:.3f},{o:.3f},{t:.3f}\n")
+            write_allreduce_csv(csv_path, label, rows)
     dist.destroy_process_group()
 
 

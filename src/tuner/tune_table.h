@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The tuner's table: rows of (collective, ranks, element size, arch, link, registration) ->
  * size steps, built in or read from a tuning file (format in src/tuner/README.md). Internal to
- * src/tuner, the tuning command (perf/tune*.c) and the tests. */
+ * src/tuner, the tuning command (tools/tune*.c) and the tests. */
 #ifndef SYMMCOLL_TUNE_TABLE_H
 #define SYMMCOLL_TUNE_TABLE_H
 

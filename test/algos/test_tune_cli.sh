@@ -57,6 +57,11 @@ FAKE_WRONG=twoshot:16777216 "$tune" -o "$tmp/w.txt" -P 2 --reps 1 -d bf16 --coll
 check "wrong results excluded" grep -qxF \
   "allreduce ranks=2 dtype=2 arch=90 link=nvlink reg=0 lamport<=256K oneshot<=4M twoshot<=8M nccl<=33554431 twoshot<=1G" "$tmp/w.txt"
 
+# Without --perf-dir, a build tree's symmcoll-tune (build/tools) runs the binaries of build/perf.
+out=$("$tune" -o "$tmp/d.txt" -P 2 --dry-run --colls allreduce -d float -e 16 --machine "$machine" 2>&1)
+bin=$(grep -o '[^ ]*/all_reduce_perf' <<<"$out" | head -1)
+check "default perf dir ($bin)" test -x "$bin" -a "$(basename "$(dirname "$bin")")" = perf
+
 # Bad command lines.
 "$tune" -P 2 >/dev/null 2>&1; check "no -o: usage" [ $? = 2 ]
 "$tune" -o "$tmp/x" --margin 2 >/dev/null 2>&1; check "bad margin" [ $? = 2 ]

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A sampling profiler to preload (not built by meson; no perf or gdb on the lent machines):
- *   gcc -shared -fPIC -O2 -o sampler.so perf/sampler.c
- *   LD_PRELOAD=$PWD/sampler.so SAMPLER_OUT=/tmp/prof <program>
- *   python3 perf/sampler_report.py /tmp/prof.<pid> <calls per kind per rank> <ranks>
+/* A sampling profiler to preload, for machines without perf or gdb (meson builds it as
+ * build/bench/sampler.so on x86-64):
+ *   LD_PRELOAD=$PWD/build/bench/sampler.so SAMPLER_OUT=/tmp/prof <program>
+ *   python3 bench/sampler_report.py /tmp/prof.<pid> <calls per kind per rank> <ranks>
  * SIGPROF on the process's CPU time (one sample per scheduler tick, about 4 ms) records the
  * interrupted instruction and up to 23 return addresses (glibc backtrace, which unwinds
  * through code without frame pointers); at exit it writes one line per sample, leaf first,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* How fast one GPU can push bytes into its peer's memory, by method (a measurement tool for
- * perf/NOTES.md, not installed): the copy engine (cudaMemcpyPeerAsync), SM 16-byte stores (as the
- * two-shot's push phase does), and TMA bulk stores (cp.async.bulk from shared memory to the
+ * perf/RESULTS.md, not installed): the copy engine (cudaMemcpyPeerAsync), SM 16-byte stores (as
+ * the two-shot's push phase does), and TMA bulk stores (cp.async.bulk from shared memory to the
  * peer's global memory, fed by cp.async.bulk loads), and the copy engine and SM stores side by
  * side on two streams (a share of the bytes each). Each method runs one way (GPU 0 -> 1) and
  * both ways at once (what an all-reduce does). Every pushed byte is checked once per method.
@@ -12,14 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                           \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
+#include "bench.h"
 
 __device__ __forceinline__ size_t divUp(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -139,11 +132,6 @@ static void launch(const Method& m, int from, size_t bytes) {
   CK(cudaGetLastError());
 }
 
-static int cmpD(const void* a, const void* b) {
-  const double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 /* GB/s of one direction (both: the slower of the two), median of `iters`. */
 static double measure(const Method& m, size_t bytes, bool both, int iters) {
   double t[64];
@@ -164,7 +152,7 @@ static double measure(const Method& m, size_t bytes, bool both, int iters) {
     }
     if (i >= 2) t[i - 2] = worst;
   }
-  qsort(t, iters, sizeof(double), cmpD);
+  qsort(t, iters, sizeof(double), benchCmpDouble);
   return (double)bytes / (t[iters / 2] * 1e-3) / 1e9;
 }
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Host cost of the CUDA calls on our eager all-reduce path, one at a time (perf/NOTES.md):
+/* Host cost of the CUDA calls on our eager all-reduce path, one at a time (perf/RESULTS.md):
  * kernel launches with a small and with an all-reduce-sized argument block (runtime and driver),
  * cudaEventRecord, the stream queries, cudaGetDevice, and all of them in the sequence one eager
  * call of ours makes; the same for the driver calls of a replayed call, two other ways to mark
@@ -11,7 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "bench.h"
 
 /* CUDA 13 gave the edge-data form the plain name; 12.3-12.9 call it _v3 (as src/order.c). */
 #if CUDART_VERSION < 13000
@@ -28,38 +29,18 @@ __global__ void bigKernel(Big b) {
   if (b.bytes[0] == 123) printf("never\n");
 }
 
-static double nowUs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-#define CK(x)                                                              \
-  do {                                                                     \
-    cudaError_t e = (x);                                                   \
-    if (e != cudaSuccess) {                                                \
-      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));              \
-      exit(1);                                                             \
-    }                                                                      \
-  } while (0)
-
-static int cmp(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 enum { kBatch = 400, kBatches = 11 };
 
 template <typename F> static double perCall(const char* name, cudaStream_t s, F body) {
   double t[kBatches];
   for (int b = 0; b < kBatches; b++) {
     CK(cudaStreamSynchronize(s));
-    double t0 = nowUs();
+    double t0 = benchNowUs();
     for (int i = 0; i < kBatch; i++) body();
-    t[b] = (nowUs() - t0) / kBatch;
+    t[b] = (benchNowUs() - t0) / kBatch;
   }
   CK(cudaStreamSynchronize(s));
-  qsort(t, kBatches, sizeof(double), cmp);
+  qsort(t, kBatches, sizeof(double), benchCmpDouble);
   printf("%-40s %8.3f us/call\n", name, t[kBatches / 2]);
   return t[kBatches / 2];
 }

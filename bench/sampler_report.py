@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Report of perf/sampler.c's samples of perf/host_path: per kind of call (the outermost
+"""Report of bench/sampler.c's samples of bench/host_path: per kind of call (the outermost
 issue* function on the stack), samples split by leaf module and converted to microseconds per
 call; the leaf functions inside libsymmcoll; and for our calls, which function of ours called
 into libc or the driver when a sample landed there.

@@ -425,16 +425,26 @@ static int selfCheck(const char* text, size_t len) {
   return rc;
 }
 
+/* Installed, the perf binaries sit beside symmcoll-tune (libexec/symmcoll); in a build tree
+ * they are in ../perf from build/tools. */
+static const char* defaultPerfDir(void) {
+  static char self[4096], sibling[4200];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  self[len > 0 ? len : 0] = '\0';
+  const char* dir = dirname(self);
+  char probe[4300];
+  snprintf(probe, sizeof(probe), "%s/%s", dir, perfBinaries[0]);
+  if (access(probe, X_OK) == 0) return dir;
+  snprintf(sibling, sizeof(sibling), "%s/../perf", dir);
+  snprintf(probe, sizeof(probe), "%s/%s", sibling, perfBinaries[0]);
+  return access(probe, X_OK) == 0 ? sibling : dir;
+}
+
 int main(int argc, char** argv) {
   struct tuneOptions o;
   const int parsed = parseOptions(argc, argv, &o);
   if (parsed != 0) return parsed > 0 ? PERF_EXIT_OK : PERF_EXIT_USAGE;
-  static char self[4096];
-  if (o.perfDir == NULL) {
-    const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    self[len > 0 ? len : 0] = '\0';
-    o.perfDir = dirname(self);
-  }
+  if (o.perfDir == NULL) o.perfDir = defaultPerfDir();
   struct symmTuneMachine m;
   if (o.nranks == 0 && cudaGetDeviceCount(&o.nranks) != cudaSuccess) o.nranks = 0;
   if (o.nranks < 2 || o.nranks > SYMM_MAX_RANKS) {

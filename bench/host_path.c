@@ -24,24 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "host_path: %s: %s\n", #x, cudaGetErrorString(e_));                \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
-#define NK(x)                                                                            \
-  do {                                                                                   \
-    ncclResult_t r_ = (x);                                                               \
-    if (r_ != ncclSuccess) {                                                             \
-      fprintf(stderr, "host_path: %s: %s\n", #x, ncclGetErrorString(r_));                \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#include "bench.h"
+
+#define NK(x) BENCH_CHECK(ncclResult_t, x, ncclSuccess, ncclGetErrorString)
 
 static int nranks = 2, calls = 10000, rounds = 10, syncEvery = 100, warmup = 500, turns = 0;
 static int oneThreadMode; /* --one-thread 1 */
@@ -50,20 +36,9 @@ static size_t bytes = 1024;
 static ncclUniqueId uid;
 static pthread_barrier_t barrier;
 
-static double nowUs(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-static int cmpDouble(const void* a, const void* b) {
-  const double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 /* Median and 10th/90th percentiles of `n` samples (sorted in place). */
 static void summarize(double* t, int n, double* p10, double* p50, double* p90) {
-  qsort(t, (size_t)n, sizeof(double), cmpDouble);
+  qsort(t, (size_t)n, sizeof(double), benchCmpDouble);
   *p10 = t[n / 10];
   *p50 = t[n / 2];
   *p90 = t[n * 9 / 10];
@@ -282,9 +257,9 @@ static void driveRanks(struct rankCtx** cs, int n) {
         for (int i = 0; i < syncEvery; i++) {
           if (turns && i % turns == 0) waitTurn(rank);
           for (int q = 0; q < n; q++) {
-            const double t0 = nowUs();
+            const double t0 = benchNowUs();
             issue(cs[q], k);
-            t[q][k][done[k]] = nowUs() - t0;
+            t[q][k][done[k]] = benchNowUs() - t0;
           }
           done[k]++;
           if (turns && (i + 1) % turns == 0) passTurn(rank);
@@ -362,9 +337,9 @@ static double bareLaunch(CUfunction fn, void** params) {
   double* t = malloc(sizeof(double) * (size_t)calls);
   if (t == NULL) exit(1);
   for (int i = 0; i < warmup + calls; i++) {
-    const double t0 = nowUs();
+    const double t0 = benchNowUs();
     if (launchFn(fn, 1, 1, 1, 32, 1, 1, 0, (CUstream)stream, params, NULL) != CUDA_SUCCESS) exit(1);
-    if (i >= warmup) t[i - warmup] = nowUs() - t0;
+    if (i >= warmup) t[i - warmup] = benchNowUs() - t0;
     if ((i + 1) % syncEvery == 0) CK(cudaStreamSynchronize(stream));
   }
   CK(cudaStreamSynchronize(stream));
