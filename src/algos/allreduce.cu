@@ -196,7 +196,7 @@ ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPee
   }
   KernelArgs args;
   fillArgs(call, peers, &args);
-  args.twoShotSliceMax = twoShotSliceMax(peers, halfBytes, esize);
+  args.sliceMax = twoShotSliceMax(peers, halfBytes, esize);
   args.zeroCopy = call->algo == SYMM_ALGO_TWOSHOT && call->windowPeers != NULL;
   /* The call's flag and the pad size are the same on all ranks. A rank without a table (its
    * registration receiver is off) never acknowledges a region, so no peer ever publishes a

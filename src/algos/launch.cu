@@ -24,7 +24,8 @@ SYMMCOLL_PARAM_FULL(SpinDeadlineMs, "SPIN_DEADLINE_MS", 0, 0, 86400000, SYMM_PAR
 SYMMCOLL_PARAM_FULL(ArMaxBlocks, "AR_MAX_BLOCKS", 128, 1, SYMM_MAX_BLOCKS, SYMM_PARAM_AGREED,
                     "most thread blocks per kernel of ours (1..128)")
 SYMMCOLL_PARAM_FULL(ArRoundBytes, "AR_ROUND_BYTES", 0, 0, INT64_MAX, SYMM_PARAM_AGREED,
-                    "two-shot: most message bytes per round inside a launch (0: what staging holds)")
+                    "two-shot all-reduce, push all-gather, pull reduce-scatter: most message "
+                    "bytes per round inside a launch (0: what staging holds)")
 SYMMCOLL_PARAM_FULL(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048, 1024, INT64_MAX,
                     SYMM_PARAM_AGREED, "bytes per thread block before another block is added")
 
@@ -87,6 +88,17 @@ size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t e
   /* 2(n-1) slices of staging per round, and the round-size knob. */
   const size_t peerCount = peers->nranks > 1 ? (size_t)peers->nranks - 1 : 1;
   size_t sliceMax = halfBytes / (2 * peerCount * esize);
+  const int64_t roundBytes = symmParamArRoundBytes();
+  if (roundBytes > 0 && (size_t)roundBytes / ((size_t)peers->nranks * esize) < sliceMax)
+    sliceMax = (size_t)roundBytes / ((size_t)peers->nranks * esize);
+  if (sliceMax < 16 / esize) sliceMax = 16 / esize;
+  return sliceMax;
+}
+
+size_t gatherScatterSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize) {
+  /* n-1 slots of staging per round, and the round-size knob (message bytes: n shares). */
+  const size_t peerCount = peers->nranks > 1 ? (size_t)peers->nranks - 1 : 1;
+  size_t sliceMax = halfBytes / (peerCount * esize);
   const int64_t roundBytes = symmParamArRoundBytes();
   if (roundBytes > 0 && (size_t)roundBytes / ((size_t)peers->nranks * esize) < sliceMax)
     sliceMax = (size_t)roundBytes / ((size_t)peers->nranks * esize);
@@ -174,8 +186,9 @@ cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const
   return err;
 }
 
-/* Lamport: one launch. Push/pull and multimem: one launch per chunk of every rank's share, the
- * chunk one slot of a staging half holds (a multiple of 16 bytes, so slots stay aligned). */
+/* Lamport: one launch. Push and pull: one launch in rounds (rounds.cuh) for up to kMaxRounds
+ * rounds, zero copy one launch for any size. Multimem: one launch per chunk of every rank's share,
+ * the chunk one slot of a staging half holds (a multiple of 16 bytes, so slots stay aligned). */
 ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                                  cudaStream_t stream) {
   const char* name = symmCollName(call->coll);
@@ -204,17 +217,30 @@ ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct sym
     WARN("%s: multimem requested without a multicast mapping", name);
     return ncclInternalError;
   }
-  const size_t chunk = halfBytesOf(peers) / ((size_t)peers->nranks * esize) / vecElems * vecElems;
-  if (chunk == 0) {
-    WARN("%s: staging buffer of %zu bytes is too small", name, peers->bufferBytes);
-    return ncclInternalError;
-  }
-  args.slotStride = chunk;
+  const size_t halfBytes = halfBytesOf(peers);
   /* Push and pull read or write the registered window in place (the tuner said so by handing
    * its peers' addresses) and use no staging: one launch for any size. */
-  args.zeroCopy = call->windowPeers != NULL &&
-                  call->algo == (allGather ? SYMM_ALGO_PUSH : SYMM_ALGO_PULL);
-  const size_t perLaunch = args.zeroCopy ? call->count : chunk;
+  args.zeroCopy = call->windowPeers != NULL && !multimem;
+  size_t perLaunch = call->count;
+  if (multimem) {
+    const size_t chunk = halfBytes / ((size_t)peers->nranks * esize) / vecElems * vecElems;
+    if (chunk == 0) {
+      WARN("%s: staging buffer of %zu bytes is too small", name, peers->bufferBytes);
+      return ncclInternalError;
+    }
+    args.slotStride = chunk;
+    perLaunch = chunk;
+  } else if (!args.zeroCopy) {
+    if (halfBytes < (size_t)peers->nranks * 16) {
+      WARN("%s: staging buffer of %zu bytes is too small", name, peers->bufferBytes);
+      return ncclInternalError;
+    }
+    args.sliceMax = gatherScatterSliceMax(peers, halfBytes, esize);
+    /* The kernel's rounds are at most ceil(launch / (sliceMax rounded down to its unit)), and
+     * that rounding keeps at least half of sliceMax (roundPlan): kMaxRounds rounds per launch. */
+    const size_t most = (size_t)kMaxRounds * (args.sliceMax / 2) / vecElems * vecElems;
+    perLaunch = most > vecElems ? most : vecElems;
+  }
   for (size_t done = 0; done < call->count; done += perLaunch) {
     const size_t n = call->count - done < perLaunch ? call->count - done : perLaunch;
     args.send = (const char*)call->sendbuff + done * esize;

@@ -28,13 +28,15 @@ struct KernelArgs {
   volatile uint32_t* errorFlag;
   char* multicast;                    /* multicast address of the staging buffers, or NULL */
   size_t halfBytes;                   /* bytes of one staging half (multiple of 16) */
-  size_t twoShotSliceMax;             /* two-shot: most elements of one rank's slice per round */
+  /* Kernels in rounds (two-shot, all-gather push, reduce-scatter pull): most elements of one
+   * rank's slice (share) per round, from staging and SYMMCOLL_AR_ROUND_BYTES; >= 16 bytes. */
+  size_t sliceMax;
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
   int lamportRegion;                  /* the staging buffers have a Lamport region */
   /* All-gather: elements between the ranks' parts of the output; reduce-scatter: between the
    * slices of the input. */
   size_t sliceStride;
-  size_t slotStride;                  /* all-gather push, reduce-scatter pull: elements between
+  size_t slotStride;                  /* multimem all-gather and reduce-scatter: elements between
                                        * the ranks' slots in a staging half */
   uint64_t deadlineNs;                /* 0 = wait like NCCL: forever (abort still honoured) */
   int rank, nranks;
@@ -224,7 +226,8 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
  * 0's thread 0 rewrites one line of the slot of this call's parity, in every rank's region, with
  * this call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3,
  * one per parity). A slot has 32768 lines, so every line is rewritten at least once per 32768
- * calls of that parity, far fewer epochs than 2^31 (a call uses one epoch per two-shot round).
+ * calls of that parity, far fewer epochs than 2^31 (a call uses one epoch per round of the
+ * two-shot, all-gather push or reduce-scatter pull; the latter two at most kMaxRounds, launch.h).
  * Safe for readers: the slot of this parity was last read in call k-2, which every rank finished
  * before this call could start; and a Lamport call skips the lines it writes itself. */
 __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,
