@@ -51,6 +51,7 @@ __device__ __forceinline__ void allGatherZeroCopy(const KernelArgs& a, volatile 
 
 template <typename E>
 __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a) {
+  kernelEntry();
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   constexpr size_t es = sizeof(T);
@@ -109,6 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
  * the copy-out never reads past count). Emulate: the same units stored to every rank in a loop. */
 template <typename E, bool Emulate>
 __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArgs a) {
+  kernelEntry();
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;

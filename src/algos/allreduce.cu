@@ -24,6 +24,7 @@ namespace symm {
 /* One-shot: copy our input into staging, barrier, every rank reduces everything. */
 template <typename E, int Kind>
 __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
  * (rank-order reduction, so bit-identical to the other kernels). */
 template <typename E, int Kind, bool Emulate>
 __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;

@@ -127,6 +127,7 @@ __device__ __forceinline__ const char* peerInput(const KernelArgs& a, int t, vol
  * registers). */
 template <typename E, int Kind, int R>
 __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;

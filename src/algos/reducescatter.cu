@@ -52,6 +52,7 @@ __device__ __forceinline__ void reduceScatterZeroCopy(const KernelArgs& a, volat
 
 template <typename E, int Kind>
 __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
  * (reducePacks), bit for bit the pull kernel's result. */
 template <typename E, int Kind, bool Emulate>
 __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;

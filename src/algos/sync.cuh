@@ -199,6 +199,34 @@ __device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, u
   return blockWait(a, purpose, epoch, failed);
 }
 
+/* The first statement of every kernel of ours: programmatic dependent launch (PDL, sm_90+).
+ * launchKernel launches with programmatic stream serialization where SYMMCOLL_PDL allows (every
+ * rank sm_90+), which lets this grid start before the kernel before it on the stream has finished:
+ * as soon as every block of that kernel has executed griddepcontrol.launch_dependents or exited.
+ *  - griddepcontrol.wait blocks until that kernel has completed and its memory operations are
+ *    performed and visible, as at a plain kernel boundary. Nothing in this kernel touches memory
+ *    before it: not localState (the epoch and ticket the previous kernel's endCall wrote), staging,
+ *    signal pads, the Lamport region or user buffers. So every kernel sees memory exactly as when
+ *    launched in plain stream order; without a programmatic dependency the wait returns at once.
+ *  - launch_dependents then lets the next kernel of ours on the stream be scheduled while this one
+ *    runs (its launch latency hides behind our work). The dependent starts only once every block
+ *    of this grid has executed it, i.e. this grid is fully resident: a dependent block that sits
+ *    in its wait never holds an SM a block of ours still needs, so our spinning blocks cannot
+ *    starve. Triggering after the wait, not before, keeps at most two grids of one stream resident
+ *    (the dependent's own dependent waits until the dependent has passed its wait, i.e. until we
+ *    completed); gridBlocks halves the shared-GPU budget of the tests for that.
+ *  - Kernels launched without the attribute (the application's, NCCL's, ours with SYMMCOLL_PDL=0)
+ *    start after we complete, as always: the trigger only concerns launches that ask for it. An
+ *    application kernel launched with it must run griddepcontrol.wait before reading our output,
+ *    as CUDA requires of every dependent.
+ * Below sm_90 (no such instructions) this is empty and nothing is launched with the attribute. */
+__device__ __forceinline__ void kernelEntry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device), and
  * the block's ticket, held by its last thread: the block counts itself in once its epoch is
  * read, so the block that draws the last ticket knows every block has read it and may publish
