@@ -64,6 +64,7 @@ void fillArgs(const struct symmLaunch* call, const struct symmPeers* peers, Kern
   args->nranks = peers->nranks;
   args->avg = call->coll != SYMM_COLL_ALLGATHER && call->op == ncclAvg;
   args->userRegTable = peers->userRegTable;
+  args->pdl = call->pdl != 0;
 }
 
 int gridBlocks(size_t moved, const struct symmLaunch* call, const struct symmPeers* peers) {
@@ -72,9 +73,12 @@ int gridBlocks(size_t moved, const struct symmLaunch* call, const struct symmPee
   if (call->maxBlocks > 0 && maxBlocks > call->maxBlocks) maxBlocks = call->maxBlocks;
   /* Several ranks on one GPU (tests only): their spinning blocks must all be resident together,
    * beside whatever else runs there; the two-shot's 200+ registers per thread allow only one
-   * block per SM, so the ranks share at most 64 blocks (128 on 4 ranks per GPU hung). */
+   * block per SM, so the ranks share at most 64 blocks (128 on 4 ranks per GPU hung). With
+   * programmatic dependent launch each rank may hold two grids at once (the running one and its
+   * dependent in its wait, kernelEntry), so each grid gets half of that. */
   if (peers->ranksPerDevice > 1) {
-    if (maxBlocks > kSharedGpuBlocks) maxBlocks = kSharedGpuBlocks;
+    const int64_t shared = call->pdl ? kSharedGpuBlocks / 2 : kSharedGpuBlocks;
+    if (maxBlocks > shared) maxBlocks = shared;
     maxBlocks = maxBlocks / peers->ranksPerDevice > 0 ? maxBlocks / peers->ranksPerDevice : 1;
   }
   const size_t perBlock = (size_t)symmParamArBytesPerBlock();
@@ -164,25 +168,81 @@ struct Recorder {
 };
 static __thread Recorder* recorder;
 
-static void record(CUkernel handle, int blocks, const KernelArgs& args) {
+static void record(CUkernel handle, int blocks, const KernelArgs& args, bool pdl) {
   if (++recorder->launches != 1) return;
   symmLaunchRecord* r = recorder->record;
   r->kernel = (void*)handle;
   r->blocks = (unsigned)blocks;
+  r->pdl = pdl;
   memcpy(r->args, &args, sizeof(args));
+}
+
+/* cuLaunchKernelEx of a CUfunction (or a CUkernel as one) with programmatic stream serialization. */
+static CUresult launchDriverPdl(CUfunction function, unsigned blocks, CUstream stream,
+                                void** params) {
+  CUlaunchAttribute attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config;
+  memset(&config, 0, sizeof(config));
+  config.gridDimX = blocks;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = kThreads;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return symmCu.p_cuLaunchKernelEx(&config, function, params, NULL);
 }
 
 cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const KernelArgs& args) {
   void* params[] = {const_cast<KernelArgs*>(&args)};
-  const CUkernel handle = symmCu.p_cuLaunchKernel != NULL ? kernelHandle(kernel) : NULL;
-  cudaError_t err = cudaSuccess;
-  /* A CUkernel passed as a CUfunction launches in the current context. */
-  if (handle == NULL ||
-      symmCu.p_cuLaunchKernel((CUfunction)handle, (unsigned)blocks, 1, 1, kThreads, 1, 1, 0,
-                              (CUstream)stream, params, NULL) != CUDA_SUCCESS)
-    err = cudaLaunchKernel((const void*)kernel, dim3((unsigned)blocks), dim3(kThreads), params, 0,
-                           stream);
-  if (err == cudaSuccess && recorder != NULL) record(handle, blocks, args);
+  const CUkernel handle = symmCu.p_cuLaunchKernel != NULL || symmCu.p_cuLaunchKernelEx != NULL
+                              ? kernelHandle(kernel)
+                              : NULL;
+  cudaError_t err = cudaErrorUnknown;
+  bool pdl = args.pdl != 0;
+  if (pdl) {
+    /* The driver's cuLaunchKernelEx, else the runtime's; a launch both refuse goes plain (the
+     * kernel's griddepcontrol.wait then returns at once), so the attribute never fails a call. */
+    if (handle != NULL && symmCu.p_cuLaunchKernelEx != NULL &&
+        launchDriverPdl((CUfunction)handle, (unsigned)blocks, (CUstream)stream, params) ==
+            CUDA_SUCCESS) {
+      err = cudaSuccess;
+    } else {
+      cudaLaunchAttribute attr;
+      memset(&attr, 0, sizeof(attr));
+      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr.val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3((unsigned)blocks);
+      config.blockDim = dim3(kThreads);
+      config.stream = stream;
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      err = cudaLaunchKernelExC(&config, (const void*)kernel, params);
+      if (err != cudaSuccess) {
+        static int told;
+        if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+          INFO(SYMM_COLL, "programmatic dependent launch refused (%s): launching without it",
+               cudaGetErrorString(err));
+        (void)cudaGetLastError();
+      }
+    }
+    pdl = err == cudaSuccess;
+  }
+  if (err != cudaSuccess) {
+    /* A CUkernel passed as a CUfunction launches in the current context. */
+    if (handle != NULL && symmCu.p_cuLaunchKernel != NULL &&
+        symmCu.p_cuLaunchKernel((CUfunction)handle, (unsigned)blocks, 1, 1, kThreads, 1, 1, 0,
+                                (CUstream)stream, params, NULL) == CUDA_SUCCESS)
+      err = cudaSuccess;
+    else
+      err = cudaLaunchKernel((const void*)kernel, dim3((unsigned)blocks), dim3(kThreads), params,
+                             0, stream);
+  }
+  if (err == cudaSuccess && recorder != NULL) record(handle, blocks, args, pdl);
   return err;
 }
 
@@ -357,6 +417,7 @@ extern "C" ncclResult_t symmCollLaunchRecorded(const struct symmLaunch* call,
                                                const struct symmPeers* peers, cudaStream_t stream,
                                                struct symmLaunchRecord* record) {
   record->valid = 0;
+  record->pdl = 0;
   record->kernel = NULL;
   record->function = NULL;
   symm::Recorder rec = {record, 0};
@@ -371,7 +432,9 @@ extern "C" ncclResult_t symmCollLaunchRecorded(const struct symmLaunch* call,
 }
 
 extern "C" int symmCollReplay(struct symmLaunchRecord* record, cudaStream_t stream) {
-  if (symmCu.p_cuLaunchKernel == NULL || symmCu.p_cuKernelGetFunction == NULL) return 0;
+  if (symmCu.p_cuKernelGetFunction == NULL ||
+      (record->pdl ? symmCu.p_cuLaunchKernelEx == NULL : symmCu.p_cuLaunchKernel == NULL))
+    return 0;
   /* The kernel as loaded in the current context, found at the first replay (calls that never
    * repeat never ask): launching it skips the driver's lookup of the context-independent
    * handle, about 0.09 us per call on an H100 (perf/RESULTS.md 0). */
@@ -382,6 +445,9 @@ extern "C" int symmCollReplay(struct symmLaunchRecord* record, cudaStream_t stre
     record->function = (void*)function;
   }
   void* params[] = {record->args};
+  if (record->pdl) /* as the recorded launch was (launchKernel) */
+    return symm::launchDriverPdl((CUfunction)record->function, record->blocks, (CUstream)stream,
+                                 params) == CUDA_SUCCESS;
   return symmCu.p_cuLaunchKernel((CUfunction)record->function, record->blocks, 1, 1,
                                  symm::kThreads, 1, 1, 0, (CUstream)stream, params,
                                  NULL) == CUDA_SUCCESS;

@@ -47,6 +47,9 @@ struct KernelArgs {
   uint64_t inputDesc;
   int exchangeDescs;
   const uint64_t* userRegTable;
+  /* Host side only (the kernels never read it): launchKernel launches with programmatic stream
+   * serialization (symmLaunch.pdl; kernelEntry says why that is safe). */
+  int pdl;
 };
 
 /* Signal purposes: one word per (purpose, block, writer) in the reader's pad. The third
