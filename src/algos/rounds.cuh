@@ -90,8 +90,9 @@ __device__ __forceinline__ size_t halfOf(const KernelArgs& a, uint64_t epoch) {
  *    for the last round's readers before returning). Hence the wait for start(0) first: a peer
  *    that arrived in this launch has finished the previous one.
  *  - The next kernel (any algorithm) writes half (e0+L+1) & 1 = (e0+L-1) & 1 first, maybe before
- *    any wait of its own (the two-shot's and multimem's first stores go to peers): the final wait
- *    for mid(L-1) proves every peer finished B(L-1). Half (e0+L) & 1 it writes only after waiting
+ *    any wait of its own (the first stores of the two-shot and of the multimem all-gather go to
+ *    peers): the final wait for mid(L-1) proves every peer finished B(L-1), the last reader of
+ *    that half in this launch. Half (e0+L) & 1 it (or a later kernel) writes only after waiting
  *    for every peer's arrival in it, i.e. after every peer finished this launch (B(L) included).
  *    With one round (L = 0), the wait for start(0) proves every peer finished the kernel before,
  *    the last user of half (e0+1) & 1.
