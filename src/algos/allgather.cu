@@ -5,9 +5,10 @@
  * Push, staged: the whole message in one launch, in rounds of S elements of our input (rounds.cuh:
  * the plan, the split barriers, why every reuse of staging is safe). Round k, rank r, block b:
  *   A(k): store part b of our round-k piece into slot peerSlot(q, r) of every peer q's staging
- *         half (remote stores, nothing copied in first);
- *   own(k): copy that part of our input straight to our part of the output (local; nothing in
- *         place, where our input already is our part of the output);
+ *         half (remote stores, nothing copied in first) and into our part of the output (each
+ *         load feeds every store; nothing in place, where our input is our part of the output);
+ *   own(k): that local copy on its own, after the arrive, where only our output's alignment
+ *         keeps it out of A's vector loop;
  *   B(k): once every peer's A(k) arrived, copy part b of every peer's slot of our own staging
  *         half to that peer's part of the output (local).
  * Our own part never goes through staging. In place (sendbuff == recvbuff + rank*count): A and
@@ -71,20 +72,28 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
   char* recv = (char*)a.recv;
   char* mine = recv + (size_t)me * a.sliceStride * es;
   const bool sendVec = aligned16(send);
-  /* Peers in turn from the next rank on, so the ranks' first stores go to different peers. */
+  /* Our own part rides along with the pushes (each load of our input feeds every store), unless
+   * in place (nothing to copy) or only our output is misaligned (it would take the pushes off
+   * the vector path): then own() copies it on its own. */
+  const bool ownAlone = mine == send || (sendVec && !aligned16(mine));
+  /* Peers from the next rank on, so the ranks' first stores go to different peers. */
   auto remote = [&](uint32_t k, size_t half) {
     const RoundPart r = roundPart(a, p, k);
-    for (int i = 1; i < n; i++) {
-      const int q = (me + i) % n;
-      copyRange<E>(a.staging[q] + half + peerSlot(q, me) * slot, send + r.first * es, r.lo, r.hi,
-                   sendVec, false);
+    char* dsts[SYMM_MAX_RANKS];
+#pragma unroll
+    for (int i = 0; i < SYMM_MAX_RANKS; i++) {
+      const int q = (me + 1 + i) % n;
+      dsts[i] = i < n - 1    ? a.staging[q] + half + peerSlot(q, me) * slot
+                : i == n - 1 ? mine + r.first * es
+                             : nullptr;
     }
+    copyRangeMulti<E>(dsts, n - (ownAlone ? 1 : 0), send + r.first * es, r.lo, r.hi, sendVec);
   };
   auto own = [&](uint32_t k) {
-    if (mine == send) return;
+    if (mine == send || !ownAlone) return;
     const RoundPart r = roundPart(a, p, k);
     char* out = mine + r.first * es;
-    copyRange<E>(out, send + r.first * es, r.lo, r.hi, sendVec && aligned16(out), false);
+    copyRange<E>(out, send + r.first * es, r.lo, r.hi, false, false);
   };
   auto local = [&](uint32_t k, size_t half) {
     const RoundPart r = roundPart(a, p, k);

@@ -62,9 +62,9 @@ __device__ __forceinline__ size_t halfOf(const KernelArgs& a, uint64_t epoch) {
 
 /* Runs the rounds of one launch, epochs e0 .. e0+L (L = rounds-1), round k in staging half
  * (e0+k) & 1. remote(k, half): A(k), store block b's part of round k into our slot of peers'
- * staging (remote stores only); own(k): what needs no peer (all-gather: our part straight to the
- * output); local(k, half): B(k), read every peer's slot of our own staging (and our input), write
- * the output. Split barriers: arrive = release our signal (blockArrive), wait = acquire every
+ * staging (and, all-gather, into our own part of the output: no peer reads that); own(k): local
+ * work that needs no peer, after the arrive; local(k, half): B(k), read every peer's slot of our
+ * own staging (and our input), write the output. Split barriers: arrive = release our signal (blockArrive), wait = acquire every
  * rank's (blockWait); signal words per (purpose, block, writer), block b pairs with block b.
  *
  *   iteration k:  [k == 1: wait start(0)] [k >= 2: wait mid(k-2)]
