@@ -24,6 +24,11 @@ SYMMCOLL_PARAM_FULL(TestFailCall, "TEST_FAIL_CALL", 0, 0, INT64_MAX, SYMM_PARAM_
                     "tests only: which launch of ours (counted per communicator from 0) fails on "
                     "the rank TEST_FAIL_RANK names")
 
+SYMMCOLL_PARAM_FULL(Pdl, "PDL", 1, 0, 1, SYMM_PARAM_AGREED,
+                    "launch our kernels with programmatic dependent launch where every rank is "
+                    "sm_90+: the next kernel of ours on a stream is scheduled while one runs "
+                    "(0 = plain launches)")
+
 static const char* const opNames[SYMM_NCOLLS] = {"ncclAllReduce", "ncclAllGather",
                                                  "ncclReduceScatter"};
 
@@ -430,7 +435,9 @@ static enum symmAlgo decideLocked(struct symmComm* comm, const struct symmTask* 
       .windowPeers = symmTunerZeroCopy(&in, algo) ? op->windowPeers : NULL,
       /* ncclCommRegister memory: each rank says in the kernel whether its input is read in
        * place; the descriptor itself is read at launch, under the lock. */
-      .exchangeDescs = symmTunerUserZeroCopy(&in, algo)};
+      .exchangeDescs = symmTunerUserZeroCopy(&in, algo),
+      /* griddepcontrol exists from sm_90 on (src/algos/sync.cuh, kernelEntry). */
+      .pdl = symmParamPdl() != 0 && comm->arch >= 90};
   return algo;
 }
 

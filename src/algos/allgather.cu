@@ -2,15 +2,18 @@
 /* All-gather: the push and multimem kernels (the Lamport kernel is in lamport.cu, the launcher,
  * shared with reduce-scatter, in launch.cu).
  *
- * Push, one launch per chunk of c elements of every rank's input (c fits the staging half):
- * block b copies its part [lo, hi) of our chunk into slot `rank` of every rank's staging half
- * (epoch & 1), waits for block b of every rank (start barrier: release of our signal after
- * __syncthreads, acquire of theirs), then copies part [lo, hi) of every slot of its own staging
- * to the output. Block b pairs only with block b, whose parts are the same on every rank. A half
- * is rewritten only in call k+2: a writer gets there after call k+1's barrier, which each peer
- * reaches only after finishing its whole kernel k (README: the invariant every kernel keeps).
- * In place (sendbuff == recvbuff + rank*count): each block reads its part of our input before
- * its barrier and writes only after it, and parts of other blocks never overlap.
+ * Push, staged: the whole message in one launch, in rounds of S elements of our input (rounds.cuh:
+ * the plan, the split barriers, why every reuse of staging is safe). Round k, rank r, block b:
+ *   A(k): store part b of our round-k piece into slot peerSlot(q, r) of every peer q's staging
+ *         half (remote stores, nothing copied in first) and into our part of the output (each
+ *         load feeds every store; nothing in place, where our input is our part of the output);
+ *   own(k): that local copy on its own, after the arrive, where only our output's alignment
+ *         keeps it out of A's vector loop;
+ *   B(k): once every peer's A(k) arrived, copy part b of every peer's slot of our own staging
+ *         half to that peer's part of the output (local).
+ * Our own part never goes through staging. In place (sendbuff == recvbuff + rank*count): A and
+ * own read only our part of the output, which nothing writes (own is skipped, B writes the other
+ * parts), so the layout needs no care.
  *
  * Zero copy (every rank's output in a registered window, windows[q] = rank q's output as
  * mapped here), one launch for any size: block b waits for block b of every rank (start
@@ -24,45 +27,99 @@
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
+#include "rounds.cuh"
 
 namespace symm {
 
 template <typename E>
-__global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a) {
+__device__ __forceinline__ void allGatherZeroCopy(const KernelArgs& a, volatile int* failed) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
-  __shared__ volatile int failed;
   BlockCall c;
-  if (!beginBlockCall<N>(a, &failed, &c)) return;
-  const uint64_t epoch = c.epoch;
-  const size_t half = c.half, lo = c.lo, hi = c.hi;
-  const size_t slot = a.slotStride * sizeof(T); /* a multiple of 16: slots stay aligned */
+  if (!beginBlockCall<N>(a, failed, &c)) return;
+  /* The start barrier first (every output is free to write), the middle one after. */
+  if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
+  const size_t ours = (size_t)a.rank * a.sliceStride * sizeof(T);
   const bool sendVec = aligned16(a.send);
-  /* Zero copy: the start barrier first (every output is free to write), the middle one after. */
-  if (a.zeroCopy && !blockBarrier(a, kSigStart, epoch, &failed)) return;
-  const size_t ours =
-      a.zeroCopy ? (size_t)a.rank * a.sliceStride * sizeof(T) : half + (size_t)a.rank * slot;
   for (int q = 0; q < a.nranks; q++) {
-    char* dst = (a.zeroCopy ? a.windows[q] : a.staging[q]) + ours;
-    if (dst != (const char*)a.send) /* zero copy in place: our slot holds our input already */
-      copyRange<E>(dst, (const char*)a.send, lo, hi, sendVec && aligned16(dst), false);
+    char* dst = a.windows[q] + ours;
+    if (dst != (const char*)a.send) /* in place: our slot holds our input already */
+      copyRange<E>(dst, (const char*)a.send, c.lo, c.hi, sendVec && aligned16(dst), false);
   }
-  if (!blockBarrier(a, a.zeroCopy ? kSigMid : kSigStart, epoch, &failed)) return;
-  if (!a.zeroCopy) {
-    for (int r = 0; r < a.nranks; r++) {
-      char* out = (char*)a.recv + (size_t)r * a.sliceStride * sizeof(T);
-      copyRange<E>(out, a.staging[a.rank] + half + (size_t)r * slot, lo, hi, aligned16(out), true);
-    }
-  }
-  endCall(a, epoch, c.ticket);
+  if (!blockBarrier(a, kSigMid, c.epoch, failed)) return;
+  endCall(a, c.epoch, c.ticket);
 }
 
-/* Multimem: the push kernel with one multimem.st per 16 bytes of our part, which lands in slot
- * `rank` of every rank's staging half at once. A block's part starts on a 16-byte unit; a
+template <typename E>
+__global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a) {
+  kernelEntry();
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  constexpr size_t es = sizeof(T);
+  __shared__ volatile int failed;
+  if (a.zeroCopy) {
+    allGatherZeroCopy<E>(a, &failed);
+    return;
+  }
+  uint64_t epoch0;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch0, 0);
+  const RoundPlan p = roundPlan(a, es, N);
+  const int me = a.rank, n = a.nranks;
+  const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
+  const char* send = (const char*)a.send;
+  char* recv = (char*)a.recv;
+  char* mine = recv + (size_t)me * a.sliceStride * es;
+  const bool sendVec = aligned16(send);
+  /* Our own part rides along with the pushes (each load of our input feeds every store), unless
+   * in place (nothing to copy) or only our output is misaligned (it would take the pushes off
+   * the vector path): then own() copies it on its own. */
+  const bool ownAlone = mine == send || (sendVec && !aligned16(mine));
+  /* Peers from the next rank on, so the ranks' first stores go to different peers. */
+  auto remote = [&](uint32_t k, size_t half) {
+    const RoundPart r = roundPart(a, p, k);
+    char* dsts[SYMM_MAX_RANKS];
+#pragma unroll
+    for (int i = 0; i < SYMM_MAX_RANKS; i++) {
+      const int q = (me + 1 + i) % n;
+      dsts[i] = i < n - 1    ? a.staging[q] + half + peerSlot(q, me) * slot
+                : i == n - 1 ? mine + r.first * es
+                             : nullptr;
+    }
+    copyRangeMulti<E>(dsts, n - (ownAlone ? 1 : 0), send + r.first * es, r.lo, r.hi, sendVec);
+  };
+  auto own = [&](uint32_t k) {
+    if (mine == send || !ownAlone) return;
+    const RoundPart r = roundPart(a, p, k);
+    char* out = mine + r.first * es;
+    copyRange<E>(out, send + r.first * es, r.lo, r.hi, false, false);
+  };
+  auto local = [&](uint32_t k, size_t half) {
+    const RoundPart r = roundPart(a, p, k);
+    const char* staged = a.staging[me] + half;
+    for (int q = 0; q < n; q++) {
+      if (q == me) continue;
+      char* out = recv + ((size_t)q * a.sliceStride + r.first) * es;
+      copyRange<E>(out, staged + peerSlot(me, q) * slot, r.lo, r.hi, aligned16(out), true);
+    }
+  };
+  if (!runRounds(a, epoch0, p.rounds, &failed, remote, own, local)) return;
+  endCall(a, epoch0 + p.rounds - 1, ticket);
+}
+
+/* Multimem, one launch per chunk of every rank's share (slotStride elements; launch.cu): one
+ * multimem.st per 16 bytes of part [lo, hi) of our chunk, which lands in slot `rank` of every
+ * rank's staging half (epoch & 1) at once, then a start barrier, then part [lo, hi) of every slot
+ * of our staging copied to the output. A half is rewritten only in call k+2, after call k+1's
+ * barrier, which each peer reaches only after finishing its kernel k. In place, each block reads
+ * its part of our input before its barrier and writes only after it. A block's part starts on a
+ * 16-byte unit; a
  * partial last unit carries the chunk's last elements and zeros (staging slots have room, and
  * the copy-out never reads past count). Emulate: the same units stored to every rank in a loop. */
 template <typename E, bool Emulate>
 __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArgs a) {
+  kernelEntry();
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;

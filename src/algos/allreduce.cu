@@ -24,6 +24,7 @@ namespace symm {
 /* One-shot: copy our input into staging, barrier, every rank reduces everything. */
 template <typename E, int Kind>
 __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
  * (rank-order reduction, so bit-identical to the other kernels). */
 template <typename E, int Kind, bool Emulate>
 __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
@@ -196,7 +198,7 @@ ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPee
   }
   KernelArgs args;
   fillArgs(call, peers, &args);
-  args.twoShotSliceMax = twoShotSliceMax(peers, halfBytes, esize);
+  args.sliceMax = twoShotSliceMax(peers, halfBytes, esize);
   args.zeroCopy = call->algo == SYMM_ALGO_TWOSHOT && call->windowPeers != NULL;
   /* The call's flag and the pad size are the same on all ranks. A rank without a table (its
    * registration receiver is off) never acknowledges a region, so no peer ever publishes a

@@ -54,7 +54,7 @@ __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t e
    * 1/16 of imbalance between blocks; smaller ones: 16 bytes. */
   size_t unit = (size_t)N;
   const size_t pageElems = 4096 / esize;
-  const size_t sMaxRaw = a.twoShotSliceMax; /* host: staging and SYMMCOLL_AR_ROUND_BYTES */
+  const size_t sMaxRaw = a.sliceMax; /* host: staging and SYMMCOLL_AR_ROUND_BYTES */
   if (minSize(a.count / (size_t)a.nranks, sMaxRaw) >= 16 * pageElems * gridDim.x) unit = pageElems;
   const size_t sMax = sMaxRaw / unit * unit; /* host checked sMax >= N */
   /* As few rounds as the staging allows, all about the same size (no short last round). */
@@ -127,6 +127,7 @@ __device__ __forceinline__ const char* peerInput(const KernelArgs& a, int t, vol
  * registers). */
 template <typename E, int Kind, int R>
 __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;

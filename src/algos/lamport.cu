@@ -16,6 +16,7 @@ namespace symm {
 
 template <typename E, int Kind, int Coll>
 __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
+  kernelEntry();
   if constexpr (Coll != SYMM_COLL_ALLGATHER) {
     SYMM_REDUCING_KERNEL(E)
   }

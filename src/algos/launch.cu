@@ -24,7 +24,8 @@ SYMMCOLL_PARAM_FULL(SpinDeadlineMs, "SPIN_DEADLINE_MS", 0, 0, 86400000, SYMM_PAR
 SYMMCOLL_PARAM_FULL(ArMaxBlocks, "AR_MAX_BLOCKS", 128, 1, SYMM_MAX_BLOCKS, SYMM_PARAM_AGREED,
                     "most thread blocks per kernel of ours (1..128)")
 SYMMCOLL_PARAM_FULL(ArRoundBytes, "AR_ROUND_BYTES", 0, 0, INT64_MAX, SYMM_PARAM_AGREED,
-                    "two-shot: most message bytes per round inside a launch (0: what staging holds)")
+                    "two-shot all-reduce, push all-gather, pull reduce-scatter: most message "
+                    "bytes per round inside a launch (0: what staging holds)")
 SYMMCOLL_PARAM_FULL(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048, 1024, INT64_MAX,
                     SYMM_PARAM_AGREED, "bytes per thread block before another block is added")
 
@@ -63,6 +64,7 @@ void fillArgs(const struct symmLaunch* call, const struct symmPeers* peers, Kern
   args->nranks = peers->nranks;
   args->avg = call->coll != SYMM_COLL_ALLGATHER && call->op == ncclAvg;
   args->userRegTable = peers->userRegTable;
+  args->pdl = call->pdl != 0;
 }
 
 int gridBlocks(size_t moved, const struct symmLaunch* call, const struct symmPeers* peers) {
@@ -71,9 +73,12 @@ int gridBlocks(size_t moved, const struct symmLaunch* call, const struct symmPee
   if (call->maxBlocks > 0 && maxBlocks > call->maxBlocks) maxBlocks = call->maxBlocks;
   /* Several ranks on one GPU (tests only): their spinning blocks must all be resident together,
    * beside whatever else runs there; the two-shot's 200+ registers per thread allow only one
-   * block per SM, so the ranks share at most 64 blocks (128 on 4 ranks per GPU hung). */
+   * block per SM, so the ranks share at most 64 blocks (128 on 4 ranks per GPU hung). With
+   * programmatic dependent launch each rank may hold two grids at once (the running one and its
+   * dependent in its wait, kernelEntry), so each grid gets half of that. */
   if (peers->ranksPerDevice > 1) {
-    if (maxBlocks > kSharedGpuBlocks) maxBlocks = kSharedGpuBlocks;
+    const int64_t shared = call->pdl ? kSharedGpuBlocks / 2 : kSharedGpuBlocks;
+    if (maxBlocks > shared) maxBlocks = shared;
     maxBlocks = maxBlocks / peers->ranksPerDevice > 0 ? maxBlocks / peers->ranksPerDevice : 1;
   }
   const size_t perBlock = (size_t)symmParamArBytesPerBlock();
@@ -87,6 +92,17 @@ size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t e
   /* 2(n-1) slices of staging per round, and the round-size knob. */
   const size_t peerCount = peers->nranks > 1 ? (size_t)peers->nranks - 1 : 1;
   size_t sliceMax = halfBytes / (2 * peerCount * esize);
+  const int64_t roundBytes = symmParamArRoundBytes();
+  if (roundBytes > 0 && (size_t)roundBytes / ((size_t)peers->nranks * esize) < sliceMax)
+    sliceMax = (size_t)roundBytes / ((size_t)peers->nranks * esize);
+  if (sliceMax < 16 / esize) sliceMax = 16 / esize;
+  return sliceMax;
+}
+
+size_t gatherScatterSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize) {
+  /* n-1 slots of staging per round, and the round-size knob (message bytes: n shares). */
+  const size_t peerCount = peers->nranks > 1 ? (size_t)peers->nranks - 1 : 1;
+  size_t sliceMax = halfBytes / (peerCount * esize);
   const int64_t roundBytes = symmParamArRoundBytes();
   if (roundBytes > 0 && (size_t)roundBytes / ((size_t)peers->nranks * esize) < sliceMax)
     sliceMax = (size_t)roundBytes / ((size_t)peers->nranks * esize);
@@ -152,30 +168,87 @@ struct Recorder {
 };
 static __thread Recorder* recorder;
 
-static void record(CUkernel handle, int blocks, const KernelArgs& args) {
+static void record(CUkernel handle, int blocks, const KernelArgs& args, bool pdl) {
   if (++recorder->launches != 1) return;
   symmLaunchRecord* r = recorder->record;
   r->kernel = (void*)handle;
   r->blocks = (unsigned)blocks;
+  r->pdl = pdl;
   memcpy(r->args, &args, sizeof(args));
+}
+
+/* cuLaunchKernelEx of a CUfunction (or a CUkernel as one) with programmatic stream serialization. */
+static CUresult launchDriverPdl(CUfunction function, unsigned blocks, CUstream stream,
+                                void** params) {
+  CUlaunchAttribute attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config;
+  memset(&config, 0, sizeof(config));
+  config.gridDimX = blocks;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = kThreads;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return symmCu.p_cuLaunchKernelEx(&config, function, params, NULL);
 }
 
 cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const KernelArgs& args) {
   void* params[] = {const_cast<KernelArgs*>(&args)};
-  const CUkernel handle = symmCu.p_cuLaunchKernel != NULL ? kernelHandle(kernel) : NULL;
-  cudaError_t err = cudaSuccess;
-  /* A CUkernel passed as a CUfunction launches in the current context. */
-  if (handle == NULL ||
-      symmCu.p_cuLaunchKernel((CUfunction)handle, (unsigned)blocks, 1, 1, kThreads, 1, 1, 0,
-                              (CUstream)stream, params, NULL) != CUDA_SUCCESS)
-    err = cudaLaunchKernel((const void*)kernel, dim3((unsigned)blocks), dim3(kThreads), params, 0,
-                           stream);
-  if (err == cudaSuccess && recorder != NULL) record(handle, blocks, args);
+  const CUkernel handle = symmCu.p_cuLaunchKernel != NULL || symmCu.p_cuLaunchKernelEx != NULL
+                              ? kernelHandle(kernel)
+                              : NULL;
+  cudaError_t err = cudaErrorUnknown;
+  bool pdl = args.pdl != 0;
+  if (pdl) {
+    /* The driver's cuLaunchKernelEx, else the runtime's; a launch both refuse goes plain (the
+     * kernel's griddepcontrol.wait then returns at once), so the attribute never fails a call. */
+    if (handle != NULL && symmCu.p_cuLaunchKernelEx != NULL &&
+        launchDriverPdl((CUfunction)handle, (unsigned)blocks, (CUstream)stream, params) ==
+            CUDA_SUCCESS) {
+      err = cudaSuccess;
+    } else {
+      cudaLaunchAttribute attr;
+      memset(&attr, 0, sizeof(attr));
+      attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr.val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3((unsigned)blocks);
+      config.blockDim = dim3(kThreads);
+      config.stream = stream;
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      err = cudaLaunchKernelExC(&config, (const void*)kernel, params);
+      if (err != cudaSuccess) {
+        static int told;
+        if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+          INFO(SYMM_COLL, "programmatic dependent launch refused (%s): launching without it",
+               cudaGetErrorString(err));
+        (void)cudaGetLastError();
+      }
+    }
+    pdl = err == cudaSuccess;
+  }
+  if (err != cudaSuccess) {
+    /* A CUkernel passed as a CUfunction launches in the current context. */
+    if (handle != NULL && symmCu.p_cuLaunchKernel != NULL &&
+        symmCu.p_cuLaunchKernel((CUfunction)handle, (unsigned)blocks, 1, 1, kThreads, 1, 1, 0,
+                                (CUstream)stream, params, NULL) == CUDA_SUCCESS)
+      err = cudaSuccess;
+    else
+      err = cudaLaunchKernel((const void*)kernel, dim3((unsigned)blocks), dim3(kThreads), params,
+                             0, stream);
+  }
+  if (err == cudaSuccess && recorder != NULL) record(handle, blocks, args, pdl);
   return err;
 }
 
-/* Lamport: one launch. Push/pull and multimem: one launch per chunk of every rank's share, the
- * chunk one slot of a staging half holds (a multiple of 16 bytes, so slots stay aligned). */
+/* Lamport: one launch. Push and pull: one launch in rounds (rounds.cuh) for up to kMaxRounds
+ * rounds, zero copy one launch for any size. Multimem: one launch per chunk of every rank's share,
+ * the chunk one slot of a staging half holds (a multiple of 16 bytes, so slots stay aligned). */
 ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                                  cudaStream_t stream) {
   const char* name = symmCollName(call->coll);
@@ -204,17 +277,30 @@ ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct sym
     WARN("%s: multimem requested without a multicast mapping", name);
     return ncclInternalError;
   }
-  const size_t chunk = halfBytesOf(peers) / ((size_t)peers->nranks * esize) / vecElems * vecElems;
-  if (chunk == 0) {
-    WARN("%s: staging buffer of %zu bytes is too small", name, peers->bufferBytes);
-    return ncclInternalError;
-  }
-  args.slotStride = chunk;
+  const size_t halfBytes = halfBytesOf(peers);
   /* Push and pull read or write the registered window in place (the tuner said so by handing
    * its peers' addresses) and use no staging: one launch for any size. */
-  args.zeroCopy = call->windowPeers != NULL &&
-                  call->algo == (allGather ? SYMM_ALGO_PUSH : SYMM_ALGO_PULL);
-  const size_t perLaunch = args.zeroCopy ? call->count : chunk;
+  args.zeroCopy = call->windowPeers != NULL && !multimem;
+  size_t perLaunch = call->count;
+  if (multimem) {
+    const size_t chunk = halfBytes / ((size_t)peers->nranks * esize) / vecElems * vecElems;
+    if (chunk == 0) {
+      WARN("%s: staging buffer of %zu bytes is too small", name, peers->bufferBytes);
+      return ncclInternalError;
+    }
+    args.slotStride = chunk;
+    perLaunch = chunk;
+  } else if (!args.zeroCopy) {
+    if (halfBytes < (size_t)peers->nranks * 16) {
+      WARN("%s: staging buffer of %zu bytes is too small", name, peers->bufferBytes);
+      return ncclInternalError;
+    }
+    args.sliceMax = gatherScatterSliceMax(peers, halfBytes, esize);
+    /* The kernel's rounds are at most ceil(launch / (sliceMax rounded down to its unit)), and
+     * that rounding keeps at least half of sliceMax (roundPlan): kMaxRounds rounds per launch. */
+    const size_t most = (size_t)kMaxRounds * (args.sliceMax / 2) / vecElems * vecElems;
+    perLaunch = most > vecElems ? most : vecElems;
+  }
   for (size_t done = 0; done < call->count; done += perLaunch) {
     const size_t n = call->count - done < perLaunch ? call->count - done : perLaunch;
     args.send = (const char*)call->sendbuff + done * esize;
@@ -331,6 +417,7 @@ extern "C" ncclResult_t symmCollLaunchRecorded(const struct symmLaunch* call,
                                                const struct symmPeers* peers, cudaStream_t stream,
                                                struct symmLaunchRecord* record) {
   record->valid = 0;
+  record->pdl = 0;
   record->kernel = NULL;
   record->function = NULL;
   symm::Recorder rec = {record, 0};
@@ -345,7 +432,9 @@ extern "C" ncclResult_t symmCollLaunchRecorded(const struct symmLaunch* call,
 }
 
 extern "C" int symmCollReplay(struct symmLaunchRecord* record, cudaStream_t stream) {
-  if (symmCu.p_cuLaunchKernel == NULL || symmCu.p_cuKernelGetFunction == NULL) return 0;
+  if (symmCu.p_cuKernelGetFunction == NULL ||
+      (record->pdl ? symmCu.p_cuLaunchKernelEx == NULL : symmCu.p_cuLaunchKernel == NULL))
+    return 0;
   /* The kernel as loaded in the current context, found at the first replay (calls that never
    * repeat never ask): launching it skips the driver's lookup of the context-independent
    * handle, about 0.09 us per call on an H100 (perf/RESULTS.md 0). */
@@ -356,6 +445,9 @@ extern "C" int symmCollReplay(struct symmLaunchRecord* record, cudaStream_t stre
     record->function = (void*)function;
   }
   void* params[] = {record->args};
+  if (record->pdl) /* as the recorded launch was (launchKernel) */
+    return symm::launchDriverPdl((CUfunction)record->function, record->blocks, (CUstream)stream,
+                                 params) == CUDA_SUCCESS;
   return symmCu.p_cuLaunchKernel((CUfunction)record->function, record->blocks, 1, 1,
                                  symm::kThreads, 1, 1, 0, (CUstream)stream, params,
                                  NULL) == CUDA_SUCCESS;

@@ -29,6 +29,13 @@ int gridBlocks(size_t moved, const struct symmLaunch* call, const struct symmPee
 
 /* Two-shot: most elements of one rank's slice per round (staging and SYMMCOLL_AR_ROUND_BYTES). */
 size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize);
+/* All-gather push, reduce-scatter pull: most elements of each rank's share per round (n-1 slots
+ * in a staging half, and SYMMCOLL_AR_ROUND_BYTES). */
+size_t gatherScatterSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize);
+/* Most rounds (epochs) one all-gather or reduce-scatter launch uses; longer messages take
+ * several launches. It bounds the epochs between two refreshes of a Lamport line
+ * (refreshLamportLine: 32768 calls of a parity) to 2^16 x 4096 = 2^28, far below 2^31. */
+constexpr uint32_t kMaxRounds = 4096;
 
 /* Every kernel of ours takes one KernelArgs. launchKernel starts blocks x kThreads of one on
  * `stream` through the driver (cuLaunchKernel of the kernel's context-independent handle, found
@@ -71,7 +78,7 @@ cudaError_t loadReduceScatterMultimem();
 /* The launchers of each collective (symmCollLaunch dispatches; arguments checked there). */
 ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                              cudaStream_t stream);
-/* All-gather and reduce-scatter, sharing one chunking of every rank's share. */
+/* All-gather and reduce-scatter (their staged kernels run in rounds, multimem in chunks). */
 ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                                  cudaStream_t stream);
 

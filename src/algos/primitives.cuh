@@ -118,6 +118,52 @@ __device__ __forceinline__ void copyRange(char* dst, const char* src, size_t lo,
   }
 }
 
+/* dsts[d][i] = src[i] for every d < ndst (at most R), elements [lo, hi): copyRange with each load
+ * feeding every destination, so a source read once reaches several ranks (and the stores of one
+ * load go to all destinations at once rather than one destination after the other). `vec`: lo
+ * is a multiple of the vector width and every base is 16-byte aligned. */
+template <typename E, int R = SYMM_MAX_RANKS>
+__device__ __forceinline__ void copyRangeMulti(char* const* dsts, int ndst, const char* src,
+                                               size_t lo, size_t hi, bool vec) {
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  if (lo >= hi) return;
+  size_t first = lo;
+  if (vec) {
+    const size_t nvec = (hi - lo) / N;
+    const size_t stride = blockDim.x;
+    size_t v = threadIdx.x;
+    for (; v + (kUnroll - 1) * stride < nvec; v += kUnroll * stride) {
+      uint4 x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++)
+        x[u] = *(const uint4*)(src + (lo + (v + u * stride) * N) * sizeof(T));
+#pragma unroll
+      for (int d = 0; d < R; d++) {
+        if (d >= ndst) continue;
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++)
+          *(uint4*)(dsts[d] + (lo + (v + u * stride) * N) * sizeof(T)) = x[u];
+      }
+    }
+    for (; v < nvec; v += stride) {
+      const size_t off = (lo + v * N) * sizeof(T);
+      const uint4 x = *(const uint4*)(src + off);
+#pragma unroll
+      for (int d = 0; d < R; d++)
+        if (d < ndst) *(uint4*)(dsts[d] + off) = x;
+    }
+    first = lo + nvec * N;
+  }
+  for (size_t i = first + threadIdx.x; i < hi; i += blockDim.x) {
+    const size_t off = i * sizeof(T);
+    const T x = *(const T*)(src + off);
+#pragma unroll
+    for (int d = 0; d < R; d++)
+      if (d < ndst) *(T*)(dsts[d] + off) = x;
+  }
+}
+
 /* Element-wise reduction of 16 bytes from every rank, in rank order. */
 template <typename E, int Kind, int R = SYMM_MAX_RANKS>
 __device__ __forceinline__ uint4 reducePacks(const uint4* packs, int n, bool avg) {

@@ -2,15 +2,18 @@
 /* Reduce-scatter: the pull and multimem kernels (the Lamport kernel is in lamport.cu, the
  * launcher, shared with all-gather, in launch.cu).
  *
- * Pull, one launch per chunk of c elements of every slice (c slices fit the staging half):
- * block b copies its part [lo, hi) of every slice q of our input into slot q of our own staging
- * half (epoch & 1), waits for block b of every rank (start barrier), then reduces part [lo, hi)
- * of slot `rank` of every rank's staging in rank order 0..n-1 (reduceRange: the all-reduce
- * kernels' arithmetic, so the result is bit for bit our all-reduce's slice) and writes it to the
- * output. A half is rewritten only in call k+2, after call k+1's barrier, which each peer reaches
- * only after finishing its kernel k, reads of our half included. In place (recvbuff == sendbuff +
- * rank*recvcount): a block copies its part of our slice before its barrier and writes the same
- * part only after it.
+ * "pull" (the algorithm's name; staged, its data now travel as remote stores, which NVLink moves
+ * faster than remote loads): the whole message in one launch, in rounds of S elements of every
+ * slice (rounds.cuh: the plan, the split barriers, why every reuse of staging is safe). Round k,
+ * rank r, block b:
+ *   A(k): store part b of the round-k piece of every input slice q != r (rank q's output) into
+ *         slot peerSlot(q, r) of rank q's staging half (remote stores);
+ *   B(k): once every peer's A(k) arrived, reduce part b in rank order 0..n-1 from our own input
+ *         slice r (read in place) and every peer's slot of our staging, write the output.
+ * reduceRange is the all-reduce kernels' arithmetic (rank order, avg as NCCL's PreMulSum /
+ * SumPostDiv): the result is bit for bit our all-reduce's slice. In place (recvbuff == sendbuff +
+ * rank*recvcount): A reads only the other slices; B's threads write exactly the elements of slice
+ * r they have just read, and no other thread or rank touches them.
  *
  * Zero copy (every rank's input in a registered window, windows[q] = rank q's input as mapped
  * here), one launch for any size: block b waits for block b of every rank (start barrier: each
@@ -23,53 +26,93 @@
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
+#include "rounds.cuh"
 
 namespace symm {
 
 template <typename E, int Kind>
-__global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArgs a) {
-  SYMM_REDUCING_KERNEL(E)
+__device__ __forceinline__ void reduceScatterZeroCopy(const KernelArgs& a, volatile int* failed) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
-  __shared__ volatile int failed;
   BlockCall c;
-  if (!beginBlockCall<N>(a, &failed, &c)) return;
-  const uint64_t epoch = c.epoch;
-  const size_t half = c.half, lo = c.lo, hi = c.hi;
-  const size_t slot = a.slotStride * sizeof(T); /* a multiple of 16: slots stay aligned */
-  /* Staged: our input into our staging first. Zero copy: straight from every rank's window
-   * (one reduce either way: one instance of its unrolled code per kernel). */
-  if (!a.zeroCopy) {
-    char* mine = a.staging[a.rank] + half;
-    for (int q = 0; q < a.nranks; q++) {
-      const char* in = (const char*)a.send + (size_t)q * a.sliceStride * sizeof(T);
-      copyRange<E>(mine + (size_t)q * slot, in, lo, hi, aligned16(in), false);
-    }
-  }
-  if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
+  if (!beginBlockCall<N>(a, failed, &c)) return;
+  if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
   const char* srcs[SYMM_MAX_RANKS];
   bool vec = aligned16(a.recv);
 #pragma unroll
   for (int r = 0; r < SYMM_MAX_RANKS; r++) {
-    srcs[r] = r >= a.nranks ? nullptr
-              : a.zeroCopy  ? a.windows[r] + (size_t)a.rank * a.sliceStride * sizeof(T)
-                            : a.staging[r] + half + (size_t)a.rank * slot;
+    srcs[r] = r < a.nranks ? a.windows[r] + (size_t)a.rank * a.sliceStride * sizeof(T) : nullptr;
     vec = vec && (srcs[r] == nullptr || aligned16(srcs[r]));
   }
   char* const out[1] = {(char*)a.recv};
-  reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, vec, a.avg != 0);
-  if (a.zeroCopy && !blockBarrier(a, kSigMid, epoch, &failed)) return;
-  endCall(a, epoch, c.ticket);
+  reduceRange<E, Kind>(srcs, a.nranks, out, 1, c.lo, c.hi, vec, a.avg != 0);
+  if (!blockBarrier(a, kSigMid, c.epoch, failed)) return;
+  endCall(a, c.epoch, c.ticket);
 }
 
-/* Multimem: the pull kernel's copy-in, then one multimem.ld_reduce per 16 bytes of slot `rank`
- * sums it across every rank's staging in the switch. A block's part starts on a 16-byte unit; a
- * partial last unit reads slot lanes past count (staging has room) and writes only the elements
- * below it. avg: real multicast pre-multiplies at copy-in, as the all-reduce multimem kernel does.
- * Emulate: the unit reduced from every rank's staging in rank order (reducePacks), bit for bit
- * the pull kernel's result. */
+template <typename E, int Kind>
+__global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArgs a) {
+  kernelEntry();
+  SYMM_REDUCING_KERNEL(E)
+  typedef typename E::T T;
+  constexpr int N = Vec<E>::N;
+  constexpr size_t es = sizeof(T);
+  __shared__ volatile int failed;
+  if (a.zeroCopy) {
+    reduceScatterZeroCopy<E, Kind>(a, &failed);
+    return;
+  }
+  uint64_t epoch0;
+  uint32_t ticket = 0;
+  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
+  refreshLamportLine(a, epoch0, 0);
+  const RoundPlan p = roundPlan(a, es, N);
+  const int me = a.rank, n = a.nranks;
+  const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
+  const size_t stride = a.sliceStride * es;
+  const char* send = (const char*)a.send;
+  /* Peers in turn from the next rank on, so the ranks' first stores go to different peers. */
+  auto remote = [&](uint32_t k, size_t half) {
+    const RoundPart r = roundPart(a, p, k);
+    for (int i = 1; i < n; i++) {
+      const int q = (me + i) % n;
+      const char* in = send + (size_t)q * stride + r.first * es;
+      copyRange<E>(a.staging[q] + half + peerSlot(q, me) * slot, in, r.lo, r.hi, aligned16(in),
+                   false);
+    }
+  };
+  auto own = [](uint32_t) {};
+  auto local = [&](uint32_t k, size_t half) {
+    const RoundPart r = roundPart(a, p, k);
+    const char* srcs[SYMM_MAX_RANKS];
+    char* const out[1] = {(char*)a.recv + r.first * es};
+    bool vec = aligned16(out[0]);
+#pragma unroll
+    for (int w = 0; w < SYMM_MAX_RANKS; w++) {
+      srcs[w] = w >= n    ? nullptr
+                : w == me ? send + (size_t)me * stride + r.first * es
+                          : a.staging[me] + half + peerSlot(me, w) * slot;
+      vec = vec && (srcs[w] == nullptr || aligned16(srcs[w]));
+    }
+    reduceRange<E, Kind>(srcs, n, out, 1, r.lo, r.hi, vec, a.avg != 0);
+  };
+  if (!runRounds(a, epoch0, p.rounds, &failed, remote, own, local)) return;
+  endCall(a, epoch0 + p.rounds - 1, ticket);
+}
+
+/* Multimem, one launch per chunk of every slice (slotStride elements; launch.cu): part [lo, hi)
+ * of every slice q of our input copied into slot q of our own staging half (epoch & 1), a start
+ * barrier, then one multimem.ld_reduce per 16 bytes of slot `rank` sums it across every rank's
+ * staging in the switch. A half is rewritten only in call k+2, after call k+1's barrier, which
+ * each peer reaches only after finishing its kernel k. In place, a block copies its part of our
+ * slice before its barrier and writes the same part only after it. A block's part starts on a
+ * 16-byte unit; a partial last unit reads slot lanes past count (staging has room) and writes
+ * only the elements below it. avg: real multicast pre-multiplies at copy-in, as the all-reduce
+ * multimem kernel does. Emulate: the unit reduced from every rank's staging in rank order
+ * (reducePacks), bit for bit the pull kernel's result. */
 template <typename E, int Kind, bool Emulate>
 __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(KernelArgs a) {
+  kernelEntry();
   SYMM_REDUCING_KERNEL(E)
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;

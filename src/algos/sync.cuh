@@ -28,13 +28,15 @@ struct KernelArgs {
   volatile uint32_t* errorFlag;
   char* multicast;                    /* multicast address of the staging buffers, or NULL */
   size_t halfBytes;                   /* bytes of one staging half (multiple of 16) */
-  size_t twoShotSliceMax;             /* two-shot: most elements of one rank's slice per round */
+  /* Kernels in rounds (two-shot, all-gather push, reduce-scatter pull): most elements of one
+   * rank's slice (share) per round, from staging and SYMMCOLL_AR_ROUND_BYTES; >= 16 bytes. */
+  size_t sliceMax;
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
   int lamportRegion;                  /* the staging buffers have a Lamport region */
   /* All-gather: elements between the ranks' parts of the output; reduce-scatter: between the
    * slices of the input. */
   size_t sliceStride;
-  size_t slotStride;                  /* all-gather push, reduce-scatter pull: elements between
+  size_t slotStride;                  /* multimem all-gather and reduce-scatter: elements between
                                        * the ranks' slots in a staging half */
   uint64_t deadlineNs;                /* 0 = wait like NCCL: forever (abort still honoured) */
   int rank, nranks;
@@ -45,6 +47,9 @@ struct KernelArgs {
   uint64_t inputDesc;
   int exchangeDescs;
   const uint64_t* userRegTable;
+  /* Host side only (the kernels never read it): launchKernel launches with programmatic stream
+   * serialization (symmLaunch.pdl; kernelEntry says why that is safe). */
+  int pdl;
 };
 
 /* Signal purposes: one word per (purpose, block, writer) in the reader's pad. The third
@@ -197,6 +202,34 @@ __device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, u
   return blockWait(a, purpose, epoch, failed);
 }
 
+/* The first statement of every kernel of ours: programmatic dependent launch (PDL, sm_90+).
+ * launchKernel launches with programmatic stream serialization where SYMMCOLL_PDL allows (every
+ * rank sm_90+), which lets this grid start before the kernel before it on the stream has finished:
+ * as soon as every block of that kernel has executed griddepcontrol.launch_dependents or exited.
+ *  - griddepcontrol.wait blocks until that kernel has completed and its memory operations are
+ *    performed and visible, as at a plain kernel boundary. Nothing in this kernel touches memory
+ *    before it: not localState (the epoch and ticket the previous kernel's endCall wrote), staging,
+ *    signal pads, the Lamport region or user buffers. So every kernel sees memory exactly as when
+ *    launched in plain stream order; without a programmatic dependency the wait returns at once.
+ *  - launch_dependents then lets the next kernel of ours on the stream be scheduled while this one
+ *    runs (its launch latency hides behind our work). The dependent starts only once every block
+ *    of this grid has executed it, i.e. this grid is fully resident: a dependent block that sits
+ *    in its wait never holds an SM a block of ours still needs, so our spinning blocks cannot
+ *    starve. Triggering after the wait, not before, keeps at most two grids of one stream resident
+ *    (the dependent's own dependent waits until the dependent has passed its wait, i.e. until we
+ *    completed); gridBlocks halves the shared-GPU budget of the tests for that.
+ *  - Kernels launched without the attribute (the application's, NCCL's, ours with SYMMCOLL_PDL=0)
+ *    start after we complete, as always: the trigger only concerns launches that ask for it. An
+ *    application kernel launched with it must run griddepcontrol.wait before reading our output,
+ *    as CUDA requires of every dependent.
+ * Below sm_90 (no such instructions) this is empty and nothing is launched with the attribute. */
+__device__ __forceinline__ void kernelEntry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device), and
  * the block's ticket, held by its last thread: the block counts itself in once its epoch is
  * read, so the block that draws the last ticket knows every block has read it and may publish
@@ -224,7 +257,8 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
  * 0's thread 0 rewrites one line of the slot of this call's parity, in every rank's region, with
  * this call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3,
  * one per parity). A slot has 32768 lines, so every line is rewritten at least once per 32768
- * calls of that parity, far fewer epochs than 2^31 (a call uses one epoch per two-shot round).
+ * calls of that parity, far fewer epochs than 2^31 (a call uses one epoch per round of the
+ * two-shot, all-gather push or reduce-scatter pull; the latter two at most kMaxRounds, launch.h).
  * Safe for readers: the slot of this parity was last read in call k-2, which every rank finished
  * before this call could start; and a Lamport call skips the lines it writes itself. */
 __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,

@@ -39,6 +39,9 @@ struct symmLaunch {
    * ranks; without it inputDesc must be 0). */
   uint64_t inputDesc;
   int exchangeDescs;
+  /* Launch with programmatic stream serialization (src/algos/sync.cuh, kernelEntry): the
+   * SYMMCOLL_PDL knob and every rank sm_90 or newer. */
+  int pdl;
 };
 
 /* 1 when `algo` has kernels for (coll, datatype, op). All-gather ignores op. Multimem: the
@@ -82,6 +85,7 @@ ncclResult_t symmCollLaunch(const struct symmLaunch* call, const struct symmPeer
 #define SYMM_LAUNCH_ARGS_BYTES 512
 struct symmLaunchRecord {
   int valid;
+  int pdl; /* launched with programmatic stream serialization */
   unsigned blocks;
   void* kernel;   /* CUkernel */
   void* function; /* CUfunction of `kernel` in the context of the replays; NULL until one */

@@ -10,8 +10,8 @@
 
 /* X(name, cudaVersion, required): every driver call the library makes (the
  * transport's, the copy-engine all-gather's stream memory operations, and on the launch path
- * our kernel launches and the device, stream queries and event record around them, which fall
- * back to the runtime without them). `cudaVersion` is the
+ * our kernel launches (cuLaunchKernelEx: with programmatic dependent launch) and the device,
+ * stream queries and event record around them, which fall back to the runtime without them). `cudaVersion` is the
  * ABI version we ask the driver for; optional entries (multicast) may be missing. */
 #define SYMM_CU_FUNCS(X)                           \
   X(cuGetErrorString, 6000, 1)                     \
@@ -33,6 +33,7 @@
   X(cuStreamWriteValue32, 12000, 1)                \
   X(cuStreamBatchMemOp, 12000, 1)                  \
   X(cuLaunchKernel, 12000, 0)                      \
+  X(cuLaunchKernelEx, 12000, 0)                    \
   X(cuKernelGetFunction, 12000, 0)                 \
   X(cuCtxGetDevice, 2000, 0)                       \
   X(cuStreamGetId, 12000, 0)                       \

@@ -271,6 +271,20 @@ static void* recvPtr(const struct rankCtx* c, const struct arCall* a) {
 
 static struct rankCtx* allRanks; /* one process holding every rank (direct mode), else NULL */
 
+/* Direct mode launches as the library does (src/enqueue.c): programmatic dependent launch unless
+ * SYMMCOLL_PDL=0, on sm_90 and newer. */
+static int directPdl(int dev) {
+  static int cached = -1;
+  if (cached < 0) {
+    const char* env = getenv("SYMMCOLL_PDL");
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      major = 0;
+    cached = major >= 9 && !(env != NULL && atoi(env) == 0);
+  }
+  return cached;
+}
+
 static ncclResult_t issueOne(struct rankCtx* c, const struct arCall* a, cudaStream_t stream) {
   CUDA_OR_DIE(cudaSetDevice(c->dev));
   if (opt.mode == MODE_DIRECT) {
@@ -281,7 +295,8 @@ static ncclResult_t issueOne(struct rankCtx* c, const struct arCall* a, cudaStre
     struct symmLaunch call = {.coll = SYMM_COLL_ALLREDUCE, .sendbuff = sendPtr(c, a),
                               .recvbuff = recvPtr(c, a), .count = a->count, .datatype = a->dtype,
                               .op = a->op, .algo = a->algo, .emulateMultimem = 1,
-                              .windowPeers = zeroCopy ? inputPeers : NULL};
+                              .windowPeers = zeroCopy ? inputPeers : NULL,
+                              .pdl = directPdl(c->dev)};
     if (a->exchangeDescs && allRanks != NULL) {
       call.exchangeDescs = 1;
       if (a->descMask & (1u << c->rank)) {
@@ -680,7 +695,8 @@ static void soakTest(struct driver* d) {
       if (opt.mode == MODE_DIRECT) {
         struct symmLaunch call = {.coll = SYMM_COLL_ALLREDUCE, .sendbuff = send,
                                   .recvbuff = c->recvMem + recvOff, .count = count, .datatype = dt,
-                                  .op = op, .algo = algo, .emulateMultimem = 1};
+                                  .op = op, .algo = algo, .emulateMultimem = 1,
+                                  .pdl = directPdl(c->dev)};
         r = symmCollLaunch(&call, &c->peers, c->stream);
       } else {
         r = ncclAllReduce(send, c->recvMem + recvOff, count, dt, op, c->comm, c->stream);

@@ -8,8 +8,11 @@
  * rank-order arithmetic of the all-reduce reference (ar_helpers.cu), also bit for bit. Then the
  * same sweeps and replays on buffers in registered windows (push, the copy engine and pull run
  * zero copy). All-gather algorithms: lamport, push, ce (copy engines and stream memory
- * operations, also in many rounds per call), multimem (emulated).
- *   test_collectives RANKS [--quick] [--soak CALLS] [--seed S] */
+ * operations, also in many rounds per call), multimem (emulated); push and pull also in many
+ * rounds per launch (a small round size; aligned and unaligned buffers) and in several launches
+ * per call. --small-staging: the least staging (1 MiB, no Lamport region), so push and pull run
+ * real messages in several rounds too.
+ *   test_collectives RANKS [--quick] [--small-staging] [--soak CALLS] [--seed S] */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -35,6 +38,7 @@
 #define CUDA_OK(x) TCHECK_EQ_INT((x), cudaSuccess)
 
 static int nranks, quick, ndev;
+static int smallStaging; /* --small-staging: SYMMCOLL_BUFFER_BYTES at its least, 1 MiB */
 static long soakCalls = 2000;
 static uint64_t seed0 = 12345;
 static ncclUniqueId uid;
@@ -77,9 +81,10 @@ static void setAlgo(const struct rank* r, const char* knob, const char* value) {
 }
 
 /* One all-gather (coll 0) or reduce-scatter (coll 1) of `count` elements per rank, checked
- * against the host reference; `expectOurs`: one launch of ours must be counted. */
-static void runCase(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op, size_t count,
-                    int inPlace, uint64_t seed, int expectOurs, const char* algo) {
+ * against the host reference; `expectOurs`: one launch of ours must be counted. Buffers start
+ * `shift` elements into the allocations (shift 1: not 16-byte aligned). */
+static void runCaseAt(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op, size_t count,
+                      int inPlace, size_t shift, uint64_t seed, int expectOurs, const char* algo) {
   const size_t es = symmTypeSize(dt), n = (size_t)nranks;
   const size_t inCount = coll == 0 ? count : n * count, outCount = coll == 0 ? n * count : count;
   for (int q = 0; q < nranks; q++)
@@ -87,8 +92,8 @@ static void runCase(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op,
   /* Inputs where the call reads them; outputs poisoned. */
   CUDA_OK(cudaMemsetAsync(r->recv, 0xff, bufBytes, r->stream));
   CUDA_OK(cudaMemsetAsync(r->send, 0xee, bufBytes, r->stream));
-  char* in = coll == 0 && inPlace ? r->recv + (size_t)r->rank * count * es : r->send;
-  char* out = coll == 1 && inPlace ? r->send + (size_t)r->rank * count * es : r->recv;
+  char* in = (coll == 0 && inPlace ? r->recv + (size_t)r->rank * count * es : r->send) + shift * es;
+  char* out = (coll == 1 && inPlace ? r->send + (size_t)r->rank * count * es : r->recv) + shift * es;
   CUDA_OK(cudaMemcpyAsync(in, r->peerIn[r->rank], inCount * es, cudaMemcpyHostToDevice, r->stream));
   CUDA_OK(cudaStreamSynchronize(r->stream));
   pthread_barrier_wait(&barrier); /* nobody's kernel reads a peer's input before it is written */
@@ -107,11 +112,17 @@ static void runCase(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op,
     arHostReference(dt, op, nranks, slices, r->ref, count);
   }
   char label[160];
-  snprintf(label, sizeof(label), "rank %d %s %s %s %s count %zu %s", r->rank,
+  snprintf(label, sizeof(label), "rank %d %s %s %s %s count %zu %s%s", r->rank,
            coll == 0 ? "all-gather" : "reduce-scatter", algo, arTypeName(dt),
-           coll == 0 ? "-" : arOpName(op), count, inPlace ? "in place" : "out of place");
+           coll == 0 ? "-" : arOpName(op), count, inPlace ? "in place" : "out of place",
+           shift != 0 ? " unaligned" : "");
   TCHECK_EQ_INT(arCompare(dt, r->ref, r->hostOut, outCount, -1.0, label), 0);
   pthread_barrier_wait(&barrier); /* outputs read before anybody's next call poisons them */
+}
+
+static void runCase(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op, size_t count,
+                    int inPlace, uint64_t seed, int expectOurs, const char* algo) {
+  runCaseAt(r, coll, dt, op, count, inPlace, 0, seed, expectOurs, algo);
 }
 
 static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 64, 127, 1000, 4099, 16384, 65537, 262144};
@@ -164,6 +175,49 @@ static void largeSweep(struct rank* r, int coll, const char* algo) {
       for (int inPlace = 0; inPlace < 2; inPlace++)
         runCase(r, coll, dt, op, counts[k], inPlace, seed++, 1, algo);
     }
+}
+
+/* Push and pull in rounds inside one launch (src/algos/rounds.cuh), with the round size set by
+ * SYMMCOLL_AR_ROUND_BYTES = `roundBytes`: every type, counts that give 1, 2, 3, 7 and 40 rounds
+ * (and exactly 3 full ones), in place and not, aligned and not; reduce-scatter with sum, avg and
+ * one more op per type. The counts follow the launcher's slice bound (launch.cu,
+ * gatherScatterSliceMax; the knob is the smaller bound here) rounded to whole vectors as the
+ * kernel's plan does for small messages; the check holds whatever the real round count. */
+static void roundsSweep(struct rank* r, int coll, const char* algo, size_t roundBytes) {
+  useAlgo(r, coll, algo);
+  uint64_t seed = seed0 + 5550000u + (uint64_t)coll * 100003u;
+  for (int dt = 0; dt < (int)ncclNumTypes; dt++) {
+    const size_t es = symmTypeSize((ncclDataType_t)dt), vec = 16 / es;
+    size_t sliceMax = roundBytes / ((size_t)nranks * es);
+    if (sliceMax < vec) sliceMax = vec;
+    const size_t s = sliceMax / vec * vec;
+    const size_t counts[] = {1, s - 1, 2 * s - 1, 3 * s - 1, 3 * s, 7 * s - 3,
+                             40 * s - 1};
+    const ncclRedOp_t ops[3] = {ncclSum, ncclAvg, (ncclRedOp_t)(ncclProd + dt % 3)};
+    for (int o = 0; o < (coll == 0 ? 1 : 3); o++)
+      for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        if (counts[k] * es * (size_t)nranks + 16 > bufBytes) continue;
+        for (int inPlace = 0; inPlace < 2; inPlace++)
+          for (size_t shift = 0; shift < 2; shift++)
+            runCaseAt(r, coll, (ncclDataType_t)dt, ops[o], counts[k], inPlace, shift, seed++, 1,
+                      algo);
+      }
+  }
+}
+
+/* More rounds than one launch takes (launch.h, kMaxRounds): 16-byte rounds (one vector per
+ * round), so a call of 5000 vectors and a bit runs as several launches. */
+static void splitSweep(struct rank* r, int coll, const char* algo) {
+  useAlgo(r, coll, algo);
+  setAlgo(r, "SYMMCOLL_AR_ROUND_BYTES", "16");
+  uint64_t seed = seed0 + 6660000u + (uint64_t)coll;
+  const ncclDataType_t types[2] = {ncclInt8, ncclFloat32};
+  for (int t = 0; t < 2; t++) {
+    const size_t count = 5000 * (16 / symmTypeSize(types[t])) + 3;
+    for (int inPlace = 0; inPlace < 2; inPlace++)
+      runCaseAt(r, coll, types[t], ncclSum, count, inPlace, (size_t)inPlace, seed++, 1, algo);
+  }
+  setAlgo(r, "SYMMCOLL_AR_ROUND_BYTES", "0");
 }
 
 /* A graph of our calls, replayed with new input written between replays: each replay reads the
@@ -345,12 +399,24 @@ static void* rankMain(void* arg) {
   for (int q = 0; q < nranks; q++) r->peerIn[q] = malloc(bufBytes);
   static const char* const agAlgos[] = {"lamport", "push", "ce", "multimem"};
   static const char* const rsAlgos[] = {"lamport", "pull", "multimem"};
-  for (int a = 0; a < 4; a++) sweep(r, 0, agAlgos[a]);
-  for (int a = 0; a < 3; a++) sweep(r, 1, rsAlgos[a]);
+  /* Small staging has no Lamport region: that algorithm does not exist there. */
+  const int first = smallStaging ? 1 : 0;
+  for (int a = first; a < 4; a++) sweep(r, 0, agAlgos[a]);
+  for (int a = first; a < 3; a++) sweep(r, 1, rsAlgos[a]);
   for (int a = 1; a < 4; a++) largeSweep(r, 0, agAlgos[a]);
   for (int a = 1; a < 3; a++) largeSweep(r, 1, rsAlgos[a]);
-  for (int a = 0; a < 4; a++) graphTest(r, 0, agAlgos[a]);
-  for (int a = 0; a < 3; a++) graphTest(r, 1, rsAlgos[a]);
+  for (int a = first; a < 4; a++) graphTest(r, 0, agAlgos[a]);
+  for (int a = first; a < 3; a++) graphTest(r, 1, rsAlgos[a]);
+  /* Push and pull in many rounds per launch (an odd round size), graph replays of such calls,
+   * and calls of more rounds than one launch takes. */
+  setAlgo(r, "SYMMCOLL_AR_ROUND_BYTES", "4100");
+  roundsSweep(r, 0, "push", 4100);
+  roundsSweep(r, 1, "pull", 4100);
+  graphTest(r, 0, "push");
+  graphTest(r, 1, "pull");
+  setAlgo(r, "SYMMCOLL_AR_ROUND_BYTES", "0");
+  splitSweep(r, 0, "push");
+  splitSweep(r, 1, "pull");
   /* The copy engine in many rounds per call (an odd round size, rounded to whole elements). */
   setAlgo(r, "SYMMCOLL_CE_ROUND_BYTES", "4100");
   sweep(r, 0, "ce");
@@ -379,14 +445,19 @@ int main(int argc, char** argv) {
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 2 || (nranks = atoi(argv[1])) < 2 || nranks > 8) {
-    fprintf(stderr, "usage: test_collectives RANKS(2..8) [--quick] [--soak CALLS] [--seed S]\n");
+    fprintf(stderr, "usage: test_collectives RANKS(2..8) [--quick] [--small-staging] [--soak CALLS] "
+                    "[--seed S]\n");
     return 2;
   }
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--soak") && i + 1 < argc) soakCalls = atol(argv[++i]);
     else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed0 = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--small-staging")) smallStaging = 1;
   }
+  /* Read at communicator setup: staging halves of 512 KiB, no Lamport region, so push and pull
+   * take several rounds from a few hundred KiB on, and every large case many. */
+  if (smallStaging) setenv("SYMMCOLL_BUFFER_BYTES", "1048576", 1);
   if (!quick) bufBytes = LARGE_BYTES;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     printf("test_collectives: no GPU, skipped\n");

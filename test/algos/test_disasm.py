@@ -9,6 +9,11 @@
 # address is what makes it multicast): there the PTX is the proof, and the SASS check only
 # asserts that the 16-byte system-scope store is still there. The emulated kernels hold no LDGMC
 # (the store cannot be told apart, the PTX check covers it).
+# Every kernel of ours also starts with programmatic dependent launch's instructions (sm_90+,
+# src/algos/sync.cuh, kernelEntry): griddepcontrol.wait before any memory access but parameter
+# loads, then griddepcontrol.launch_dependents; checked in the same PTX. In SASS (not checked, the
+# opcodes are not documented) they show as ACQBULK and PREEXIT: the check prints how many of the
+# disassembled kernels hold each.
 # Usage: test_disasm.py LIBRARY KEEP_DIR
 import glob
 import os
@@ -84,6 +89,28 @@ def check_ptx(ptx):
     for n in others:
         check("multimem." not in funcs[n], "PTX: %s contains multimem instructions" % n)
     print("PTX: %d other kernels hold none" % len(others))
+    check_pdl(funcs)
+
+
+# A memory access in PTX other than a kernel parameter load (ld.param).
+MEMORY_PTX = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:ld|st|atom|red|multimem|cp|prefetch)\.(?!param)",
+                        re.M)
+
+
+def check_pdl(funcs):
+    ours = {n: b for n, b in funcs.items() if n.startswith("_ZN4symm")}
+    check(len(ours) > 0, "PTX: no kernel of ours found")
+    for n, b in ours.items():
+        wait = b.find("griddepcontrol.wait;")
+        trigger = b.find("griddepcontrol.launch_dependents;")
+        check(wait >= 0, "PTX: %s lacks griddepcontrol.wait" % n)
+        check(trigger > wait, "PTX: %s lacks griddepcontrol.launch_dependents after the wait" % n)
+        first = MEMORY_PTX.search(b)
+        check(wait >= 0 and (first is None or first.start() > wait),
+              "PTX: %s touches memory before griddepcontrol.wait: %s" %
+              (n, first.group(0).strip() if first else ""))
+    print("PTX: %d kernels of ours start with griddepcontrol.wait, then launch_dependents" %
+          len(ours))
 
 
 def main():
@@ -164,6 +191,10 @@ SASS_NEEDS = {
 
 
 def check_sass(sass, image):
+    every = split_functions(sass, r"Function : (\S+)", keep=lambda n: n.startswith("_ZN4symm"))
+    print("SASS %s: of %d kernels disassembled, %d hold ACQBULK, %d PREEXIT (griddepcontrol)" %
+          (image, len(every), sum("ACQBULK" in b for b in every.values()),
+           sum("PREEXIT" in b for b in every.values())))
     funcs = split_functions(sass, r"Function : (\S+)", keep=family)
     for f, (real, emul) in multimem_kernels(funcs).items():
         least = FAMILIES[f][0]
