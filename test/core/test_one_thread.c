@@ -174,6 +174,8 @@ static uint64_t oursOn(int r) {
 
 /* ---- modes --------------------------------------------------------------------------------- */
 
+static void captureCalls(struct call* calls, int n, cudaGraph_t* graphs, uint64_t* ours);
+
 /* Half the calls eager, half as replays of graphs of 12 calls (inputs refreshed between). */
 static void runMixed(long calls) {
   long wrong = 0, done = 0;
@@ -195,14 +197,11 @@ static void runMixed(long calls) {
   cudaGraphExec_t execs[GRAPHS][MAX_GPUS];
   for (int g = 0; g < GRAPHS; g++) {
     cudaGraph_t graphs[MAX_GPUS];
+    uint64_t ours[MAX_GPUS];
+    /* Every capture ends before anything is instantiated (global capture mode). */
+    captureCalls(&pool[g * PER_GRAPH], PER_GRAPH, graphs, ours);
     for (int r = 0; r < nranks; r++) {
       CUDA_OK(cudaSetDevice(r));
-      CUDA_OK(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeGlobal));
-    }
-    for (int k = 0; k < PER_GRAPH; k++) issueAll(&pool[g * PER_GRAPH + k]);
-    for (int r = 0; r < nranks; r++) {
-      CUDA_OK(cudaSetDevice(r));
-      CUDA_OK(cudaStreamEndCapture(streams[r], &graphs[r]));
       CUDA_OK(cudaGraphInstantiate(&execs[g][r], graphs[r], 0));
       CUDA_OK(cudaGraphUpload(execs[g][r], streams[r]));
       CUDA_OK(cudaStreamSynchronize(streams[r]));

@@ -398,10 +398,16 @@ static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
   symmParamResetAll();
   /* A split without a config inherits "non-blocking": set up at its first all-reduce too. */
   ncclComm_t child = NULL;
-  res = settle(c->comm, ncclCommSplit(c->comm, 0, c->rank, &child, NULL));
-  /* Non-blocking: the real NCCL may store the handle from its own thread, after returning. */
-  for (int polls = 0; res == ncclSuccess && polls < 100000 && __atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL; polls++)
+  const ncclResult_t split = ncclCommSplit(c->comm, 0, c->rank, &child, NULL);
+  res = settle(c->comm, split);
+  /* The library hands the child over once the parent says it is done; wait a little longer
+   * than that, and say what was seen when it does not come. */
+  int polls = 0;
+  for (; res == ncclSuccess && polls < 1000000 && __atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL; polls++)
     usleep(10);
+  if (child == NULL || polls > 0)
+    fprintf(stderr, "rank %d: ncclCommSplit returned %d, parent settled to %d, child %p after %d "
+            "more polls\n", c->rank, (int)split, (int)res, (void*)child, polls);
   if (res == ncclSuccess && child != NULL) res = waitReady(child);
   CHECK_EQ_INT(res, ncclSuccess);
   CHECK(child != NULL);
