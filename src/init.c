@@ -229,7 +229,8 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int nde
  * slot of ours, and
  *  - ncclSuccess (blocking): the child is final; registered and set up now (blocking) or in its
  *    background job (non-blocking), then stored where the caller asked;
- *  - ncclInProgress: a job of the parent waits until the real NCCL says the parent is no longer
+ *  - ncclInProgress, or ncclSuccess on a non-blocking parent (NCCL 2.28 returns that while its
+ *    own thread still creates the child): a job of the parent waits until the real NCCL says the parent is no longer
  *    in progress (child stored or failed), registers the child (its setup job follows) and only
  *    then stores it for the caller; the parent's ncclCommGetAsyncError says ncclInProgress
  *    meanwhile, so the caller learns the split is done only after that;
@@ -315,7 +316,11 @@ static void childEnd(struct symmComm* parent, struct symmChildWait* w, ncclResul
     if (newcomm != NULL && res == ncclSuccess) commCreated(res, *newcomm, config);
     return;
   }
-  if (res != ncclInProgress) {
+  /* NCCL 2.28's split and shrink return ncclSuccess on a non-blocking parent although the child
+   * is created by its own thread and stored later (the group's ncclInProgress is not passed on):
+   * a non-blocking parent's child is always waited for, on every rank alike. */
+  const int later = res == ncclInProgress || (res == ncclSuccess && !parent->config.blocking);
+  if (!later) {
     publishChild(w, res == ncclSuccess);
     return;
   }

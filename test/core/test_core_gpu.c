@@ -477,10 +477,10 @@ static void ctaRank(struct rank* r) {
 
 /* ---- abort while copy-engine all-gathers wait for a rank that never calls -------------------
  * Stream waits cannot watch the abort flag: ncclCommAbort must release them, however many are
- * queued (CE_CALLS all-gathers of CE_ROUND_BYTES rounds: one release per round, more than 2 s of
- * them at the pace of one release per 200 us), and also those of a graph of copy-engine calls
- * replayed after the abort. Every rank's stream drains; then a new communicator works. */
-#define CE_CALLS 200
+ * queued (CE_CALLS all-gathers of CE_ROUND_BYTES rounds: one release per round; many more fill
+ * the driver's queue, and the issuing thread then blocks in cudaMemcpyAsync before it can
+ * abort), and also those of a graph of copy-engine calls replayed after the abort. Every rank's stream drains; then a new communicator works. */
+#define CE_CALLS 24
 #define CE_EACH ((size_t)1 << 16) /* floats per rank: 64 rounds of 4 KiB per call */
 #define CE_GRAPH_OPS 2
 

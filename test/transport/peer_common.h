@@ -403,7 +403,7 @@ static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
   /* The library hands the child over once the parent says it is done; wait a little longer
    * than that, and say what was seen when it does not come. */
   int polls = 0;
-  for (; res == ncclSuccess && polls < 1000000 && __atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL; polls++)
+  for (; res == ncclSuccess && polls < 200000 && __atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL; polls++)
     usleep(10);
   if (child == NULL || polls > 0)
     fprintf(stderr, "rank %d: ncclCommSplit returned %d, parent settled to %d, child %p after %d "
