@@ -14,6 +14,7 @@
 #define cudaStreamUpdateCaptureDependencies cudaStreamUpdateCaptureDependencies_v2
 #define cudaGraphAddDependencies cudaGraphAddDependencies_v2
 #define cudaGraphNodeGetDependencies cudaGraphNodeGetDependencies_v2
+#define cudaGraphRemoveDependencies cudaGraphRemoveDependencies_v2
 #endif
 
 /* Most nodes a capture's tail keeps; a wider frontier is first joined by one empty node. */
@@ -236,10 +237,12 @@ static void watchGraph(struct symmCaptureState* c, cudaGraph_t graph) {
   c->watched = 1;
 }
 
-/* Makes the sink follow `tail` too (it follows the earlier tails, which the new one follows):
- * one edge per tail node it does not already depend on. */
-static ncclResult_t addSinkEdges(cudaGraph_t graph, cudaGraphNode_t sink, const cudaGraphNode_t* tail,
-                                 size_t ntail) {
+/* Moves the sink behind `tail`: it depends on the new tail only, which follows the earlier
+ * tails. Leaving the earlier edges would make every kernel of the graph fork (one dependent in
+ * the chain, one the sink), and a graph whose nodes fork cannot run as one chain on one queue:
+ * each fork costs a cross-queue signal at every replay. Now only the last operation forks. */
+static ncclResult_t moveSink(cudaGraph_t graph, cudaGraphNode_t sink, const cudaGraphNode_t* tail,
+                             size_t ntail) {
   size_t count = 0;
   CUDACHECK(cudaGraphNodeGetDependencies(sink, NULL, NULL, &count));
   cudaGraphNode_t* have = count > 0 ? malloc(count * sizeof(*have)) : NULL;
@@ -249,10 +252,16 @@ static ncclResult_t addSinkEdges(cudaGraph_t graph, cudaGraphNode_t sink, const 
   }
   ncclResult_t res = ncclSuccess;
   if (count > 0) CUDACHECKGOTO(cudaGraphNodeGetDependencies(sink, have, NULL, &count), res, done);
+  /* New edges first, so that the sink never loses its place behind our operations. */
   for (size_t i = 0; i < ntail; i++) {
     int present = 0;
     for (size_t k = 0; k < count && !present; k++) present = have[k] == tail[i];
     if (!present) CUDACHECKGOTO(cudaGraphAddDependencies(graph, &tail[i], &sink, NULL, 1), res, done);
+  }
+  for (size_t k = 0; k < count; k++) {
+    int kept = 0;
+    for (size_t i = 0; i < ntail && !kept; i++) kept = have[k] == tail[i];
+    if (!kept) CUDACHECKGOTO(cudaGraphRemoveDependencies(graph, &have[k], &sink, NULL, 1), res, done);
   }
 done:
   free(have);
@@ -289,7 +298,7 @@ static ncclResult_t afterCaptured(struct symmOrder* o, cudaStream_t stream,
     /* A node of the graph that nothing in it depends on: off the replay's critical path. */
     CUDACHECK(cudaGraphAddEventRecordNode(&c->sink, now.graph, tail, ntail, o->event));
   } else {
-    NCCLCHECK(addSinkEdges(now.graph, c->sink, tail, ntail));
+    NCCLCHECK(moveSink(now.graph, c->sink, tail, ntail));
   }
   return ncclSuccess;
 }

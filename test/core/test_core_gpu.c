@@ -480,8 +480,8 @@ static void ctaRank(struct rank* r) {
  * queued (CE_CALLS all-gathers of CE_ROUND_BYTES rounds: one release per round; many more fill
  * the driver's queue, and the issuing thread then blocks in cudaMemcpyAsync before it can
  * abort), and also those of a graph of copy-engine calls replayed after the abort. Every rank's stream drains; then a new communicator works. */
-#define CE_CALLS 24
-#define CE_EACH ((size_t)1 << 16) /* floats per rank: 64 rounds of 4 KiB per call */
+#define CE_CALLS 8
+#define CE_EACH ((size_t)1 << 12) /* floats per rank: 4 rounds of 4 KiB per call */
 #define CE_GRAPH_OPS 2
 
 /* SYMMCOLL_CE_ROUND_BYTES for every rank (knobs are per process), set while all ranks wait. */
