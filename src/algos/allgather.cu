@@ -35,8 +35,8 @@ template <typename E>
 __device__ __forceinline__ void allGatherZeroCopy(const KernelArgs& a, volatile int* failed) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, failed, &c)) return;
   /* The start barrier first (every output is free to write), the middle one after. */
   if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
   const size_t ours = (size_t)a.rank * a.sliceStride * sizeof(T);
@@ -61,10 +61,9 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
     allGatherZeroCopy<E>(a, &failed);
     return;
   }
-  uint64_t epoch0;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch0, 0);
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c)) return;
+  const uint64_t epoch0 = c.epoch;
   const RoundPlan p = roundPlan(a, es, N);
   const int me = a.rank, n = a.nranks;
   const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
@@ -105,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
     }
   };
   if (!runRounds(a, epoch0, p.rounds, &failed, remote, own, local)) return;
-  endCall(a, epoch0 + p.rounds - 1, ticket);
+  endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 
 /* Multimem, one launch per chunk of every rank's share (slotStride elements; launch.cu): one
@@ -123,8 +122,8 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, &failed, &c)) return;
   const uint64_t epoch = c.epoch;
   const size_t half = c.half, lo = c.lo, hi = c.hi;
   const size_t slot = a.slotStride * sizeof(T);

@@ -29,8 +29,8 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, &failed, &c)) return;
   const uint64_t epoch = c.epoch;
   const size_t half = c.half, lo = c.lo, hi = c.hi;
   /* Staging is always 16-byte aligned: only the user's pointer decides each loop's width. */
@@ -58,11 +58,10 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, 0);
-  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c)) return;
+  const uint64_t epoch = c.epoch;
+  const size_t half = c.half;
   const SliceLayout L(a.count, a.nranks, N);
   char* mine = a.staging[a.rank] + half;
   const bool sendVec = aligned16(a.send), recvVec = aligned16(a.recv);
@@ -115,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   if (!Emulate) fenceProxyAlias();
   for (int q = 0; q < a.nranks; q++)
     copyRange<E>((char*)a.recv, mine, L.lo(q), L.hi(q), recvVec, true);
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
 template <typename E, int Kind>

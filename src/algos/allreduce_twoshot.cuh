@@ -133,10 +133,9 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
   __shared__ const char* pulled[SYMM_MAX_RANKS];
-  uint64_t epoch0;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch0, 0);
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c)) return;
+  const uint64_t epoch0 = c.epoch;
   const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
   const int me = a.rank, n = a.nranks;
   const size_t peers = (size_t)n - 1;
@@ -205,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   }
   if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
   twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
-  endCall(a, epoch0 + p.rounds - 1, ticket);
+  endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 
 template <typename E, int Kind, int R>

@@ -31,16 +31,15 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   const size_t lo = minSize((size_t)blockIdx.x * per, lines);
   const size_t hi = minSize(lo + per, lines);
   const size_t firstLine = lo + threadIdx.x;
-  /* Our first input line is loaded while beginCall fetches the epoch: two memory latencies
+  /* Our first input line is loaded while openCall fetches the epoch: two memory latencies
    * overlap instead of adding up (the input is ready: earlier work on the stream is done).
    * Reduce-scatter sends each reader its own slice, so it loads per reader below. */
   const uint2 firstData = Coll != SYMM_COLL_REDUCESCATTER && firstLine < hi
                               ? loadLine((const char*)a.send, firstLine, bytes)
                               : make_uint2(0, 0);
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, lines);
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c, lines)) return;
+  const uint64_t epoch = c.epoch;
   const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
   const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
   /* Lines carry the epoch's low 32 bits (8-byte halves arrive whole; see README for why a stale
@@ -143,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
     }
     storeLine((char*)a.recv, i, bytes, acc.v);
   }
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
 template <typename E, int Kind>

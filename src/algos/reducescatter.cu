@@ -34,8 +34,8 @@ template <typename E, int Kind>
 __device__ __forceinline__ void reduceScatterZeroCopy(const KernelArgs& a, volatile int* failed) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, failed, &c)) return;
   if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
   const char* srcs[SYMM_MAX_RANKS];
   bool vec = aligned16(a.recv);
@@ -62,10 +62,9 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
     reduceScatterZeroCopy<E, Kind>(a, &failed);
     return;
   }
-  uint64_t epoch0;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch0, 0);
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c)) return;
+  const uint64_t epoch0 = c.epoch;
   const RoundPlan p = roundPlan(a, es, N);
   const int me = a.rank, n = a.nranks;
   const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
@@ -97,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
     reduceRange<E, Kind>(srcs, n, out, 1, r.lo, r.hi, vec, a.avg != 0);
   };
   if (!runRounds(a, epoch0, p.rounds, &failed, remote, own, local)) return;
-  endCall(a, epoch0 + p.rounds - 1, ticket);
+  endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 
 /* Multimem, one launch per chunk of every slice (slotStride elements; launch.cu): part [lo, hi)
@@ -117,8 +116,8 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, &failed, &c)) return;
   const uint64_t epoch = c.epoch;
   const size_t half = c.half, lo = c.lo, hi = c.hi;
   const size_t slot = a.slotStride * sizeof(T);
