@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* All-reduce: the one-shot and multimem kernels (and the multimem emulation), and the all-reduce
- * launcher, which also runs the Lamport (lamport.cu) and two-shot (allreduce_twoshot.cu) kernels. */
+ * launcher, which also runs the Lamport (lamport.cu) and two-shot (all_reduce_twoshot.cu) kernels. */
 #include <stdint.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The two-shot all-reduce's instances for exactly 2 ranks (see allreduce_twoshot.cuh). */
-#include "allreduce_twoshot.cuh"
+/* The two-shot all-reduce's instances for exactly 2 ranks (see all_reduce_twoshot.cuh). */
+#include "all_reduce_twoshot.cuh"
 
 namespace symm {
 
