@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* All-gather: the push and multimem kernels (the Lamport kernel is in lamport.cu, the launcher,
- * shared with reduce-scatter, in launch.cu).
+/* All-gather: the Lamport (lamport.cuh), push and multimem kernels (the launcher, shared with
+ * reduce-scatter, in launch.cu).
  *
  * Push, staged: the whole message in one launch, in rounds of S elements of our input (rounds.cuh:
  * the plan, the split barriers, why every reuse of staging is safe). Round k, rank r, block b:
@@ -24,6 +24,7 @@
  * input and no other rank writes it. */
 #include <stdint.h>
 
+#include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
@@ -157,6 +158,13 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
   }
   endCall(a, epoch, c.ticket);
 }
+
+cudaError_t launchAllGatherLamport(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                                   const KernelArgs& args) {
+  return launchLamport<SYMM_COLL_ALLGATHER>(call, blocks, stream, args);
+}
+
+cudaError_t loadAllGatherLamport() { return loadLamport<SYMM_COLL_ALLGATHER>(); }
 
 template <typename E>
 static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* All-reduce: the one-shot and multimem kernels (and the multimem emulation), and the all-reduce
- * launcher, which also runs the Lamport (lamport.cu) and two-shot (all_reduce_twoshot.cu) kernels. */
+/* All-reduce: the Lamport (lamport.cuh), one-shot and multimem kernels (and the multimem
+ * emulation), and the all-reduce launcher, which also runs the two-shot kernel
+ * (all_reduce_twoshot.cu). */
 #include <stdint.h>
 #include <string.h>
 
+#include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
@@ -169,6 +171,8 @@ template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
   return err;
 }
 
+cudaError_t loadAllReduceLamport() { return loadLamport<SYMM_COLL_ALLREDUCE>(); }
+
 cudaError_t loadOneShot() {
   cudaError_t err = cudaSuccess;
   SYMM_FOR_EACH_TYPE_AND_OP(err, loadOneShotTyped<E, Kind>());
@@ -225,7 +229,7 @@ ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPee
     cudaError_t err = cudaErrorInvalidValue;
     switch (call->algo) {
       case SYMM_ALGO_LAMPORT:
-        err = launchLamport(SYMM_COLL_ALLREDUCE, call->datatype, call->op, blocks, stream, args);
+        err = launchLamport<SYMM_COLL_ALLREDUCE>(call, blocks, stream, args);
         break;
       case SYMM_ALGO_ONESHOT: err = launchOneShot(call->datatype, call->op, blocks, stream, args); break;
       case SYMM_ALGO_TWOSHOT: err = launchTwoShot(call->datatype, call->op, blocks, stream, args); break;

@@ -264,8 +264,8 @@ ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct sym
     args.recv = call->recvbuff;
     args.count = call->count;
     const int blocks = gridBlocks(2 * call->count * esize, call, peers);
-    const cudaError_t err =
-        launchLamport(call->coll, call->datatype, call->op, blocks, stream, args);
+    const cudaError_t err = allGather ? launchAllGatherLamport(call, blocks, stream, args)
+                                      : launchReduceScatterLamport(call, blocks, stream, args);
     if (err != cudaSuccess) {
       WARN("%s kernel launch failed: %s", name, cudaGetErrorString(err));
       return ncclUnhandledCudaError;
@@ -388,7 +388,9 @@ extern "C" ncclResult_t symmAlgosLoadKernels(int device) {
     int oldDev = -1;
     cudaError_t err = cudaGetDevice(&oldDev);
     if (err == cudaSuccess && oldDev != device) err = cudaSetDevice(device);
-    if (err == cudaSuccess) err = symm::loadLamport();
+    if (err == cudaSuccess) err = symm::loadAllReduceLamport();
+    if (err == cudaSuccess) err = symm::loadAllGatherLamport();
+    if (err == cudaSuccess) err = symm::loadReduceScatterLamport();
     if (err == cudaSuccess) err = symm::loadOneShot();
     if (err == cudaSuccess) err = symm::loadTwoShot();
     if (err == cudaSuccess) err = symm::loadMultimem();

@@ -46,9 +46,13 @@ typedef void (*KernelFn)(KernelArgs);
 cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const KernelArgs& args);
 
 /* Kernel families (one translation unit each): launch one kernel, or load every instance. */
-cudaError_t launchLamport(enum symmColl coll, ncclDataType_t dt, ncclRedOp_t op, int blocks,
-                          cudaStream_t stream, const KernelArgs& args);
-cudaError_t loadLamport();
+cudaError_t loadAllReduceLamport();
+cudaError_t launchAllGatherLamport(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                                   const KernelArgs& args);
+cudaError_t loadAllGatherLamport();
+cudaError_t launchReduceScatterLamport(const struct symmLaunch* call, int blocks,
+                                       cudaStream_t stream, const KernelArgs& args);
+cudaError_t loadReduceScatterLamport();
 cudaError_t launchOneShot(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
                           const KernelArgs& args);
 cudaError_t loadOneShot();

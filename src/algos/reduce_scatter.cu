@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reduce-scatter: the pull and multimem kernels (the Lamport kernel is in lamport.cu, the
- * launcher, shared with all-gather, in launch.cu).
+/* Reduce-scatter: the Lamport (lamport.cuh), pull and multimem kernels (the launcher, shared
+ * with all-gather, in launch.cu).
  *
  * "pull" (the algorithm's name; staged, its data now travel as remote stores, which NVLink moves
  * faster than remote loads): the whole message in one launch, in rounds of S elements of every
@@ -23,6 +23,7 @@
  * it). In place, the elements a thread writes are the ones it has just read. */
 #include <stdint.h>
 
+#include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
@@ -164,6 +165,13 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
   }
   endCall(a, epoch, c.ticket);
 }
+
+cudaError_t launchReduceScatterLamport(const struct symmLaunch* call, int blocks,
+                                       cudaStream_t stream, const KernelArgs& args) {
+  return launchLamport<SYMM_COLL_REDUCESCATTER>(call, blocks, stream, args);
+}
+
+cudaError_t loadReduceScatterLamport() { return loadLamport<SYMM_COLL_REDUCESCATTER>(); }
 
 template <typename E, int Kind>
 static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
