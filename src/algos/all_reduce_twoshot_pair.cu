@@ -4,9 +4,9 @@
 
 namespace symm {
 
-cudaError_t launchTwoShotPair(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
+cudaError_t launchTwoShotPair(const struct symmLaunch* call, int blocks, cudaStream_t stream,
                               const KernelArgs& args) {
-  return twoShotLaunchRanks<2>(dt, op, blocks, stream, args);
+  return twoShotLaunchRanks<2>(call->datatype, call->op, blocks, stream, args);
 }
 
 cudaError_t loadTwoShotPair() { return twoShotLoadRanks<2>(); }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reduce-scatter: the Lamport (lamport.cuh), pull and multimem kernels (the launcher, shared
- * with all-gather, in launch.cu).
+/* Reduce-scatter: the Lamport (lamport.cuh), pull and multimem kernels and its table of
+ * algorithms (its launcher, shared with all-gather, is in launch.cu).
  *
  * "pull" (the algorithm's name; staged, its data now travel as remote stores, which NVLink moves
  * faster than remote loads): the whole message in one launch, in rounds of S elements of every
@@ -166,22 +166,28 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
   endCall(a, epoch, c.ticket);
 }
 
-cudaError_t launchReduceScatterLamport(const struct symmLaunch* call, int blocks,
-                                       cudaStream_t stream, const KernelArgs& args) {
-  return launchLamport<SYMM_COLL_REDUCESCATTER>(call, blocks, stream, args);
-}
-
-cudaError_t loadReduceScatterLamport() { return loadLamport<SYMM_COLL_REDUCESCATTER>(); }
-
 template <typename E, int Kind>
-static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchPullTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
   return launchKernel(reduceScatterPullKernel<E, Kind>, blocks, stream, args);
 }
 
-cudaError_t launchReduceScatterPull(ncclDataType_t dt, ncclRedOp_t op, int blocks,
-                                    cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchReduceScatterPull(const struct symmLaunch* call, int blocks,
+                                           cudaStream_t stream, const KernelArgs& args) {
   cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchTyped<E, Kind>(blocks, stream, args))));
+  SYMM_DISPATCH_DTYPE(call->datatype,
+                      SYMM_DISPATCH_OP(call->op,
+                                       err = (launchPullTyped<E, Kind>(blocks, stream, args))));
+  return err;
+}
+
+template <typename E, int Kind> static cudaError_t loadPullTyped() {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, (const void*)reduceScatterPullKernel<E, Kind>);
+}
+
+static cudaError_t loadReduceScatterPull() {
+  cudaError_t err = cudaSuccess;
+  SYMM_FOR_EACH_TYPE_AND_OP(err, loadPullTyped<E, Kind>());
   return err;
 }
 
@@ -197,10 +203,14 @@ static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t st
   }
 }
 
-cudaError_t launchReduceScatterMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate,
-                                        int blocks, cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchReduceScatterMultimem(const struct symmLaunch* call, int blocks,
+                                               cudaStream_t stream, const KernelArgs& args) {
+  const bool emulate = call->emulateMultimem != 0;
   cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream, args))));
+  SYMM_DISPATCH_DTYPE(call->datatype,
+                      SYMM_DISPATCH_OP(call->op,
+                                       err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream,
+                                                                           args))));
   return err;
 }
 
@@ -216,21 +226,24 @@ template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
   return err;
 }
 
-cudaError_t loadReduceScatterMultimem() {
+static cudaError_t loadReduceScatterMultimem() {
   cudaError_t err = cudaSuccess;
   SYMM_FOR_EACH_TYPE_AND_OP(err, loadMultimemTyped<E, Kind>());
   return err;
 }
 
-template <typename E, int Kind> static cudaError_t loadTyped() {
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, (const void*)reduceScatterPullKernel<E, Kind>);
-}
+/* Reduce-scatter's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. Its
+ * launcher is the one it shares with all-gather (launch.cu). */
+static const AlgoKernels kReduceScatterAlgos[] = {
+    {SYMM_ALGO_LAMPORT, launchLamport<SYMM_COLL_REDUCESCATTER>,
+     loadLamport<SYMM_COLL_REDUCESCATTER>, anyTypeAndOp},
+    {SYMM_ALGO_PULL, launchReduceScatterPull, loadReduceScatterPull, anyTypeAndOp},
+    {SYMM_ALGO_MULTIMEM, launchReduceScatterMultimem, loadReduceScatterMultimem,
+     multimemHasKernel},
+};
 
-cudaError_t loadReduceScatterPull() {
-  cudaError_t err = cudaSuccess;
-  SYMM_FOR_EACH_TYPE_AND_OP(err, loadTyped<E, Kind>());
-  return err;
-}
+const CollKernels kReduceScatter = {
+    SYMM_COLL_REDUCESCATTER, true, gatherScatterLaunch, kReduceScatterAlgos,
+    (int)(sizeof(kReduceScatterAlgos) / sizeof(kReduceScatterAlgos[0]))};
 
 }  // namespace symm
