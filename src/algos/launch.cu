@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The C entry points of src/algos (src/include/algos.h): what exists and fits, memory sizes,
- * kernel loading, symmCollLaunch; and what every collective's launcher shares (launch.h). */
+ * kernel loading, symmCollLaunch, each driven by the one list of collectives (kCollectives);
+ * and what the collectives' launchers share (launch.h). */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "copyengine.h"
 #include "launch.h"
-#include "primitives.cuh" /* kThreads */
+#include "multimem.cuh"
+#include "primitives.cuh"
 
 extern "C" {
 #include "../transport/cudriver.h"
@@ -246,32 +247,82 @@ cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const
   return err;
 }
 
+/* The collectives with kernels of ours, each defined in its own file: the one list. */
+static const CollKernels* const kCollectives[] = {&kAllReduce, &kAllGather, &kReduceScatter};
+static const int kNumCollectives = (int)(sizeof(kCollectives) / sizeof(kCollectives[0]));
+
+static const CollKernels* collKernels(enum symmColl coll) {
+  for (int i = 0; i < kNumCollectives; i++)
+    if (kCollectives[i]->coll == coll) return kCollectives[i];
+  return NULL;
+}
+
+static const AlgoKernels* algoKernels(enum symmColl coll, enum symmAlgo algo) {
+  const CollKernels* c = collKernels(coll);
+  if (c == NULL) return NULL;
+  for (int i = 0; i < c->nalgos; i++)
+    if (c->algos[i].algo == algo) return &c->algos[i];
+  return NULL;
+}
+
+bool anyTypeAndOp(ncclDataType_t, ncclRedOp_t) { return true; }
+
+bool multimemHasKernel(ncclDataType_t dt, ncclRedOp_t op) {
+  bool ok = false;
+  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, ok = (Mm<E, Kind>::kOk)));
+  return ok;
+}
+
+cudaError_t loadNothing(void) { return cudaSuccess; }
+
+cudaError_t launchNoKernel(const struct symmLaunch*, int, cudaStream_t, const KernelArgs&) {
+  return cudaErrorInvalidValue;
+}
+
+ncclResult_t launchPieces(const char* name, const struct symmLaunch* call,
+                          const struct symmPeers* peers, cudaStream_t stream, KernelArgs* args,
+                          size_t perLaunch) {
+  const AlgoKernels* algo = algoKernels(call->coll, call->algo);
+  if (algo == NULL) return ncclInvalidArgument; /* symmCollLaunch checked it exists */
+  const size_t esize = symmTypeSize(call->datatype);
+  for (size_t done = 0; done < call->count; done += perLaunch) {
+    const size_t n = call->count - done < perLaunch ? call->count - done : perLaunch;
+    const size_t offset = done * esize;
+    args->send = (const char*)call->sendbuff + offset;
+    args->recv = (char*)call->recvbuff + offset;
+    args->count = n;
+    if (args->zeroCopy)
+      for (int r = 0; r < peers->nranks; r++)
+        args->windows[r] = (char*)call->windowPeers[r] + offset;
+    /* Lamport moves twice the bytes (flags): size its grid by what travels. */
+    const size_t moved = (call->algo == SYMM_ALGO_LAMPORT ? 2 : 1) * n * esize;
+    const int blocks = gridBlocks(moved, call, peers);
+    TRACE(SYMM_COLL, "rank %d: %s %s%s, %zu elements, %d blocks, stream %p", peers->rank, name,
+          symmAlgoName(call->algo), args->zeroCopy ? " (zero copy)" : "", n, blocks,
+          (void*)stream);
+    const cudaError_t err = algo->launch(call, blocks, stream, *args);
+    if (err != cudaSuccess) {
+      WARN("%s kernel launch failed: %s", name, cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+  }
+  return ncclSuccess;
+}
+
 /* Lamport: one launch. Push and pull: one launch in rounds (rounds.cuh) for up to kMaxRounds
  * rounds, zero copy one launch for any size. Multimem: one launch per chunk of every rank's share,
  * the chunk one slot of a staging half holds (a multiple of 16 bytes, so slots stay aligned). */
 ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                                  cudaStream_t stream) {
   const char* name = symmCollName(call->coll);
-  const bool allGather = call->coll == SYMM_COLL_ALLGATHER;
   const bool emulate = call->emulateMultimem != 0;
   const size_t esize = symmTypeSize(call->datatype);
   const size_t vecElems = 16 / esize;
   KernelArgs args;
   fillArgs(call, peers, &args);
   args.sliceStride = call->count;
-  if (call->algo == SYMM_ALGO_LAMPORT) {
-    args.send = call->sendbuff;
-    args.recv = call->recvbuff;
-    args.count = call->count;
-    const int blocks = gridBlocks(2 * call->count * esize, call, peers);
-    const cudaError_t err =
-        launchLamport(call->coll, call->datatype, call->op, blocks, stream, args);
-    if (err != cudaSuccess) {
-      WARN("%s kernel launch failed: %s", name, cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-    return ncclSuccess;
-  }
+  if (call->algo == SYMM_ALGO_LAMPORT)
+    return launchPieces(name, call, peers, stream, &args, call->count);
   const bool multimem = call->algo == SYMM_ALGO_MULTIMEM;
   if (multimem && !emulate && peers->multicastBuffer == NULL) {
     WARN("%s: multimem requested without a multicast mapping", name);
@@ -301,32 +352,7 @@ ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct sym
     const size_t most = (size_t)kMaxRounds * (args.sliceMax / 2) / vecElems * vecElems;
     perLaunch = most > vecElems ? most : vecElems;
   }
-  for (size_t done = 0; done < call->count; done += perLaunch) {
-    const size_t n = call->count - done < perLaunch ? call->count - done : perLaunch;
-    args.send = (const char*)call->sendbuff + done * esize;
-    args.recv = (char*)call->recvbuff + done * esize;
-    args.count = n;
-    if (args.zeroCopy)
-      for (int r = 0; r < peers->nranks; r++)
-        args.windows[r] = (char*)call->windowPeers[r] + done * esize;
-    const int blocks = gridBlocks(n * esize, call, peers);
-    TRACE(SYMM_COLL, "rank %d: %s %s%s, %zu elements of each rank's share, %d blocks",
-          peers->rank, name, symmAlgoName(call->algo), args.zeroCopy ? " (zero copy)" : "", n,
-          blocks);
-    cudaError_t err;
-    if (allGather)
-      err = multimem ? launchAllGatherMultimem(call->datatype, emulate, blocks, stream, args)
-                     : launchAllGatherPush(call->datatype, blocks, stream, args);
-    else
-      err = multimem ? launchReduceScatterMultimem(call->datatype, call->op, emulate, blocks,
-                                                   stream, args)
-                     : launchReduceScatterPull(call->datatype, call->op, blocks, stream, args);
-    if (err != cudaSuccess) {
-      WARN("%s kernel launch failed: %s", name, cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-  }
-  return ncclSuccess;
+  return launchPieces(name, call, peers, stream, &args, perLaunch);
 }
 
 }  // namespace symm
@@ -336,22 +362,12 @@ ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct sym
 extern "C" int symmAlgoExists(enum symmColl coll, enum symmAlgo algo, ncclDataType_t datatype,
                               ncclRedOp_t op) {
   if (symmTypeSize(datatype) == 0) return 0;
+  const symm::CollKernels* c = symm::collKernels(coll);
+  if (c == NULL) return 0;
   const int builtinOp = (int)op >= 0 && (int)op < (int)ncclNumOps;
-  switch (coll) {
-    case SYMM_COLL_ALLREDUCE:
-      if (!builtinOp) return 0;
-      if (algo == SYMM_ALGO_MULTIMEM) return symm::multimemHasKernel(datatype, op) ? 1 : 0;
-      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_ONESHOT || algo == SYMM_ALGO_TWOSHOT;
-    case SYMM_COLL_ALLGATHER:
-      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PUSH || algo == SYMM_ALGO_COPYENGINE ||
-             algo == SYMM_ALGO_MULTIMEM;
-    case SYMM_COLL_REDUCESCATTER:
-      if (!builtinOp) return 0;
-      if (algo == SYMM_ALGO_MULTIMEM) return symm::multimemHasKernel(datatype, op) ? 1 : 0;
-      return algo == SYMM_ALGO_LAMPORT || algo == SYMM_ALGO_PULL;
-    default:
-      return 0;
-  }
+  if (c->reduces && !builtinOp) return 0;
+  const symm::AlgoKernels* k = symm::algoKernels(coll, algo);
+  return k != NULL && k->exists(datatype, op) ? 1 : 0;
 }
 
 extern "C" int symmAlgoFits(enum symmColl coll, enum symmAlgo algo, size_t bytes, int nranks,
@@ -388,14 +404,10 @@ extern "C" ncclResult_t symmAlgosLoadKernels(int device) {
     int oldDev = -1;
     cudaError_t err = cudaGetDevice(&oldDev);
     if (err == cudaSuccess && oldDev != device) err = cudaSetDevice(device);
-    if (err == cudaSuccess) err = symm::loadLamport();
-    if (err == cudaSuccess) err = symm::loadOneShot();
-    if (err == cudaSuccess) err = symm::loadTwoShot();
-    if (err == cudaSuccess) err = symm::loadMultimem();
-    if (err == cudaSuccess) err = symm::loadAllGatherPush();
-    if (err == cudaSuccess) err = symm::loadReduceScatterPull();
-    if (err == cudaSuccess) err = symm::loadAllGatherMultimem();
-    if (err == cudaSuccess) err = symm::loadReduceScatterMultimem();
+    for (int i = 0; i < symm::kNumCollectives && err == cudaSuccess; i++) {
+      const symm::CollKernels* c = symm::kCollectives[i];
+      for (int j = 0; j < c->nalgos && err == cudaSuccess; j++) err = c->algos[j].load();
+    }
     if (err == cudaSuccess) {
       loadedDevices |= 1ull << device;
     } else {
@@ -437,7 +449,7 @@ extern "C" int symmCollReplay(struct symmLaunchRecord* record, cudaStream_t stre
     return 0;
   /* The kernel as loaded in the current context, found at the first replay (calls that never
    * repeat never ask): launching it skips the driver's lookup of the context-independent
-   * handle, about 0.09 us per call on an H100 (perf/RESULTS.md 0). */
+   * handle, about 0.09 us per call on an H100 (perf/RESULTS.md). */
   if (record->function == NULL) {
     CUfunction function = NULL;
     if (symmCu.p_cuKernelGetFunction(&function, (CUkernel)record->kernel) != CUDA_SUCCESS)
@@ -474,13 +486,5 @@ extern "C" ncclResult_t symmCollLaunch(const struct symmLaunch* call, const stru
          symmAlgoName(call->algo), peers->bufferBytes);
     return ncclInvalidArgument;
   }
-  switch (call->coll) {
-    case SYMM_COLL_ALLREDUCE: return symm::allReduceLaunch(call, peers, stream);
-    case SYMM_COLL_ALLGATHER:
-      if (call->algo == SYMM_ALGO_COPYENGINE)
-        return symmCopyEngineAllGather(call, peers, 2 * symm::halfBytesOf(peers), stream);
-      return symm::gatherScatterLaunch(call, peers, stream);
-    case SYMM_COLL_REDUCESCATTER: return symm::gatherScatterLaunch(call, peers, stream);
-    default: return ncclInvalidArgument;
-  }
+  return symm::collKernels(call->coll)->launch(call, peers, stream); /* it exists: checked */
 }

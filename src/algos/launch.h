@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Inside src/algos: what the launchers of the three collectives share (staging layout, kernel
- * arguments, grid sizes) and the entry points of each kernel family's translation unit. Each
- * family dispatches datatype and op itself, so no kernel is instantiated outside its own file. */
+ * arguments, grid sizes, the launch of one kernel, the split of a call into launches) and the
+ * tables through which the C entry points reach each collective's file. Each collective's file
+ * dispatches datatype and op itself, so no kernel is instantiated outside its own file. */
 #ifndef SYMMCOLL_ALGOS_LAUNCH_H
 #define SYMMCOLL_ALGOS_LAUNCH_H
 
@@ -40,47 +41,70 @@ constexpr uint32_t kMaxRounds = 4096;
 /* Every kernel of ours takes one KernelArgs. launchKernel starts blocks x kThreads of one on
  * `stream` through the driver (cuLaunchKernel of the kernel's context-independent handle, found
  * once per kernel): 0.3-0.5 us cheaper per call than the runtime's <<<>>> on an H100
- * (perf/RESULTS.md section 0). Without that handle or driver entry point, or when the driver
+ * (perf/RESULTS.md). Without that handle or driver entry point, or when the driver
  * refuses (no current context, a real error), the runtime launches it or reports the error. */
 typedef void (*KernelFn)(KernelArgs);
 cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const KernelArgs& args);
 
-/* Kernel families (one translation unit each): launch one kernel, or load every instance. */
-cudaError_t launchLamport(enum symmColl coll, ncclDataType_t dt, ncclRedOp_t op, int blocks,
-                          cudaStream_t stream, const KernelArgs& args);
-cudaError_t loadLamport();
-cudaError_t launchOneShot(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
-                          const KernelArgs& args);
-cudaError_t loadOneShot();
-cudaError_t launchTwoShot(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
-                          const KernelArgs& args);
-cudaError_t loadTwoShot();
-cudaError_t launchTwoShotPair(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
-                              const KernelArgs& args);
-cudaError_t loadTwoShotPair();
-cudaError_t launchMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate, int blocks,
-                           cudaStream_t stream, const KernelArgs& args);
-cudaError_t loadMultimem();
-bool multimemHasKernel(ncclDataType_t dt, ncclRedOp_t op);
-cudaError_t launchAllGatherPush(ncclDataType_t dt, int blocks, cudaStream_t stream,
-                                const KernelArgs& args);
-cudaError_t loadAllGatherPush();
-cudaError_t launchAllGatherMultimem(ncclDataType_t dt, bool emulate, int blocks,
-                                    cudaStream_t stream, const KernelArgs& args);
-cudaError_t loadAllGatherMultimem();
-cudaError_t launchReduceScatterPull(ncclDataType_t dt, ncclRedOp_t op, int blocks,
-                                    cudaStream_t stream, const KernelArgs& args);
-cudaError_t loadReduceScatterPull();
-cudaError_t launchReduceScatterMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate,
-                                        int blocks, cudaStream_t stream, const KernelArgs& args);
-cudaError_t loadReduceScatterMultimem();
+/* One algorithm of a collective, a line in its collective's table: `launch` starts the instance
+ * a call needs (datatype, op and variant from the call) with `blocks` x kThreads threads, `load`
+ * loads every instance into the current device's context (symmAlgosLoadKernels), `exists` says
+ * whether an instance exists for (datatype, op). */
+typedef cudaError_t (*AlgoLaunchFn)(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                                    const KernelArgs& args);
+struct AlgoKernels {
+  enum symmAlgo algo;
+  AlgoLaunchFn launch;
+  cudaError_t (*load)(void);
+  bool (*exists)(ncclDataType_t dt, ncclRedOp_t op);
+};
 
-/* The launchers of each collective (symmCollLaunch dispatches; arguments checked there). */
-ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
-                             cudaStream_t stream);
-/* All-gather and reduce-scatter (their staged kernels run in rounds, multimem in chunks). */
+/* One collective, defined in its own file (all_reduce.cu, all_gather.cu, reduce_scatter.cu) and
+ * listed once in launch.cu, which symmCollLaunch, symmAlgoExists and symmAlgosLoadKernels go
+ * through. `reduces`: it takes an op, and only NCCL's built-in ones; `launch` runs a call that
+ * symmCollLaunch has checked (the algorithm exists and fits, the peers' memory is large enough). */
+struct CollKernels {
+  enum symmColl coll;
+  bool reduces;
+  ncclResult_t (*launch)(const struct symmLaunch* call, const struct symmPeers* peers,
+                         cudaStream_t stream);
+  const AlgoKernels* algos;
+  int nalgos;
+};
+extern const CollKernels kAllReduce, kAllGather, kReduceScatter;
+
+/* For the tables: every datatype and op has an instance; the types and ops of
+ * multimem.ld_reduce (Mm<E, Kind>::kOk, multimem.cuh); an algorithm without kernels (the copy
+ * engine, which its collective's launcher routes elsewhere): nothing to load or launch. */
+bool anyTypeAndOp(ncclDataType_t dt, ncclRedOp_t op);
+bool multimemHasKernel(ncclDataType_t dt, ncclRedOp_t op);
+cudaError_t loadNothing(void);
+cudaError_t launchNoKernel(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                           const KernelArgs& args);
+
+/* Launches the call's algorithm over call->count elements, at most perLaunch per launch (each
+ * launch a call of its own: epoch, staging half), with the arguments the collective's launcher
+ * filled; sets send, recv, count (and windows, for zero copy) per launch and sizes each grid by
+ * the bytes it moves. `name` goes into the messages. */
+ncclResult_t launchPieces(const char* name, const struct symmLaunch* call,
+                          const struct symmPeers* peers, cudaStream_t stream, KernelArgs* args,
+                          size_t perLaunch);
+
+/* The launcher all-gather and reduce-scatter share: Lamport in one launch; push and pull in
+ * rounds inside one launch (rounds.cuh) for up to kMaxRounds rounds, zero copy in one launch for
+ * any size; multimem in one launch per chunk of every rank's share. */
 ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                                  cudaStream_t stream);
+
+/* The two-shot all-reduce (all_reduce_twoshot.cuh): its instances are the heaviest code to
+ * compile, so two translation units hold them, all_reduce_twoshot.cu those for up to
+ * SYMM_MAX_RANKS ranks (and these entry points), all_reduce_twoshot_pair.cu those for 2. */
+cudaError_t launchTwoShot(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                          const KernelArgs& args);
+cudaError_t loadTwoShot();
+cudaError_t launchTwoShotPair(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                              const KernelArgs& args);
+cudaError_t loadTwoShotPair();
 
 }  // namespace symm
 

@@ -22,25 +22,37 @@ __device__ __forceinline__ size_t roundUp(size_t a, size_t b) { return divUp(a, 
 __device__ __forceinline__ size_t minSize(size_t a, size_t b) { return a < b ? a : b; }
 __device__ __forceinline__ bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* The start the staged kernels share: this call's epoch and the block's ticket (beginCall), the
- * Lamport refresh, this call's staging half, and block b's part [lo, hi) of count elements
- * (whole vectors of N elements; the last parts may be short or empty). False: leave, the
- * communicator failed. */
-struct BlockCall {
-  uint64_t epoch;
-  uint32_t ticket;
-  size_t half, lo, hi;
+/* The opening of every kernel of ours, right after its first statement, kernelEntry (sync.cuh:
+ * the programmatic-dependent-launch wait, before which nothing touches memory). What openCall
+ * hands the kernel: */
+struct Call {
+  uint64_t epoch;  /* this call's epoch (the first of a kernel in rounds) */
+  uint32_t ticket; /* the block's ticket, held by its last thread (endCall) */
+  size_t half;     /* byte offset of this call's staging half: (epoch & 1) * halfBytes */
+  size_t lo, hi;   /* block b's part [lo, hi) of count elements (N > 0, below) */
 };
+/* Part width for kernels that divide their work otherwise (in rounds, in Lamport lines, in
+ * slices of a staging half): openCall leaves lo and hi unset. */
+constexpr int kNoPart = 0;
+
+/* This call's epoch and the block's ticket (beginCall), the Lamport refresh (refreshLamportLine;
+ * linesWritten: lines of its own writer slot the kernel writes anyway, Lamport only), the staging
+ * half, and, for N > 0, block b's part [lo, hi) of count elements in whole vectors of N elements
+ * (the last parts may be short or empty). Between kernelEntry and this, a kernel may only do
+ * what needs no epoch (the Lamport kernel loads its first input line, overlapping the epoch's
+ * load; push and pull pick their zero-copy path). False: leave, the communicator failed. */
 template <int N>
-__device__ __forceinline__ bool beginBlockCall(const KernelArgs& a, volatile int* failed,
-                                               BlockCall* c) {
+__device__ __forceinline__ bool openCall(const KernelArgs& a, volatile int* failed, Call* c,
+                                         size_t linesWritten = 0) {
   c->ticket = 0;
   if (!beginCall(a, &c->epoch, failed, &c->ticket)) return false;
-  refreshLamportLine(a, c->epoch, 0);
+  refreshLamportLine(a, c->epoch, linesWritten);
   c->half = (size_t)(c->epoch & 1u) * a.halfBytes;
-  const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
-  c->lo = minSize((size_t)blockIdx.x * per, a.count);
-  c->hi = minSize(c->lo + per, a.count);
+  if constexpr (N > 0) {
+    const size_t per = roundUp(divUp(a.count, (size_t)gridDim.x), (size_t)N);
+    c->lo = minSize((size_t)blockIdx.x * per, a.count);
+    c->hi = minSize(c->lo + per, a.count);
+  }
   return true;
 }
 

@@ -230,7 +230,7 @@ __device__ __forceinline__ void kernelEntry() {
 #endif
 }
 
-/* Start of every kernel: this call's epoch (calls completed + 1, advanced on the device), and
+/* Start of every kernel (openCall's first step, primitives.cuh): this call's epoch (calls completed + 1, advanced on the device), and
  * the block's ticket, held by its last thread: the block counts itself in once its epoch is
  * read, so the block that draws the last ticket knows every block has read it and may publish
  * the next one (endCall). Counting here rather than at the end lets the atomic's round trip

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Reduce-scatter: the pull and multimem kernels (the Lamport kernel is in lamport.cu, the
- * launcher, shared with all-gather, in launch.cu).
+/* Reduce-scatter: the Lamport (lamport.cuh), pull and multimem kernels and its table of
+ * algorithms (its launcher, shared with all-gather, is in launch.cu).
  *
  * "pull" (the algorithm's name; staged, its data now travel as remote stores, which NVLink moves
  * faster than remote loads): the whole message in one launch, in rounds of S elements of every
@@ -23,6 +23,7 @@
  * it). In place, the elements a thread writes are the ones it has just read. */
 #include <stdint.h>
 
+#include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
@@ -34,8 +35,8 @@ template <typename E, int Kind>
 __device__ __forceinline__ void reduceScatterZeroCopy(const KernelArgs& a, volatile int* failed) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, failed, &c)) return;
   if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
   const char* srcs[SYMM_MAX_RANKS];
   bool vec = aligned16(a.recv);
@@ -62,10 +63,9 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
     reduceScatterZeroCopy<E, Kind>(a, &failed);
     return;
   }
-  uint64_t epoch0;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch0, 0);
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c)) return;
+  const uint64_t epoch0 = c.epoch;
   const RoundPlan p = roundPlan(a, es, N);
   const int me = a.rank, n = a.nranks;
   const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
     reduceRange<E, Kind>(srcs, n, out, 1, r.lo, r.hi, vec, a.avg != 0);
   };
   if (!runRounds(a, epoch0, p.rounds, &failed, remote, own, local)) return;
-  endCall(a, epoch0 + p.rounds - 1, ticket);
+  endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 
 /* Multimem, one launch per chunk of every slice (slotStride elements; launch.cu): part [lo, hi)
@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, &failed, &c)) return;
   const uint64_t epoch = c.epoch;
   const size_t half = c.half, lo = c.lo, hi = c.hi;
   const size_t slot = a.slotStride * sizeof(T);
@@ -167,14 +167,27 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
 }
 
 template <typename E, int Kind>
-static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchPullTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
   return launchKernel(reduceScatterPullKernel<E, Kind>, blocks, stream, args);
 }
 
-cudaError_t launchReduceScatterPull(ncclDataType_t dt, ncclRedOp_t op, int blocks,
-                                    cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchReduceScatterPull(const struct symmLaunch* call, int blocks,
+                                           cudaStream_t stream, const KernelArgs& args) {
   cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchTyped<E, Kind>(blocks, stream, args))));
+  SYMM_DISPATCH_DTYPE(call->datatype,
+                      SYMM_DISPATCH_OP(call->op,
+                                       err = (launchPullTyped<E, Kind>(blocks, stream, args))));
+  return err;
+}
+
+template <typename E, int Kind> static cudaError_t loadPullTyped() {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, (const void*)reduceScatterPullKernel<E, Kind>);
+}
+
+static cudaError_t loadReduceScatterPull() {
+  cudaError_t err = cudaSuccess;
+  SYMM_FOR_EACH_TYPE_AND_OP(err, loadPullTyped<E, Kind>());
   return err;
 }
 
@@ -190,10 +203,14 @@ static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t st
   }
 }
 
-cudaError_t launchReduceScatterMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate,
-                                        int blocks, cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchReduceScatterMultimem(const struct symmLaunch* call, int blocks,
+                                               cudaStream_t stream, const KernelArgs& args) {
+  const bool emulate = call->emulateMultimem != 0;
   cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream, args))));
+  SYMM_DISPATCH_DTYPE(call->datatype,
+                      SYMM_DISPATCH_OP(call->op,
+                                       err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream,
+                                                                           args))));
   return err;
 }
 
@@ -209,21 +226,24 @@ template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
   return err;
 }
 
-cudaError_t loadReduceScatterMultimem() {
+static cudaError_t loadReduceScatterMultimem() {
   cudaError_t err = cudaSuccess;
   SYMM_FOR_EACH_TYPE_AND_OP(err, loadMultimemTyped<E, Kind>());
   return err;
 }
 
-template <typename E, int Kind> static cudaError_t loadTyped() {
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, (const void*)reduceScatterPullKernel<E, Kind>);
-}
+/* Reduce-scatter's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. Its
+ * launcher is the one it shares with all-gather (launch.cu). */
+static const AlgoKernels kReduceScatterAlgos[] = {
+    {SYMM_ALGO_LAMPORT, launchLamport<SYMM_COLL_REDUCESCATTER>,
+     loadLamport<SYMM_COLL_REDUCESCATTER>, anyTypeAndOp},
+    {SYMM_ALGO_PULL, launchReduceScatterPull, loadReduceScatterPull, anyTypeAndOp},
+    {SYMM_ALGO_MULTIMEM, launchReduceScatterMultimem, loadReduceScatterMultimem,
+     multimemHasKernel},
+};
 
-cudaError_t loadReduceScatterPull() {
-  cudaError_t err = cudaSuccess;
-  SYMM_FOR_EACH_TYPE_AND_OP(err, loadTyped<E, Kind>());
-  return err;
-}
+const CollKernels kReduceScatter = {
+    SYMM_COLL_REDUCESCATTER, true, gatherScatterLaunch, kReduceScatterAlgos,
+    (int)(sizeof(kReduceScatterAlgos) / sizeof(kReduceScatterAlgos[0]))};
 
 }  // namespace symm

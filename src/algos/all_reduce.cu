@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* All-reduce: the one-shot and multimem kernels (and the multimem emulation), and the all-reduce
- * launcher, which also runs the Lamport (lamport.cu) and two-shot (allreduce_twoshot.cu) kernels. */
+/* All-reduce: the Lamport (lamport.cuh), one-shot and multimem kernels (and the multimem
+ * emulation), its launcher and its table of algorithms, which also holds the two-shot kernel
+ * (all_reduce_twoshot.cu). */
 #include <stdint.h>
 #include <string.h>
 
+#include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
@@ -29,8 +31,8 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, &failed, &c)) return;
   const uint64_t epoch = c.epoch;
   const size_t half = c.half, lo = c.lo, hi = c.hi;
   /* Staging is always 16-byte aligned: only the user's pointer decides each loop's width. */
@@ -58,11 +60,10 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, 0);
-  const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c)) return;
+  const uint64_t epoch = c.epoch;
+  const size_t half = c.half;
   const SliceLayout L(a.count, a.nranks, N);
   char* mine = a.staging[a.rank] + half;
   const bool sendVec = aligned16(a.send), recvVec = aligned16(a.recv);
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   if (!Emulate) fenceProxyAlias();
   for (int q = 0; q < a.nranks; q++)
     copyRange<E>((char*)a.recv, mine, L.lo(q), L.hi(q), recvVec, true);
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
 template <typename E, int Kind>
@@ -123,10 +124,12 @@ static cudaError_t launchOneShotTyped(int blocks, cudaStream_t stream, const Ker
   return launchKernel(oneShotKernel<E, Kind>, blocks, stream, args);
 }
 
-cudaError_t launchOneShot(ncclDataType_t dt, ncclRedOp_t op, int blocks, cudaStream_t stream,
-                          const KernelArgs& args) {
+static cudaError_t launchOneShot(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                                 const KernelArgs& args) {
   cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchOneShotTyped<E, Kind>(blocks, stream, args))));
+  SYMM_DISPATCH_DTYPE(call->datatype,
+                      SYMM_DISPATCH_OP(call->op,
+                                       err = (launchOneShotTyped<E, Kind>(blocks, stream, args))));
   return err;
 }
 
@@ -141,17 +144,15 @@ static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t st
   }
 }
 
-cudaError_t launchMultimem(ncclDataType_t dt, ncclRedOp_t op, bool emulate, int blocks,
-                           cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchMultimem(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                                  const KernelArgs& args) {
+  const bool emulate = call->emulateMultimem != 0;
   cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream, args))));
+  SYMM_DISPATCH_DTYPE(call->datatype,
+                      SYMM_DISPATCH_OP(call->op,
+                                       err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream,
+                                                                           args))));
   return err;
-}
-
-bool multimemHasKernel(ncclDataType_t dt, ncclRedOp_t op) {
-  bool ok = false;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, ok = (Mm<E, Kind>::kOk)));
-  return ok;
 }
 
 template <typename E, int Kind> static cudaError_t loadOneShotTyped() {
@@ -170,20 +171,22 @@ template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
   return err;
 }
 
-cudaError_t loadOneShot() {
+static cudaError_t loadOneShot() {
   cudaError_t err = cudaSuccess;
   SYMM_FOR_EACH_TYPE_AND_OP(err, loadOneShotTyped<E, Kind>());
   return err;
 }
 
-cudaError_t loadMultimem() {
+static cudaError_t loadMultimem() {
   cudaError_t err = cudaSuccess;
   SYMM_FOR_EACH_TYPE_AND_OP(err, loadMultimemTyped<E, Kind>());
   return err;
 }
 
-ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
-                             cudaStream_t stream) {
+/* One-shot, multimem and Lamport: one launch per staging half of the message (each a call of
+ * its own); two-shot: the whole message in one launch, in rounds (all_reduce_twoshot.cuh). */
+static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                                    cudaStream_t stream) {
   const size_t esize = symmTypeSize(call->datatype);
   if (call->algo == SYMM_ALGO_MULTIMEM && !call->emulateMultimem && peers->multicastBuffer == NULL) {
     WARN("all-reduce: multimem requested without a multicast mapping");
@@ -206,41 +209,20 @@ ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPee
   args.exchangeDescs = call->algo == SYMM_ALGO_TWOSHOT && call->exchangeDescs && !args.zeroCopy &&
                        peers->userRegTable != NULL;
   args.inputDesc = args.exchangeDescs ? call->inputDesc : 0;
-  /* The two-shot kernel runs the whole message in rounds itself; the others launch once per
-   * staging half. */
   const size_t launchElems = call->algo == SYMM_ALGO_TWOSHOT ? call->count : chunkElems;
-  for (size_t done = 0; done < call->count; done += launchElems) {
-    const size_t n = call->count - done < launchElems ? call->count - done : launchElems;
-    const size_t offset = done * esize;
-    args.send = (const char*)call->sendbuff + offset;
-    args.recv = (char*)call->recvbuff + offset;
-    args.count = n;
-    if (args.zeroCopy)
-      for (int r = 0; r < peers->nranks; r++)
-        args.windows[r] = (char*)call->windowPeers[r] + offset;
-    /* Lamport moves twice the bytes (flags): size its grid by what travels. */
-    const size_t moved = (call->algo == SYMM_ALGO_LAMPORT ? 2 : 1) * n * esize;
-    const int blocks = gridBlocks(moved, call, peers);
-    TRACE(SYMM_COLL, "rank %d: all-reduce kernel %d, %zu elements, %d blocks, stream %p",
-          peers->rank, (int)call->algo, n, blocks, (void*)stream);
-    cudaError_t err = cudaErrorInvalidValue;
-    switch (call->algo) {
-      case SYMM_ALGO_LAMPORT:
-        err = launchLamport(SYMM_COLL_ALLREDUCE, call->datatype, call->op, blocks, stream, args);
-        break;
-      case SYMM_ALGO_ONESHOT: err = launchOneShot(call->datatype, call->op, blocks, stream, args); break;
-      case SYMM_ALGO_TWOSHOT: err = launchTwoShot(call->datatype, call->op, blocks, stream, args); break;
-      case SYMM_ALGO_MULTIMEM:
-        err = launchMultimem(call->datatype, call->op, call->emulateMultimem != 0, blocks, stream, args);
-        break;
-      default: break;
-    }
-    if (err != cudaSuccess) {
-      WARN("all-reduce kernel launch failed: %s", cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-  }
-  return ncclSuccess;
+  return launchPieces("all-reduce", call, peers, stream, &args, launchElems);
 }
+
+/* All-reduce's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. */
+static const AlgoKernels kAllReduceAlgos[] = {
+    {SYMM_ALGO_LAMPORT, launchLamport<SYMM_COLL_ALLREDUCE>, loadLamport<SYMM_COLL_ALLREDUCE>,
+     anyTypeAndOp},
+    {SYMM_ALGO_ONESHOT, launchOneShot, loadOneShot, anyTypeAndOp},
+    {SYMM_ALGO_TWOSHOT, launchTwoShot, loadTwoShot, anyTypeAndOp},
+    {SYMM_ALGO_MULTIMEM, launchMultimem, loadMultimem, multimemHasKernel},
+};
+
+const CollKernels kAllReduce = {SYMM_COLL_ALLREDUCE, true, allReduceLaunch, kAllReduceAlgos,
+                                (int)(sizeof(kAllReduceAlgos) / sizeof(kAllReduceAlgos[0]))};
 
 }  // namespace symm

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* All-gather: the push and multimem kernels (the Lamport kernel is in lamport.cu, the launcher,
- * shared with reduce-scatter, in launch.cu).
+/* All-gather: the Lamport (lamport.cuh), push and multimem kernels, its launcher (the copy
+ * engine's route, then the launcher it shares with reduce-scatter, launch.cu) and its table of
+ * algorithms.
  *
  * Push, staged: the whole message in one launch, in rounds of S elements of our input (rounds.cuh:
  * the plan, the split barriers, why every reuse of staging is safe). Round k, rank r, block b:
@@ -24,6 +25,8 @@
  * input and no other rank writes it. */
 #include <stdint.h>
 
+#include "copyengine.h"
+#include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
 #include "primitives.cuh"
@@ -35,8 +38,8 @@ template <typename E>
 __device__ __forceinline__ void allGatherZeroCopy(const KernelArgs& a, volatile int* failed) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, failed, &c)) return;
   /* The start barrier first (every output is free to write), the middle one after. */
   if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
   const size_t ours = (size_t)a.rank * a.sliceStride * sizeof(T);
@@ -61,10 +64,9 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
     allGatherZeroCopy<E>(a, &failed);
     return;
   }
-  uint64_t epoch0;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch0, 0);
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c)) return;
+  const uint64_t epoch0 = c.epoch;
   const RoundPlan p = roundPlan(a, es, N);
   const int me = a.rank, n = a.nranks;
   const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
@@ -105,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
     }
   };
   if (!runRounds(a, epoch0, p.rounds, &failed, remote, own, local)) return;
-  endCall(a, epoch0 + p.rounds - 1, ticket);
+  endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 
 /* Multimem, one launch per chunk of every rank's share (slotStride elements; launch.cu): one
@@ -123,8 +125,8 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
-  BlockCall c;
-  if (!beginBlockCall<N>(a, &failed, &c)) return;
+  Call c;
+  if (!openCall<N>(a, &failed, &c)) return;
   const uint64_t epoch = c.epoch;
   const size_t half = c.half, lo = c.lo, hi = c.hi;
   const size_t slot = a.slotStride * sizeof(T);
@@ -160,8 +162,24 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
 }
 
 template <typename E>
-static cudaError_t launchTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchPushTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
   return launchKernel(allGatherPushKernel<E>, blocks, stream, args);
+}
+
+static cudaError_t launchAllGatherPush(const struct symmLaunch* call, int blocks,
+                                       cudaStream_t stream, const KernelArgs& args) {
+  cudaError_t err = cudaErrorInvalidValue;
+  SYMM_DISPATCH_DTYPE(call->datatype, err = launchPushTyped<E>(blocks, stream, args));
+  return err;
+}
+
+static cudaError_t loadAllGatherPush() {
+  cudaError_t err = cudaSuccess;
+  cudaFuncAttributes attr;
+  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
+    SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
+                        err = cudaFuncGetAttributes(&attr, (const void*)allGatherPushKernel<E>));
+  return err;
 }
 
 template <typename E>
@@ -171,10 +189,11 @@ static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t st
                       blocks, stream, args);
 }
 
-cudaError_t launchAllGatherMultimem(ncclDataType_t dt, bool emulate, int blocks,
-                                    cudaStream_t stream, const KernelArgs& args) {
+static cudaError_t launchAllGatherMultimem(const struct symmLaunch* call, int blocks,
+                                           cudaStream_t stream, const KernelArgs& args) {
+  const bool emulate = call->emulateMultimem != 0;
   cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, err = launchMultimemTyped<E>(emulate, blocks, stream, args));
+  SYMM_DISPATCH_DTYPE(call->datatype, err = launchMultimemTyped<E>(emulate, blocks, stream, args));
   return err;
 }
 
@@ -187,27 +206,33 @@ template <typename E> static cudaError_t loadMultimemTyped() {
   return err;
 }
 
-cudaError_t loadAllGatherMultimem() {
+static cudaError_t loadAllGatherMultimem() {
   cudaError_t err = cudaSuccess;
   for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
     SYMM_DISPATCH_DTYPE((ncclDataType_t)dt, err = loadMultimemTyped<E>());
   return err;
 }
 
-cudaError_t launchAllGatherPush(ncclDataType_t dt, int blocks, cudaStream_t stream,
-                                const KernelArgs& args) {
-  cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, err = launchTyped<E>(blocks, stream, args));
-  return err;
+/* The copy engine runs no kernel of ours (copyengine.c: peer copies and stream memory
+ * operations over both staging halves); the kernels share reduce-scatter's launcher. */
+static ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                                    cudaStream_t stream) {
+  if (call->algo == SYMM_ALGO_COPYENGINE)
+    return symmCopyEngineAllGather(call, peers, 2 * halfBytesOf(peers), stream);
+  return gatherScatterLaunch(call, peers, stream);
 }
 
-cudaError_t loadAllGatherPush() {
-  cudaError_t err = cudaSuccess;
-  cudaFuncAttributes attr;
-  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-    SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
-                        err = cudaFuncGetAttributes(&attr, (const void*)allGatherPushKernel<E>));
-  return err;
-}
+/* All-gather's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. It moves
+ * bits: every datatype has every kernel, whatever the op. */
+static const AlgoKernels kAllGatherAlgos[] = {
+    {SYMM_ALGO_LAMPORT, launchLamport<SYMM_COLL_ALLGATHER>, loadLamport<SYMM_COLL_ALLGATHER>,
+     anyTypeAndOp},
+    {SYMM_ALGO_PUSH, launchAllGatherPush, loadAllGatherPush, anyTypeAndOp},
+    {SYMM_ALGO_COPYENGINE, launchNoKernel, loadNothing, anyTypeAndOp},
+    {SYMM_ALGO_MULTIMEM, launchAllGatherMultimem, loadAllGatherMultimem, anyTypeAndOp},
+};
+
+const CollKernels kAllGather = {SYMM_COLL_ALLGATHER, false, allGatherLaunch, kAllGatherAlgos,
+                                (int)(sizeof(kAllGatherAlgos) / sizeof(kAllGatherAlgos[0]))};
 
 }  // namespace symm

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Lamport (LL) kernels of all three collectives: barrier-free, the data carries its epoch.
+/* The Lamport (LL) kernel of all three collectives: barrier-free, the data carries its epoch.
  * Every 8 bytes of payload travel to the reader's Lamport region as one 16-byte store
  * {data0, flag, data1, flag} into the writer's slot (flag = low 32 bits of the epoch, region half
  * epoch & 1); a reader polls its region until both flags of each line equal the call's flag, then
@@ -8,7 +8,12 @@
  * every rank's k+1 data, i.e. after every reader finished call k; flags are epochs, so nothing
  * is cleared and stale lines never match (refreshLamportLine keeps every line younger than 2^31
  * epochs). Two passes: wait for all lines first, so a block that gives up wrote no user memory.
- * In place is safe: each block reads its own lines of the input before it writes any output. */
+ * In place is safe: each block reads its own lines of the input before it writes any output.
+ * Each collective's file launches and loads the instances of its own Coll (launchLamport,
+ * loadLamport below), so no instance is compiled twice. */
+#ifndef SYMMCOLL_LAMPORT_CUH
+#define SYMMCOLL_LAMPORT_CUH
+
 #include "launch.h"
 #include "primitives.cuh"
 
@@ -31,16 +36,15 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   const size_t lo = minSize((size_t)blockIdx.x * per, lines);
   const size_t hi = minSize(lo + per, lines);
   const size_t firstLine = lo + threadIdx.x;
-  /* Our first input line is loaded while beginCall fetches the epoch: two memory latencies
+  /* Our first input line is loaded while openCall fetches the epoch: two memory latencies
    * overlap instead of adding up (the input is ready: earlier work on the stream is done).
    * Reduce-scatter sends each reader its own slice, so it loads per reader below. */
   const uint2 firstData = Coll != SYMM_COLL_REDUCESCATTER && firstLine < hi
                               ? loadLine((const char*)a.send, firstLine, bytes)
                               : make_uint2(0, 0);
-  uint64_t epoch;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch, lines);
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c, lines)) return;
+  const uint64_t epoch = c.epoch;
   const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
   const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
   /* Lines carry the epoch's low 32 bits (8-byte halves arrive whole; see README for why a stale
@@ -143,45 +147,40 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
     }
     storeLine((char*)a.recv, i, bytes, acc.v);
   }
-  endCall(a, epoch, ticket);
+  endCall(a, epoch, c.ticket);
 }
 
-template <typename E, int Kind>
-static cudaError_t launchTyped(enum symmColl coll, int blocks, cudaStream_t stream, const KernelArgs& a) {
-  switch (coll) {
-    case SYMM_COLL_ALLREDUCE:
-      return launchKernel(lamportKernel<E, Kind, SYMM_COLL_ALLREDUCE>, blocks, stream, a);
-    case SYMM_COLL_REDUCESCATTER:
-      return launchKernel(lamportKernel<E, Kind, SYMM_COLL_REDUCESCATTER>, blocks, stream, a);
-    case SYMM_COLL_ALLGATHER: /* moves bits: one instance per element size would do; kSum only */
-      return launchKernel(lamportKernel<E, kSum, SYMM_COLL_ALLGATHER>, blocks, stream, a);
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
-cudaError_t launchLamport(enum symmColl coll, ncclDataType_t dt, ncclRedOp_t op, int blocks,
-                          cudaStream_t stream, const KernelArgs& args) {
+/* Launches the instance a call of collective Coll needs. All-gather moves bits: one instance
+ * per datatype (kSum), whatever the op. */
+template <int Coll>
+static cudaError_t launchLamport(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                                 const KernelArgs& args) {
   cudaError_t err = cudaErrorInvalidValue;
-  if (coll == SYMM_COLL_ALLGATHER) op = ncclSum;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (launchTyped<E, Kind>(coll, blocks, stream, args))));
+  if constexpr (Coll == SYMM_COLL_ALLGATHER) {
+    SYMM_DISPATCH_DTYPE(call->datatype,
+                        err = launchKernel(lamportKernel<E, kSum, Coll>, blocks, stream, args));
+  } else {
+    SYMM_DISPATCH_DTYPE(call->datatype,
+                        SYMM_DISPATCH_OP(call->op, err = launchKernel(lamportKernel<E, Kind, Coll>,
+                                                                      blocks, stream, args)));
+  }
   return err;
 }
 
-template <typename E, int Kind> static cudaError_t loadTyped() {
-  cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, Kind, SYMM_COLL_ALLREDUCE>);
-  if (err == cudaSuccess)
-    err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, Kind, SYMM_COLL_REDUCESCATTER>);
-  if (err == cudaSuccess && Kind == kSum)
-    err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, kSum, SYMM_COLL_ALLGATHER>);
-  return err;
-}
-
-cudaError_t loadLamport() {
+/* Loads every instance of collective Coll. */
+template <int Coll> static cudaError_t loadLamport() {
   cudaError_t err = cudaSuccess;
-  SYMM_FOR_EACH_TYPE_AND_OP(err, loadTyped<E, Kind>());
+  cudaFuncAttributes attr;
+  if constexpr (Coll == SYMM_COLL_ALLGATHER) {
+    for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
+      SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
+                          err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, kSum, Coll>));
+  } else {
+    SYMM_FOR_EACH_TYPE_AND_OP(err, cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, Kind, Coll>));
+  }
   return err;
 }
 
 }  // namespace symm
+
+#endif

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The all-reduce two-shot kernel (a reduce-scatter phase and an all-gather phase in rounds inside
  * one launch). Its instances are the heaviest code to compile, so two translation units share
- * this header: allreduce_twoshot.cu holds the instances for up to SYMM_MAX_RANKS ranks,
- * allreduce_twoshot_pair.cu those for exactly 2, and a parallel build compiles them side by
+ * this header: all_reduce_twoshot.cu holds the instances for up to SYMM_MAX_RANKS ranks,
+ * all_reduce_twoshot_pair.cu those for exactly 2, and a parallel build compiles them side by
  * side. */
-#ifndef SYMM_ALLREDUCE_TWOSHOT_CUH
-#define SYMM_ALLREDUCE_TWOSHOT_CUH
+#ifndef SYMM_ALL_REDUCE_TWOSHOT_CUH
+#define SYMM_ALL_REDUCE_TWOSHOT_CUH
 #include "launch.h"
 #include "primitives.cuh"
 
@@ -39,7 +39,7 @@ namespace symm {
  *   - B(k) overwrites gather slots the peer read in C(k-2), which precedes the peer's A(k) and
  *     arrive start(k); we wait start(k) before B(k).
  * Across launches the same holds with the rounds of the previous kernel (the double-buffering
- * note in allreduce.cu: a peer arriving in this kernel has finished its last one). */
+ * note in all_reduce.cu: a peer arriving in this kernel has finished its last one). */
 struct TwoShotPlan {
   size_t S;        /* staging stride of one slice (elements, multiple of the vector width) */
   size_t B;        /* elements of a slice per block */
@@ -133,10 +133,9 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   constexpr int N = Vec<E>::N;
   __shared__ volatile int failed;
   __shared__ const char* pulled[SYMM_MAX_RANKS];
-  uint64_t epoch0;
-  uint32_t ticket = 0;
-  if (!beginCall(a, &epoch0, &failed, &ticket)) return;
-  refreshLamportLine(a, epoch0, 0);
+  Call c;
+  if (!openCall<kNoPart>(a, &failed, &c)) return;
+  const uint64_t epoch0 = c.epoch;
   const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
   const int me = a.rank, n = a.nranks;
   const size_t peers = (size_t)n - 1;
@@ -205,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   }
   if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
   twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
-  endCall(a, epoch0 + p.rounds - 1, ticket);
+  endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 
 template <typename E, int Kind, int R>
