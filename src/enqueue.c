@@ -15,7 +15,7 @@
 #include "param.h"
 #include "transport.h"
 #include "tuner.h"
-#include "../transport/cudriver.h"
+#include "cudriver.h"
 
 SYMMCOLL_PARAM_FULL(TestFailRank, "TEST_FAIL_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
                     "tests only: on this rank, one launch of ours (TEST_FAIL_CALL) behaves as a "
