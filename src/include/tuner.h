@@ -8,18 +8,11 @@
 
 #include "algos.h"
 #include "coll.h"
+#include "linkprobe.h" /* enum symmLink */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* How the GPUs of a communicator reach each other (the weakest pair decides). */
-enum symmLink {
-  SYMM_LINK_UNKNOWN = 0,
-  SYMM_LINK_NVLINK = 1,
-  SYMM_LINK_PCIE = 2,
-  SYMM_LINK_SAME_GPU = 3 /* several ranks on one GPU: the tests' bootstrap only */
-};
 
 /* The machine a communicator runs on, as a tuning file records it (its fingerprint). Filled at
  * communicator setup (symmTunerProbeMachine, then link and nccl) and identical on all ranks. */
@@ -82,10 +75,6 @@ const char* symmTunerFilePath(void);
 /* Fills gpu, arch, gpus and driver of `m` for CUDA device `cudaDev`; link and nccl are the
  * caller's (the communicator's link, the real NCCL's version). */
 ncclResult_t symmTunerProbeMachine(int cudaDev, struct symmTuneMachine* m);
-/* How two CUDA devices of this process reach each other: SAME_GPU, NVLINK (peer access with
- * native atomics, which PCIe peers lack), PCIE (peer access without), UNKNOWN (no peer access or
- * a CUDA error). */
-enum symmLink symmTunerProbeLink(int devA, int devB);
 
 /* 1 when SYMMCOLL_MULTIMEM=1 asks for the experimental multimem kernels and the multicast
  * objects they read (default 0; read once per process, agreed at setup). */

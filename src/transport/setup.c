@@ -13,6 +13,7 @@
 #include "fdpass.h"
 #include "forward.h"
 #include "internal.h"
+#include "linkprobe.h"
 #include "multicast.h"
 #include "param.h"
 #include "transport.h"
@@ -149,7 +150,7 @@ struct accessVote {
 static void accessOf(const struct symmComm* c, const struct symmPeerRecord* recs,
                      struct accessVote* v) {
   for (int q = 0; q < c->nranks; q++) {
-    int theirDev = -1, can = 0, atomics = 0;
+    int theirDev = -1;
     if (q == c->rank) {
       v->reach |= 1u << q;
       v->nvlink |= 1u << q;
@@ -160,17 +161,11 @@ static void accessOf(const struct symmComm* c, const struct symmPeerRecord* recs
       (void)cudaGetLastError();
       continue; /* not visible in this process */
     }
-    if (theirDev == c->cudaDev) {
-      v->reach |= 1u << q;
-      v->nvlink |= 1u << q;
-      v->sameGpu |= 1u << q;
-    } else if (cudaDeviceCanAccessPeer(&can, c->cudaDev, theirDev) == cudaSuccess && can) {
-      v->reach |= 1u << q;
-      /* PCIe peers have no native atomics between GPUs; NVLink peers do. */
-      if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, c->cudaDev,
-                                    theirDev) == cudaSuccess && atomics)
-        v->nvlink |= 1u << q;
-    }
+    int access = 0;
+    const enum symmLink link = symmProbeLink(c->cudaDev, theirDev, &access);
+    if (access) v->reach |= 1u << q;
+    if (link == SYMM_LINK_NVLINK || link == SYMM_LINK_SAME_GPU) v->nvlink |= 1u << q;
+    if (link == SYMM_LINK_SAME_GPU) v->sameGpu |= 1u << q;
     (void)cudaGetLastError();
   }
 }
