@@ -18,6 +18,7 @@
 #include "forward.h"
 #include "linkprobe.h"
 #include "param.h"
+#include "route.h"
 #include "transport.h"
 #include "tuner.h"
 
@@ -187,7 +188,7 @@ static int ranksPerDevice(const struct symmPeerRecord* records, int nranks) {
   return most;
 }
 
-/* Staging bytes per rank: what the tuner may give to our staged algorithms on a communicator
+/* Staging bytes per rank: what the route may give to our staged algorithms on a communicator
  * with these (agreed) facts, capped by SYMMCOLL_BUFFER_BYTES, rounded to every rank's
  * granularity. Identical on all ranks. */
 static size_t plannedStaging(const struct symmComm* c, int multicastAgreed, size_t granularity) {
@@ -200,10 +201,9 @@ static size_t plannedStaging(const struct symmComm* c, int multicastAgreed, size
   in.multicastReady = multicastAgreed; /* as agreed at setup, never the environment now */
   in.arch = c->arch;
   in.link = c->link;
-  in.ctaPolicy = c->config.ctaPolicy;
   in.table = c->tuneTable;
   in.stagingBytes = (size_t)symmParamBufferBytes();
-  size_t want = symmAlgosStagingBytes(c->nranks, symmTunerLargestStaged(&in));
+  size_t want = symmAlgosStagingBytes(c->nranks, symmRouteLargestStaged(&in, c->config.ctaPolicy));
   const size_t cap = (size_t)symmParamBufferBytes();
   if (want > cap) want = cap;
   return roundUp(want, granularity);

@@ -41,17 +41,23 @@ struct symmTuneInput {
   int arch;               /* comm-wide compute capability * 10 (90 = sm_90), 0 if ranks differ */
   int link;               /* enum symmLink, comm-wide */
   size_t stagingBytes;    /* staging per rank the communicator has, or would allocate */
-  int ctaPolicy;          /* ncclConfig_t.CTAPolicy (NCCL_CTA_POLICY_* bits) */
+  unsigned excluded;      /* bit (1u << algo): left out by the route's rules (src/route.c) */
   const struct symmTuneFile* table; /* symmTunerSelect's answer for the comm (NULL: built in) */
 };
 
-/* Bit (1u << algo) for every algorithm that can run for `in` (SYMM_ALGO_NCCL always). */
+/* Bit (1u << algo) for every algorithm that can run for `in` (SYMM_ALGO_NCCL always): it has
+ * kernels for the type and op and fits, is not excluded, and multimem is asked for. */
 unsigned symmTunerAvailable(const struct symmTuneInput* in);
 
 /* The algorithm to run: the per-collective override (SYMMCOLL_ALLREDUCE_ALGO,
  * SYMMCOLL_ALLGATHER_ALGO, SYMMCOLL_REDUCESCATTER_ALGO) if set and available, else the table
  * (built in, or SYMMCOLL_TUNING_FILE). Logs each distinct choice once at INFO. */
 enum symmAlgo symmTunerPick(const struct symmTuneInput* in);
+/* The override alone: the algorithm it names when that is in `avail` (logged like a pick), else
+ * -1 (a name that is not an algorithm or cannot run here: one WARN per process and knob). */
+int symmTunerForced(const struct symmTuneInput* in, unsigned avail);
+/* Logs a choice made outside the table (src/route.c) once, like symmTunerPick's. */
+void symmTunerNote(const struct symmTuneInput* in, enum symmAlgo algo, const char* why);
 
 /* 1 when `algo` should read the registered buffer in place rather than through staging. */
 int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
