@@ -182,11 +182,14 @@ static void readState(struct call* c) {
   c->f.failure = symmFailureGet(&c->comm->failure);
 }
 
-/* Finds out what the route asked for (src/include/route.h says what each fact means). */
-static void gather(struct call* c, unsigned need) {
+/* Finds out one group of facts the route asked for (src/include/route.h says what each means);
+ * nothing but the communicator's own group when there is no communicator. */
+static void gatherOne(struct call* c, unsigned need) {
   struct symmRouteFacts* f = &c->f;
   struct symmComm* comm = c->comm;
   const struct symmTask* task = c->task;
+  f->have |= need;
+  if (comm == NULL && need != SYMM_NEED_COMM) return;
   switch (need) {
     case SYMM_NEED_COMM:
       if (comm == NULL) {
@@ -205,6 +208,7 @@ static void gather(struct call* c, unsigned need) {
     case SYMM_NEED_JOB:
       symmCommWaitJob(comm);
       f->jobRunning = 0;
+      gatherOne(c, SYMM_NEED_SETTLED); /* what the job settled */
       break;
     case SYMM_NEED_SETTLED:
       f->nranks = comm->nranks;
@@ -256,12 +260,13 @@ static void gather(struct call* c, unsigned need) {
     default:
       break;
   }
-  f->have |= need;
 }
 
 static struct symmRoute routeOf(struct call* c) {
   struct symmRoute r;
-  while ((r = symmRoute(&c->f, c->task)).kind == SYMM_ROUTE_NEED) gather(c, r.need);
+  while ((r = symmRoute(&c->f, c->task)).kind == SYMM_ROUTE_NEED)
+    for (unsigned bit = 1; bit <= r.need; bit <<= 1)
+      if (r.need & bit) gatherOne(c, bit);
   return r;
 }
 

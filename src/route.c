@@ -46,7 +46,8 @@ ncclResult_t symmArgsCheck(const struct symmTask* task, int nranks, int arch, in
   }
   /* nranks * count * esize must fit (all-gather's output, reduce-scatter's input). */
   const size_t scale = task->coll == SYMM_COLL_ALLREDUCE || nranks < 1 ? 1 : (size_t)nranks;
-  if (task->count > SIZE_MAX / esize / scale) {
+  size_t bytes;
+  if (__builtin_mul_overflow(task->count, esize * scale, &bytes)) {
     WARN("%s: count %zu of %zu-byte elements overflows", name, task->count, esize);
     return ncclInvalidArgument;
   }
@@ -179,7 +180,8 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
    * SYMMCOLL_DISABLE, go to it untouched. */
   if (f->realMissing) return (struct symmRoute){.kind = SYMM_ROUTE_REFUSE, .result = ncclSystemError};
   if (f->passthrough) return (struct symmRoute){.kind = SYMM_ROUTE_FORWARD, .untouched = 1};
-  if (!(f->have & SYMM_NEED_COMM)) return need(SYMM_NEED_COMM);
+  /* What setup agreed is read with the communicator, and again after waiting for its job. */
+  if (!(f->have & SYMM_NEED_COMM)) return need(SYMM_NEED_COMM | SYMM_NEED_SETTLED);
   /* NULL, destroyed or foreign communicators: the real NCCL's own answer. */
   if (!f->known) return forward(0);
   if (f->device != ncclSuccess) return refuse(f, f->device);
@@ -204,7 +206,10 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
   if (!f->hasTransport) return f->failure == ncclSuccess ? forward(0) : refuse(f, f->failure);
   if (ncclDecides) return forward(1);
 
-  if (!(f->have & SYMM_NEED_LOCK)) return need(SYMM_NEED_LOCK);
+  /* Under the lock: its health first; outside groups, the repeat cache is looked at too (read
+   * only; used when the route is repeatable). */
+  if (!(f->have & SYMM_NEED_LOCK))
+    return need(SYMM_NEED_LOCK | SYMM_NEED_HEALTH | (f->groupDepth == 0 ? SYMM_NEED_REPEAT : 0u));
   if (!(f->have & SYMM_NEED_HEALTH)) return need(SYMM_NEED_HEALTH);
   if (f->health != ncclSuccess) return refuse(f, f->health);
   if (repeatable(f)) {

@@ -28,10 +28,10 @@ struct symmTask {
 };
 
 /* What the route may ask the enqueue path to find out (or do) before it can decide; each names
- * a group of facts below. */
+ * a group of facts below. One request may name several, gathered in this order. */
 enum symmRouteNeed {
   SYMM_NEED_COMM = 1u << 0,    /* look the communicator up (a reference), enter its device */
-  SYMM_NEED_JOB = 1u << 1,     /* wait for its background setup job */
+  SYMM_NEED_JOB = 1u << 1,     /* wait for its background setup job (then SETTLED again) */
   SYMM_NEED_SETTLED = 1u << 2, /* what setup agreed, and what waits on it now */
   SYMM_NEED_PARKED = 1u << 3,  /* run what waits behind a non-blocking group first */
   SYMM_NEED_LOCK = 1u << 4,    /* take its launchLock; what the lock guards */
@@ -108,7 +108,7 @@ enum symmRouteNote {
 
 struct symmRoute {
   enum symmRouteKind kind;
-  unsigned need;           /* NEED: one SYMM_NEED_* */
+  unsigned need;           /* NEED: SYMM_NEED_* bits */
   ncclResult_t result;     /* REFUSE */
   int failGroup;           /* REFUSE inside a group */
   int ordered, untouched;  /* FORWARD */

@@ -47,9 +47,81 @@ static struct symmTask allReduce(size_t count) {
   return task(SYMM_COLL_ALLREDUCE, count, ncclBfloat16, ncclSum);
 }
 
+static void settled(struct symmRouteFacts* f, const struct symmRouteFacts* w) {
+  f->nranks = w->nranks;
+  f->arch = w->arch;
+  f->link = w->link;
+  f->table = w->table;
+  f->parked = w->parked;
+  f->hasTransport = w->hasTransport;
+  f->failure = w->failure;
+}
+
+/* One group of facts, from `w`, as src/enqueue.c gathers it; its letter goes to `asked`. */
+static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, unsigned group,
+                   char* asked, int* n) {
+  f->have |= group;
+  if (!f->known && group != SYMM_NEED_COMM) { /* no communicator: nothing else to read */
+    asked[(*n)++] = '-';
+    return;
+  }
+  switch (group) {
+    case SYMM_NEED_COMM:
+      asked[(*n)++] = 'C';
+      f->known = w->known;
+      f->device = w->device;
+      if (!f->issuing) f->gone = w->gone;
+      f->jobRunning = w->jobRunning;
+      f->config = w->config;
+      break;
+    case SYMM_NEED_JOB:
+      asked[(*n)++] = 'J';
+      f->jobRunning = 0;
+      settled(f, w); /* what the job settled is read again */
+      break;
+    case SYMM_NEED_SETTLED:
+      asked[(*n)++] = 'S';
+      settled(f, w);
+      break;
+    case SYMM_NEED_PARKED:
+      asked[(*n)++] = 'P';
+      f->parked = 0;
+      f->parkedResult = w->parkedResult;
+      break;
+    case SYMM_NEED_LOCK:
+      asked[(*n)++] = 'L';
+      if (f->issuing) f->gone = w->gone;
+      f->stillOurs = w->stillOurs;
+      f->peersLive = w->peersLive;
+      f->needsStaging = w->needsStaging;
+      break;
+    case SYMM_NEED_HEALTH:
+      asked[(*n)++] = 'H';
+      f->health = w->health;
+      break;
+    case SYMM_NEED_REPEAT:
+      asked[(*n)++] = 'R';
+      f->repeat = w->repeat;
+      break;
+    case SYMM_NEED_WINDOW:
+      asked[(*n)++] = 'W';
+      f->registered = w->registered;
+      f->multicastReady = w->multicastReady;
+      f->stagingBytes = w->stagingBytes;
+      break;
+    case SYMM_NEED_CAPTURE:
+      asked[(*n)++] = 'K';
+      f->captured = w->captured;
+      break;
+    default:
+      CHECK(0);
+      break;
+  }
+}
+
 /* Hands the route the facts it asks for, from `w`, as src/enqueue.c gathers them; `asked`
  * spells the groups in order (C comm, J job, S settled, P parked, L lock, H health, R repeat,
- * W window, K capture). */
+ * W window, K capture; '-' a group with no communicator to read it from). */
 static struct symmRoute drive(const struct symmRouteFacts* w, const struct symmTask* t,
                               char* asked) {
   struct symmRouteFacts f;
@@ -65,65 +137,10 @@ static struct symmRoute drive(const struct symmRouteFacts* w, const struct symmT
       asked[n] = '\0';
       return r;
     }
+    CHECK(r.need != 0);
     CHECK_EQ_INT(f.have & r.need, 0); /* never the same group twice */
-    switch (r.need) {
-      case SYMM_NEED_COMM:
-        asked[n++] = 'C';
-        f.known = w->known;
-        f.device = w->device;
-        if (!f.issuing) f.gone = w->gone;
-        f.jobRunning = w->jobRunning;
-        f.config = w->config;
-        break;
-      case SYMM_NEED_JOB:
-        asked[n++] = 'J';
-        f.jobRunning = 0;
-        break;
-      case SYMM_NEED_SETTLED:
-        asked[n++] = 'S';
-        f.nranks = w->nranks;
-        f.arch = w->arch;
-        f.link = w->link;
-        f.table = w->table;
-        f.parked = w->parked;
-        f.hasTransport = w->hasTransport;
-        f.failure = w->failure;
-        break;
-      case SYMM_NEED_PARKED:
-        asked[n++] = 'P';
-        f.parked = 0;
-        f.parkedResult = w->parkedResult;
-        break;
-      case SYMM_NEED_LOCK:
-        asked[n++] = 'L';
-        if (f.issuing) f.gone = w->gone;
-        f.stillOurs = w->stillOurs;
-        f.peersLive = w->peersLive;
-        f.needsStaging = w->needsStaging;
-        break;
-      case SYMM_NEED_HEALTH:
-        asked[n++] = 'H';
-        f.health = w->health;
-        break;
-      case SYMM_NEED_REPEAT:
-        asked[n++] = 'R';
-        f.repeat = w->repeat;
-        break;
-      case SYMM_NEED_WINDOW:
-        asked[n++] = 'W';
-        f.registered = w->registered;
-        f.multicastReady = w->multicastReady;
-        f.stagingBytes = w->stagingBytes;
-        break;
-      case SYMM_NEED_CAPTURE:
-        asked[n++] = 'K';
-        f.captured = w->captured;
-        break;
-      default:
-        CHECK(0);
-        break;
-    }
-    f.have |= r.need;
+    for (unsigned bit = 1; bit <= r.need; bit <<= 1)
+      if (r.need & bit) reveal(&f, w, bit, asked, &n);
   }
   CHECK(0); /* the route never settled */
   asked[n] = '\0';
@@ -189,19 +206,19 @@ static void testEntryAndCommunicator(void) {
 
   w = world();
   w.known = 0; /* NULL, destroyed or foreign: the real NCCL's own answer, unordered */
-  expectRoute("unknown communicator", &w, &t, (struct expect)FWD_PLAIN("C"));
+  expectRoute("unknown communicator", &w, &t, (struct expect)FWD_PLAIN("C-"));
   w = world();
   w.device = ncclUnhandledCudaError;
-  expectRoute("device", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 0, "C"));
+  expectRoute("device", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 0, "CS"));
   w.groupDepth = 2;
-  expectRoute("device in a group", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 1, "C"));
+  expectRoute("device in a group", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 1, "CS"));
   w = world();
   w.gone = 1;
   w.jobRunning = 1;
-  expectRoute("gone", &w, &t, (struct expect)REFUSED(ncclInvalidUsage, 0, "C"));
+  expectRoute("gone", &w, &t, (struct expect)REFUSED(ncclInvalidUsage, 0, "CS"));
   w = world();
   w.jobRunning = 1; /* waited for, then as usual */
-  expectRoute("setup job", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CJSLHRW"));
+  expectRoute("setup job", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSJLHRW"));
 
   /* Never ours: plain forward, or its failure. */
   w = world();
@@ -213,12 +230,12 @@ static void testEntryAndCommunicator(void) {
   /* Failed since (health, under the lock). */
   w = world();
   w.health = ncclRemoteError;
-  expectRoute("failed", &w, &t, (struct expect)REFUSED(ncclRemoteError, 0, "CSLH"));
+  expectRoute("failed", &w, &t, (struct expect)REFUSED(ncclRemoteError, 0, "CSLHR"));
   /* Detached by a teardown between the first look and the lock. */
   w = world();
   w.stillOurs = 0;
   w.peersLive = 0;
-  expectRoute("detached", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCL, "CSLH"});
+  expectRoute("detached", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCL, "CSLHR"});
 }
 
 static void testArguments(void) {
@@ -313,7 +330,7 @@ static void testRepeatsAndGroups(void) {
   w.peersLive = 0;
   t = allReduce(1024);
   expectRoute("not live", &w, &t, (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_ISSUE, 0,
-                                                  SYMM_ALGO_LAMPORT, "CSLHW"});
+                                                  SYMM_ALGO_LAMPORT, "CSLHRW"});
   /* Forwards outside the table's range are remembered where ours could run. */
   w = world();
   w.nranks = 6;
@@ -329,7 +346,7 @@ static void testStaging(void) {
   w.peersLive = 0;
   w.needsStaging = 1;
   expectRoute("first call", &w, &t, (struct expect){K_STAGE, X, X, X, SYMM_WHEN_NOW, 0,
-                                                    SYMM_ALGO_LAMPORT, "CSLHWK"});
+                                                    SYMM_ALGO_LAMPORT, "CSLHRWK"});
   w.groupDepth = 1;
   expectRoute("first call in a group", &w, &t, (struct expect){K_STAGE, X, X, X, SYMM_WHEN_GROUP_END,
                                                                0, SYMM_ALGO_LAMPORT, "CSLHWK"});
@@ -338,7 +355,7 @@ static void testStaging(void) {
                                                                  SYMM_WHEN_GROUP_END, 0, X, "CSLHWK"});
   w.groupDepth = 0;
   expectRoute("non-blocking", &w, &t, (struct expect){K_FWD_STAGE, X, X, X, SYMM_WHEN_NOW, 0, X,
-                                                      "CSLHWK"});
+                                                      "CSLHRWK"});
   w.captured = 1; /* captured: forwards, staging waits for an uncaptured call */
   char asked[32];
   const struct symmRoute r = drive(&w, &t, asked);
@@ -347,12 +364,12 @@ static void testStaging(void) {
   CHECK_EQ_INT(r.remember, 0);
   CHECK_EQ_INT(r.note, SYMM_NOTE_CAPTURED_FIRST);
   w.config.blocking = 1;
-  expectRoute("captured", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, X, "CSLHWK"});
+  expectRoute("captured", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, X, "CSLHRWK"});
   /* A call the tuner forwards never builds staging, nor asks about the capture. */
   w.nranks = 6;
   t = allReduce(1 << 20);
   expectRoute("forward before staging", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCL,
-                                                                 "CSLHW"});
+                                                                 "CSLHRW"});
 }
 
 static void testPolicies(void) {
