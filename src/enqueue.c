@@ -85,8 +85,9 @@ fail:
  * to one of them (collective, buffers, count, type, op), with nothing else the route reads
  * changed since (windows, knobs, multicast), takes that route again (src/route.c says when): no
  * tuner, no kernel arguments built. The route is a function of exactly those inputs, the same
- * on every rank, so this changes only the host time (the 0.3-0.7 us less per call that
- * perf/RESULTS.md's host-path table shows). Guarded by launchLock. */
+ * on every rank, so this changes only the host time (0.64 us less per call, median, on one
+ * H100: perf/RESULTS.md, Decisions, "Repeated calls relaunch their record"). Guarded by
+ * launchLock. */
 #define REPEAT_SLOTS 16
 struct repeatKey {
   enum symmColl coll;
