@@ -133,7 +133,8 @@ static struct symmRoute pick(const struct symmRouteFacts* f, const struct symmTa
       .registered = f->registered, .multicastReady = f->multicastReady != 0, .arch = f->arch,
       .link = f->link, .stagingBytes = f->stagingBytes, .table = f->table,
       /* arch 0 (mixed) is left here: the fp8 rule refused known older ones in symmArgsCheck. */
-      .excluded = policyExcludes(policy) | (fp8BelowSm90(t, f->arch) ? ~(1u << SYMM_ALGO_NCCL) : 0u)};
+      .excluded = policyExcludes(policy) |
+                  (fp8BelowSm90(t, f->arch) ? ~(1u << SYMM_ALGO_NCCL) : 0u)};
   enum symmAlgo algo;
   if (keepsSms(policy)) {
     const unsigned avail = symmTunerAvailable(&in);
@@ -178,7 +179,8 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
   if (f->issuing) return issued(f);
   /* The real NCCL must be there; its own calls back into us, and every call under
    * SYMMCOLL_DISABLE, go to it untouched. */
-  if (f->realMissing) return (struct symmRoute){.kind = SYMM_ROUTE_REFUSE, .result = ncclSystemError};
+  if (f->realMissing)
+    return (struct symmRoute){.kind = SYMM_ROUTE_REFUSE, .result = ncclSystemError};
   if (f->passthrough) return (struct symmRoute){.kind = SYMM_ROUTE_FORWARD, .untouched = 1};
   /* What setup agreed is read with the communicator, and again after waiting for its job. */
   if (!(f->have & SYMM_NEED_COMM)) return need(SYMM_NEED_COMM | SYMM_NEED_SETTLED);
@@ -235,7 +237,9 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
     return fwd;
   }
   if (!f->needsStaging) {
-    r.when = f->groupDepth > 0 ? SYMM_WHEN_GROUP_END : f->peersLive ? SYMM_WHEN_NOW : SYMM_WHEN_ISSUE;
+    r.when = f->groupDepth > 0 ? SYMM_WHEN_GROUP_END
+             : f->peersLive    ? SYMM_WHEN_NOW
+                               : SYMM_WHEN_ISSUE;
     r.remember = r.when == SYMM_WHEN_NOW;
     return r;
   }
