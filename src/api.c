@@ -21,7 +21,7 @@ SYMMCOLL_FORWARDED_PLAIN_FUNCS(SYMM_DEFINE_FORWARDER)
   SYMM_EXPORT ret name params;                                             \
   ret name params {                                                        \
     if (symmRealLoad() != ncclSuccess || symmReal.name == NULL) return fail; \
-    if (symmRealDepth > 0 || symmDisabled()) return symmReal.name args;    \
+    if (symmPassthrough()) return symmReal.name args;                      \
     struct symmForwardScope scope;                                         \
     ret res = symmForwardBegin(comm, stream, &scope);                      \
     if (res == ncclSuccess) res = symmReal.name args;                      \

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The one enqueue path (src/include/enqueue.h). */
+/* The one enqueue path (src/include/enqueue.h): gathers what the call's route (src/route.c)
+ * asks for, then carries the route out: refuse, forward (ordered with our operations), or launch
+ * now, at the outermost group end or once staging is built. It decides nothing itself. */
 #include "enqueue.h"
 
 #include <stdint.h>
@@ -9,13 +11,13 @@
 #include "checks.h"
 #include "failure.h"
 #include "forward.h"
+#include "forwarded.h"
 #include "group.h"
 #include "init.h"
 #include "order.h"
 #include "param.h"
+#include "route.h"
 #include "transport.h"
-#include "tuner.h"
-#include "../transport/cudriver.h"
 
 SYMMCOLL_PARAM_FULL(TestFailRank, "TEST_FAIL_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
                     "tests only: on this rank, one launch of ours (TEST_FAIL_CALL) behaves as a "
@@ -23,221 +25,6 @@ SYMMCOLL_PARAM_FULL(TestFailRank, "TEST_FAIL_RANK", -1, -1, INT32_MAX, SYMM_PARA
 SYMMCOLL_PARAM_FULL(TestFailCall, "TEST_FAIL_CALL", 0, 0, INT64_MAX, SYMM_PARAM_TEST,
                     "tests only: which launch of ours (counted per communicator from 0) fails on "
                     "the rank TEST_FAIL_RANK names")
-
-SYMMCOLL_PARAM_FULL(Pdl, "PDL", 1, 0, 1, SYMM_PARAM_AGREED,
-                    "launch our kernels with programmatic dependent launch where every rank is "
-                    "sm_90+: the next kernel of ours on a stream is scheduled while one runs "
-                    "(0 = plain launches)")
-
-static const char* const opNames[SYMM_NCOLLS] = {"ncclAllReduce", "ncclAllGather",
-                                                 "ncclReduceScatter"};
-
-ncclResult_t symmArgsCheck(const struct symmTask* task, int nranks, int arch, int* ncclDecides) {
-  *ncclDecides = 0;
-  const char* name = opNames[task->coll];
-  const size_t esize = symmTypeSize(task->datatype);
-  if (esize == 0) {
-    WARN("%s: invalid datatype %d", name, (int)task->datatype);
-    return ncclInvalidArgument;
-  }
-  const int reduces = task->coll != SYMM_COLL_ALLGATHER;
-  if (reduces && (int)task->op < 0) {
-    WARN("%s: invalid reduction operation %d", name, (int)task->op);
-    return ncclInvalidArgument;
-  }
-  /* nranks * count * esize must fit (all-gather's output, reduce-scatter's input). */
-  const size_t scale = task->coll == SYMM_COLL_ALLREDUCE || nranks < 1 ? 1 : (size_t)nranks;
-  if (task->count > SIZE_MAX / esize / scale) {
-    WARN("%s: count %zu of %zu-byte elements overflows", name, task->count, esize);
-    return ncclInvalidArgument;
-  }
-  if (reduces && arch > 0 && arch < 90 &&
-      (task->datatype == ncclFloat8e4m3 || task->datatype == ncclFloat8e5m2)) {
-    WARN("%s: fp8 reductions need sm_90 or newer on every rank", name);
-    return ncclInvalidArgument;
-  }
-  /* User-defined ops (ncclRedOpCreatePreMulSum) belong to the real NCCL, which checks them;
-   * so do empty calls and NULL buffers (NCCL checks pointers only when asked to). */
-  if ((reduces && (int)task->op >= (int)ncclNumOps) || task->count == 0 ||
-      task->sendbuff == NULL || task->recvbuff == NULL)
-    *ncclDecides = 1;
-  return ncclSuccess;
-}
-
-void symmGridBounds(const struct symmCommConfig* config, int* maxBlocks, int* minBlocks) {
-  int most = config->maxCTAs > 0 ? config->maxCTAs : 0;
-  if (config->ctaPolicy & NCCL_CTA_POLICY_EFFICIENCY)
-    most = most > 0 && most < SYMM_EFFICIENCY_BLOCKS ? most : SYMM_EFFICIENCY_BLOCKS;
-  int least = config->minCTAs > 0 ? config->minCTAs : 0;
-  if (most > 0 && least > most) least = most;
-  *maxBlocks = most;
-  *minBlocks = least;
-}
-
-int symmPolicyAllows(int ctaPolicy, enum symmAlgo algo) {
-  if (algo == SYMM_ALGO_NCCL) return 1;
-  if (ctaPolicy & NCCL_CTA_POLICY_ZERO) return algo == SYMM_ALGO_COPYENGINE;
-  return 1;
-}
-
-/* ---- the communicator's device ------------------------------------------------------------ */
-
-/* The current device, from the driver where it answers (0.02 us cheaper per call on an H100
- * than the runtime); the runtime when there is no current context. */
-static cudaError_t currentDevice(int* dev) {
-  CUdevice d;
-  if (symmCu.p_cuCtxGetDevice != NULL && symmCu.p_cuCtxGetDevice(&d) == CUDA_SUCCESS) {
-    *dev = (int)d;
-    return cudaSuccess;
-  }
-  return cudaGetDevice(dev);
-}
-
-/* Every entry point that makes CUDA calls for a communicator runs them under its device, as
- * NCCL does: one thread may drive several GPUs (ncclCommInitAll, nccl-tests -g N), and events,
- * streams and launches must belong to the communicator's GPU, whatever is current. *saved is
- * what to restore (-1: nothing). */
-static ncclResult_t enterDevice(const struct symmComm* comm, int* saved) {
-  *saved = -1;
-  if (!comm->attrsKnown) return ncclSuccess;
-  int cur = -1;
-  if (currentDevice(&cur) != cudaSuccess) {
-    /* No device to switch from (none at all, say): the calls below report what is wrong. */
-    (void)cudaGetLastError();
-    return ncclSuccess;
-  }
-  if (cur == comm->cudaDev) return ncclSuccess;
-  if (cudaSetDevice(comm->cudaDev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    WARN("cannot make device %d current for communicator %p", comm->cudaDev, (void*)comm->real);
-    return ncclUnhandledCudaError;
-  }
-  *saved = cur;
-  return ncclSuccess;
-}
-
-static void leaveDevice(int saved) {
-  if (saved >= 0 && cudaSetDevice(saved) != cudaSuccess) (void)cudaGetLastError();
-}
-
-/* ---- forwarding ------------------------------------------------------------------------------ */
-
-static ncclResult_t callReal(const struct symmTask* t) {
-  ncclResult_t res = ncclSystemError;
-  switch (t->coll) {
-    case SYMM_COLL_ALLREDUCE:
-      SYMM_CALL_REAL(res, ncclAllReduce, (t->sendbuff, t->recvbuff, t->count, t->datatype, t->op,
-                                          t->comm, t->stream));
-      break;
-    case SYMM_COLL_ALLGATHER:
-      SYMM_CALL_REAL(res, ncclAllGather, (t->sendbuff, t->recvbuff, t->count, t->datatype, t->comm,
-                                          t->stream));
-      break;
-    case SYMM_COLL_REDUCESCATTER:
-      SYMM_CALL_REAL(res, ncclReduceScatter, (t->sendbuff, t->recvbuff, t->count, t->datatype,
-                                              t->op, t->comm, t->stream));
-      break;
-    default:
-      break;
-  }
-  return res;
-}
-
-/* After an operation forwarded inside a group: ordered once the group has launched it. */
-struct forwardedMark {
-  struct symmComm* comm;
-  cudaStream_t stream;
-  struct symmCapture before;
-};
-
-/* `before`: the stream as symmCaptureOf saw it before the real call (a capture's dependencies
- * are read again here). */
-static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stream,
-                                        const struct symmCapture* before) {
-  int saved = -1;
-  ncclResult_t res = enterDevice(comm, &saved);
-  pthread_mutex_lock(&comm->launchLock);
-  if (res == ncclSuccess && symmTransportLaunchPeers(comm) != NULL)
-    res = symmOrderAfter(&comm->order, stream, before);
-  if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
-  pthread_mutex_unlock(&comm->launchLock);
-  leaveDevice(saved);
-  return res;
-}
-
-static ncclResult_t runForwardedMark(void* arg, int launch) {
-  struct forwardedMark* m = arg;
-  ncclResult_t res = launch ? orderAfterForwarded(m->comm, m->stream, &m->before) : ncclSuccess;
-  free(m);
-  return res;
-}
-
-/* The ordering half of a forwarded call on a communicator of ours, under its device (the
- * caller's current device is restored by symmForwardLeave). */
-static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
-                                 struct symmForwardScope* s) {
-  s->comm = comm;
-  s->stream = stream;
-  ncclResult_t res = enterDevice(comm, &s->savedDev);
-  if (res != ncclSuccess) return res;
-  pthread_mutex_lock(&comm->launchLock);
-  res = symmCommHealth(comm);
-  if (res == ncclSuccess && symmTransportLaunchPeers(comm) != NULL) {
-    res = symmCaptureOf(stream, &s->capture);
-    if (res == ncclSuccess) res = symmOrderBefore(&comm->order, stream, &s->capture);
-    if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
-    s->ordered = res == ncclSuccess;
-  }
-  pthread_mutex_unlock(&comm->launchLock);
-  return res;
-}
-
-static void forwardLeave(struct symmForwardScope* s) {
-  if (s->ordered) {
-    if (symmGroupDepth() > 0) {
-      struct forwardedMark* m = malloc(sizeof(*m));
-      if (m != NULL) {
-        *m = (struct forwardedMark){.comm = s->comm, .stream = s->stream, .before = s->capture};
-        m->before.deps = NULL; /* read again at the group's end */
-        m->before.ndeps = 0;
-        if (symmGroupDeferOp(s->comm, SYMM_DEFERRED_FORWARDED, 0, runForwardedMark, m) != ncclSuccess)
-          free(m);
-      }
-    } else {
-      (void)orderAfterForwarded(s->comm, s->stream, &s->capture);
-    }
-  }
-  leaveDevice(s->savedDev);
-  s->savedDev = -1;
-}
-
-ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, struct symmForwardScope* s) {
-  memset(s, 0, sizeof(*s));
-  s->savedDev = -1;
-  if (symmRealDepth > 0) return ncclSuccess;
-  struct symmComm* comm = symmCommAcquire(real);
-  if (comm == NULL) return ncclSuccess;
-  s->comm = comm;
-  if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
-  symmCommWaitJob(comm);
-  ncclResult_t res = symmGroupRunParked(comm);
-  if (res == ncclInProgress) {
-    WARN("a call on communicator %p before the previous operation returned ncclSuccess",
-         (void*)real);
-    return ncclInvalidArgument;
-  }
-  if (res == ncclSuccess) res = forwardEnter(comm, stream, s);
-  if (res != ncclSuccess && symmGroupDepth() > 0) symmGroupPoison(real);
-  return res;
-}
-
-void symmForwardEnd(struct symmForwardScope* s, ncclResult_t realResult) {
-  (void)realResult;
-  if (s->comm == NULL) return;
-  forwardLeave(s);
-  symmCommRelease(s->comm);
-  s->comm = NULL;
-}
 
 /* ---- our launches ---------------------------------------------------------------------------- */
 
@@ -292,45 +79,15 @@ fail:
   return res;
 }
 
-/* Launches a decided operation (eager, or at GroupEnd). Staging was lost, or the communicator
- * aborted or revoked, since the decision: the real NCCL runs it (or refuses it). */
-static ncclResult_t launchOp(struct launchOp* op) {
-  struct symmComm* comm = op->comm;
-  int saved = -1;
-  ncclResult_t res = enterDevice(comm, &saved);
-  if (res != ncclSuccess) return res;
-  pthread_mutex_lock(&comm->launchLock);
-  res = __atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE) ? ncclInvalidUsage : symmCommHealth(comm);
-  const struct symmPeers* peers = res == ncclSuccess ? symmTransportLaunchPeers(comm) : NULL;
-  if (peers != NULL) res = launchLocked(op, peers, NULL);
-  pthread_mutex_unlock(&comm->launchLock);
-  if (res == ncclSuccess && peers == NULL) res = callReal(&op->task);
-  leaveDevice(saved);
-  return res;
-}
-
-static ncclResult_t runDeferredLaunch(void* arg, int launch) {
-  struct launchOp* op = arg;
-  ncclResult_t res = launch ? launchOp(op) : ncclSuccess;
-  free(op);
-  return res;
-}
-
-/* Starting a non-blocking communicator's staging job from GroupEnd, after its group. */
-static ncclResult_t runDeferredStaging(void* arg, int launch) {
-  struct symmComm* comm = arg;
-  if (launch && symmTransportNeedsStaging(comm)) symmCommStartJob(comm, 1);
-  return ncclSuccess;
-}
-
 /* ---- repeated calls -------------------------------------------------------------------------- */
 
-/* A communicator's recent launches of ours, each with its decision and the kernel launch it
- * made. A call identical to one of them (collective, buffers, count, type, op), with nothing
- * else the decision reads changed since (windows, knobs, multicast), is launched as that one
- * was: no tuner, no kernel arguments built. The decision is a function of exactly those inputs,
- * the same on every rank, so this changes only the host time: 0.3-0.7 us per call on an H100
- * (perf/RESULTS.md 0). Guarded by launchLock. */
+/* A communicator's recent routes of ours, each with the kernel launch it made. A call identical
+ * to one of them (collective, buffers, count, type, op), with nothing else the route reads
+ * changed since (windows, knobs, multicast), takes that route again (src/route.c says when): no
+ * tuner, no kernel arguments built. The route is a function of exactly those inputs, the same
+ * on every rank, so this changes only the host time (0.64 us less per call, median, on one
+ * H100: perf/RESULTS.md, Decisions, "Repeated calls relaunch their record"). Guarded by
+ * launchLock. */
 #define REPEAT_SLOTS 16
 struct repeatKey {
   enum symmColl coll;
@@ -345,7 +102,8 @@ struct repeatKey {
 
 struct repeatEntry {
   struct repeatKey key;
-  struct launchOp op;
+  struct symmRoute route; /* a remembered FORWARD or LAUNCH */
+  struct launchOp op;     /* LAUNCH: what it launches */
   struct symmLaunchRecord record;
 };
 
@@ -387,9 +145,9 @@ static struct repeatEntry* findRepeat(struct symmComm* comm, const struct repeat
   return NULL;
 }
 
-/* A slot for a new decision (the oldest one goes), or NULL without host memory. */
+/* A slot for a new route (the oldest one goes), or NULL without host memory. */
 static struct repeatEntry* newRepeat(struct symmComm* comm, const struct repeatKey* key,
-                                     const struct launchOp* op) {
+                                     const struct symmRoute* route, const struct launchOp* op) {
   if (comm->repeats == NULL && (comm->repeats = calloc(1, sizeof(*comm->repeats))) == NULL)
     return NULL;
   struct symmRepeats* r = comm->repeats;
@@ -397,48 +155,155 @@ static struct repeatEntry* newRepeat(struct symmComm* comm, const struct repeatK
   r->next = (r->next + 1) % REPEAT_SLOTS;
   if (r->used < REPEAT_SLOTS) r->used++;
   e->key = *key;
-  e->op = *op;
+  e->route = *route;
+  if (op != NULL) e->op = *op;
+  else memset(&e->op, 0, sizeof(e->op));
   e->record.valid = 0;
   return e;
 }
 
-/* Decides under launchLock: which algorithm (SYMM_ALGO_NCCL: forward) and the launch. */
-static enum symmAlgo decideLocked(struct symmComm* comm, const struct symmTask* task,
-                                  struct launchOp* op) {
-  const size_t esize = symmTypeSize(task->datatype);
-  const size_t bytes = symmCollBytes(task->coll, task->count, esize, comm->nranks);
-  /* The buffer an algorithm may read or write in place: the input for all-reduce and
-   * reduce-scatter, the output for all-gather. Symmetric windows sit at the same offset on
-   * every rank (NCCL's contract), so "registered" is the same decision on all ranks. */
-  const void* inPlace = task->coll == SYMM_COLL_ALLGATHER ? task->recvbuff : task->sendbuff;
-  const int registered = symmTransportFindWindow(comm, inPlace, bytes, op->windowPeers) != 0;
-  const struct symmTuneInput in = {
-      .coll = task->coll, .nranks = comm->nranks, .datatype = task->datatype,
-      .op = task->coll == SYMM_COLL_ALLGATHER ? ncclSum : task->op, .bytes = bytes,
-      .registered = registered, .multicastReady = symmTransportMulticastReady(comm) != 0,
-      .arch = comm->arch, .link = comm->link, .stagingBytes = symmTransportStagingBytes(comm),
-      .ctaPolicy = comm->config.ctaPolicy, .table = comm->tuneTable};
-  enum symmAlgo algo = symmTunerPick(&in);
-  if (!symmPolicyAllows(comm->config.ctaPolicy, algo)) algo = SYMM_ALGO_NCCL;
-  TRACE(SYMM_TUNER, "comm %p rank %d: %s of %zu bytes, type %d, op %d: %s", (void*)comm->real,
-        comm->rank, symmCollName(task->coll), bytes, (int)task->datatype, (int)task->op,
-        symmAlgoName(algo));
-  if (algo == SYMM_ALGO_NCCL) return algo;
-  int maxBlocks = 0, minBlocks = 0;
-  symmGridBounds(&comm->config, &maxBlocks, &minBlocks);
-  op->comm = comm;
-  op->task = *task;
-  op->call = (struct symmLaunch){
-      .coll = task->coll, .algo = algo, .sendbuff = task->sendbuff, .recvbuff = task->recvbuff,
-      .count = task->count, .datatype = task->datatype, .op = in.op,
-      .emulateMultimem = !in.multicastReady, .maxBlocks = maxBlocks, .minBlocks = minBlocks,
-      .windowPeers = symmTunerZeroCopy(&in, algo) ? op->windowPeers : NULL,
-      /* ncclCommRegister memory: each rank says in the kernel whether its input is read in
-       * place; the descriptor itself is read at launch, under the lock. */
-      .exchangeDescs = symmTunerUserZeroCopy(&in, algo),
-      /* griddepcontrol exists from sm_90 on (src/algos/sync.cuh, kernelEntry). */
-      .pdl = symmParamPdl() != 0 && comm->arch >= 90};
-  return algo;
+/* ---- the facts a route asks for ------------------------------------------------------------- */
+
+/* One call (or one decided launch being issued) on its way through the route. */
+struct call {
+  const struct symmTask* task;
+  struct symmComm* comm;
+  int ownsRef;  /* comm's reference is this call's own */
+  int savedDev; /* the caller's device, restored at the end (-1: unchanged) */
+  int locked;   /* comm->launchLock held */
+  const struct symmPeers* peers;
+  struct repeatKey key;
+  struct repeatEntry* repeat;
+  void* windowPeers[SYMM_MAX_RANKS];
+  struct symmRouteFacts f;
+};
+
+static void readState(struct call* c) {
+  c->f.hasTransport = c->comm->transport != NULL;
+  c->f.failure = symmFailureGet(&c->comm->failure);
+}
+
+/* Finds out one group of facts the route asked for (src/include/route.h says what each means);
+ * nothing but the communicator's own group when there is no communicator. */
+static void gatherOne(struct call* c, unsigned need) {
+  struct symmRouteFacts* f = &c->f;
+  struct symmComm* comm = c->comm;
+  const struct symmTask* task = c->task;
+  f->have |= need;
+  if (comm == NULL && need != SYMM_NEED_COMM) return;
+  switch (need) {
+    case SYMM_NEED_COMM:
+      if (comm == NULL) {
+        comm = c->comm = symmCommAcquire(task->comm);
+        c->ownsRef = 1;
+      }
+      f->known = comm != NULL;
+      if (comm == NULL) break;
+      f->device = symmDeviceEnter(comm, &c->savedDev);
+      if (!f->issuing) {
+        f->gone = __atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE);
+        f->jobRunning = __atomic_load_n(&comm->job, __ATOMIC_ACQUIRE) == SYMM_JOB_RUNNING;
+      }
+      f->config = comm->config;
+      break;
+    case SYMM_NEED_JOB:
+      symmCommWaitJob(comm);
+      f->jobRunning = 0;
+      gatherOne(c, SYMM_NEED_SETTLED); /* what the job settled */
+      break;
+    case SYMM_NEED_SETTLED:
+      f->nranks = comm->nranks;
+      f->arch = comm->arch;
+      f->link = comm->link;
+      f->table = comm->tuneTable;
+      f->parked = __atomic_load_n(&comm->parked, __ATOMIC_ACQUIRE) != NULL;
+      readState(c);
+      break;
+    case SYMM_NEED_PARKED:
+      f->parkedResult = symmGroupRunParked(comm);
+      f->parked = 0;
+      readState(c); /* what they did */
+      break;
+    case SYMM_NEED_LOCK:
+      pthread_mutex_lock(&comm->launchLock);
+      c->locked = 1;
+      if (f->issuing) f->gone = __atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE);
+      c->peers = symmTransportLaunchPeers(comm);
+      f->peersLive = c->peers != NULL;
+      f->stillOurs = comm->transport != NULL;
+      f->needsStaging = symmTransportNeedsStaging(comm);
+      break;
+    case SYMM_NEED_HEALTH:
+      f->health = symmCommHealth(comm);
+      break;
+    case SYMM_NEED_REPEAT:
+      repeatKeyOf(comm, task, &c->key);
+      c->repeat = findRepeat(comm, &c->key);
+      f->repeat = c->repeat != NULL ? &c->repeat->route : NULL;
+      break;
+    case SYMM_NEED_WINDOW: {
+      /* The buffer an algorithm may read or write in place: the input for all-reduce and
+       * reduce-scatter, the output for all-gather. Symmetric windows sit at the same offset on
+       * every rank (NCCL's contract), so "registered" is the same on all ranks. */
+      const void* inPlace = task->coll == SYMM_COLL_ALLGATHER ? task->recvbuff : task->sendbuff;
+      const size_t bytes = symmCollBytes(task->coll, task->count, symmTypeSize(task->datatype),
+                                         comm->nranks);
+      f->registered = symmTransportFindWindow(comm, inPlace, bytes, c->windowPeers) != 0;
+      f->multicastReady = symmTransportMulticastReady(comm) != 0;
+      f->stagingBytes = symmTransportStagingBytes(comm);
+      break;
+    }
+    case SYMM_NEED_CAPTURE: {
+      struct symmCapture cap;
+      f->captured = symmCaptureOf(task->stream, &cap) != ncclSuccess || cap.active;
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+static struct symmRoute routeOf(struct call* c) {
+  struct symmRoute r;
+  while ((r = symmRoute(&c->f, c->task)).kind == SYMM_ROUTE_NEED)
+    for (unsigned bit = 1; bit <= r.need; bit <<= 1)
+      if (r.need & bit) gatherOne(c, bit);
+  return r;
+}
+
+static void unlockCall(struct call* c) {
+  if (!c->locked) return;
+  pthread_mutex_unlock(&c->comm->launchLock);
+  c->locked = 0;
+}
+
+/* ---- carrying a route out -------------------------------------------------------------------- */
+
+/* Issues a decided launch (eager, or at GroupEnd): its route at this moment says whether it
+ * still runs, is refused, or goes to the real NCCL. */
+static ncclResult_t launchOp(struct launchOp* op) {
+  struct call c = {.task = &op->task, .comm = op->comm, .savedDev = -1, .f = {.issuing = 1}};
+  const struct symmRoute r = routeOf(&c);
+  ncclResult_t res = r.kind == SYMM_ROUTE_REFUSE ? r.result : ncclSuccess;
+  if (r.kind == SYMM_ROUTE_LAUNCH) res = launchLocked(op, c.peers, NULL);
+  unlockCall(&c);
+  if (r.kind == SYMM_ROUTE_FORWARD) res = symmCallReal(&op->task);
+  symmDeviceLeave(c.savedDev);
+  return res;
+}
+
+static ncclResult_t runDeferredLaunch(void* arg, int launch) {
+  struct launchOp* op = arg;
+  ncclResult_t res = launch ? launchOp(op) : ncclSuccess;
+  free(op);
+  return res;
+}
+
+/* Starting a non-blocking communicator's staging job from GroupEnd, after its group. */
+static ncclResult_t runDeferredStaging(void* arg, int launch) {
+  struct symmComm* comm = arg;
+  if (launch && symmTransportNeedsStaging(comm)) symmCommStartJob(comm, 1);
+  return ncclSuccess;
 }
 
 static ncclResult_t deferLaunch(const struct launchOp* local, int needsStaging) {
@@ -454,133 +319,98 @@ static ncclResult_t deferLaunch(const struct launchOp* local, int needsStaging) 
   return res;
 }
 
-/* A failure or a refused argument inside a group fails NCCL's group too. */
-static ncclResult_t refuse(ncclComm_t real, ncclResult_t res) {
-  if (symmGroupDepth() > 0) symmGroupPoison(real);
-  return res;
+static void buildLaunch(const struct call* c, const struct symmRoute* r, struct launchOp* op) {
+  const struct symmTask* t = c->task;
+  memset(op, 0, sizeof(*op));
+  op->comm = c->comm;
+  op->task = *t;
+  memcpy(op->windowPeers, c->windowPeers, sizeof(op->windowPeers));
+  op->call = (struct symmLaunch){
+      .coll = t->coll, .algo = r->algo, .sendbuff = t->sendbuff, .recvbuff = t->recvbuff,
+      .count = t->count, .datatype = t->datatype, .op = r->op,
+      .emulateMultimem = r->emulateMultimem, .maxBlocks = r->maxBlocks,
+      .minBlocks = r->minBlocks, .windowPeers = r->zeroCopy ? op->windowPeers : NULL,
+      .exchangeDescs = r->exchangeDescs, .pdl = r->pdl};
 }
 
-/* Forwarded with ordering, as every other operation on a communicator where ours run (the
- * caller checked that it is not gone and ran its parked operations). */
-static ncclResult_t forwardOrdered(struct symmComm* comm, const struct symmTask* task) {
-  struct symmForwardScope scope;
-  memset(&scope, 0, sizeof(scope));
-  ncclResult_t res = forwardEnter(comm, task->stream, &scope);
-  if (res == ncclSuccess) res = callReal(task);
-  else if (symmGroupDepth() > 0) symmGroupPoison(task->comm);
-  forwardLeave(&scope);
-  return res;
-}
-
-static ncclResult_t enqueueOn(struct symmComm* comm, const struct symmTask* task) {
-  if (__atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE)) return refuse(task->comm, ncclInvalidUsage);
-  if (__atomic_load_n(&comm->job, __ATOMIC_ACQUIRE) == SYMM_JOB_RUNNING) symmCommWaitJob(comm);
-  int ncclDecides = 0;
-  ncclResult_t res = symmArgsCheck(task, comm->nranks, comm->arch, &ncclDecides);
-  if (res != ncclSuccess) return refuse(task->comm, res);
-  if (__atomic_load_n(&comm->parked, __ATOMIC_ACQUIRE) != NULL) {
-    res = symmGroupRunParked(comm);
-    if (res == ncclInProgress) {
-      WARN("%s on communicator %p before the previous operation returned ncclSuccess",
-           opNames[task->coll], (void*)task->comm);
-      return refuse(task->comm, ncclInvalidArgument);
-    }
-    if (res != ncclSuccess) return refuse(task->comm, res);
-  }
-  /* Never ours on this communicator: nothing of ours to order it against (a failed one still
-   * refuses, as every call on it does). */
-  if (comm->transport == NULL) {
-    res = symmFailureGet(&comm->failure);
-    return res == ncclSuccess ? callReal(task) : refuse(task->comm, res);
-  }
-  if (ncclDecides) return forwardOrdered(comm, task);
-
+/* One switch over the route; called with the lock held if the route took it. */
+static ncclResult_t carryOut(struct call* c, const struct symmRoute* r) {
+  const struct symmTask* task = c->task;
+  struct symmComm* comm = c->comm;
+  if (r->tuned)
+    TRACE(SYMM_TUNER, "comm %p rank %d: %s of %zu bytes, type %d, op %d: %s", (void*)comm->real,
+          comm->rank, symmCollName(task->coll),
+          symmCollBytes(task->coll, task->count, symmTypeSize(task->datatype), comm->nranks),
+          (int)task->datatype, (int)task->op, symmAlgoName(r->algo));
   struct launchOp op;
-  pthread_mutex_lock(&comm->launchLock);
-  res = symmCommHealth(comm);
-  if (res != ncclSuccess) {
-    pthread_mutex_unlock(&comm->launchLock);
-    return refuse(task->comm, res);
-  }
-  /* The common case, outside groups with staging built: decided (or repeated) and launched
-   * under one hold of the lock. */
-  const struct symmPeers* peers = symmGroupDepth() == 0 ? symmTransportLaunchPeers(comm) : NULL;
-  struct repeatKey key;
-  if (peers != NULL) {
-    repeatKeyOf(comm, task, &key);
-    struct repeatEntry* repeat = findRepeat(comm, &key);
-    if (repeat != NULL && repeat->op.call.algo == SYMM_ALGO_NCCL) {
-      pthread_mutex_unlock(&comm->launchLock);
-      return forwardOrdered(comm, task);
-    }
-    if (repeat != NULL) {
-      repeat->op.task.stream = task->stream;
-      TRACE(SYMM_TUNER, "comm %p rank %d: %s of %zu elements as last time: %s", (void*)comm->real,
-            comm->rank, symmCollName(task->coll), task->count, symmAlgoName(repeat->op.call.algo));
-      res = launchLocked(&repeat->op, peers, &repeat->record);
-      pthread_mutex_unlock(&comm->launchLock);
-      return res;
-    }
-  }
-  const enum symmAlgo algo = comm->transport != NULL ? decideLocked(comm, task, &op) : SYMM_ALGO_NCCL;
-  const int needsStaging = algo != SYMM_ALGO_NCCL && symmTransportNeedsStaging(comm);
-  if (algo == SYMM_ALGO_NCCL && peers != NULL) {
-    /* Remembered too: an identical call forwards again without the tuner. */
-    memset(&op, 0, sizeof(op));
-    op.comm = comm;
-    op.call.algo = SYMM_ALGO_NCCL;
-    (void)newRepeat(comm, &key, &op);
-    peers = NULL;
-  } else if (algo != SYMM_ALGO_NCCL && !needsStaging && peers != NULL) {
-    struct repeatEntry* slot = newRepeat(comm, &key, &op);
-    res = slot != NULL ? launchLocked(&slot->op, peers, &slot->record) : launchLocked(&op, peers, NULL);
-  } else {
-    peers = NULL;
-  }
-  pthread_mutex_unlock(&comm->launchLock);
-  if (peers != NULL) return res;
-  if (algo == SYMM_ALGO_NCCL) return forwardOrdered(comm, task);
-
-  if (needsStaging) {
-    struct symmCapture cap;
-    if (symmCaptureOf(task->stream, &cap) != ncclSuccess || cap.active) {
-      /* Staging cannot be built inside a capture: this call forwards, the next one given to us
-       * outside a capture builds it. Ranks capture the same calls, so they all do the same. */
-      INFO(SYMM_INIT, "comm %p: first call given to our kernels is captured; it forwards and "
-           "staging waits for an uncaptured one", (void*)comm->real);
-      return forwardOrdered(comm, task);
-    }
-    if (!comm->config.blocking) {
-      /* Never block a non-blocking caller on its peers: this call forwards (on every rank, as
-       * they all reach it alike), the staging job follows it, and ncclCommGetAsyncError says
-       * ncclInProgress until it is done. */
-      res = callReal(task);
+  ncclResult_t res;
+  switch (r->kind) {
+    case SYMM_ROUTE_REFUSE:
+      unlockCall(c);
+      if (r->note == SYMM_NOTE_PARKED_BUSY)
+        WARN("%s on communicator %p before the previous operation returned ncclSuccess",
+             symmCollApiName(task->coll), (void*)task->comm);
+      if (r->failGroup) symmGroupPoison(task->comm);
+      return r->result;
+    case SYMM_ROUTE_FORWARD:
+      if (r->remember) (void)newRepeat(comm, &c->key, r, NULL);
+      unlockCall(c);
+      if (r->note == SYMM_NOTE_CAPTURED_FIRST)
+        INFO(SYMM_INIT, "comm %p: first call given to our kernels is captured; it forwards and "
+             "staging waits for an uncaptured one", (void*)comm->real);
+      if (r->untouched) return symmCallRealUntouched(task);
+      return r->ordered ? symmForwardOrdered(comm, task) : symmCallReal(task);
+    case SYMM_ROUTE_LAUNCH:
+      if (r->when == SYMM_WHEN_NOW && r->repeated) {
+        c->repeat->op.task.stream = task->stream;
+        TRACE(SYMM_TUNER, "comm %p rank %d: %s of %zu elements as last time: %s",
+              (void*)comm->real, comm->rank, symmCollName(task->coll), task->count,
+              symmAlgoName(r->algo));
+        res = launchLocked(&c->repeat->op, c->peers, &c->repeat->record);
+        unlockCall(c);
+        return res;
+      }
+      buildLaunch(c, r, &op);
+      if (r->when == SYMM_WHEN_NOW) {
+        struct repeatEntry* slot = r->remember ? newRepeat(comm, &c->key, r, &op) : NULL;
+        res = slot != NULL ? launchLocked(&slot->op, c->peers, &slot->record)
+                           : launchLocked(&op, c->peers, NULL);
+        unlockCall(c);
+        return res;
+      }
+      unlockCall(c);
+      return r->when == SYMM_WHEN_GROUP_END ? deferLaunch(&op, 0) : launchOp(&op);
+    case SYMM_ROUTE_STAGE_LAUNCH:
+      buildLaunch(c, r, &op);
+      unlockCall(c);
+      if (r->when == SYMM_WHEN_GROUP_END) return deferLaunch(&op, 1);
+      (void)symmTransportStage(&comm, 1);
+      return launchOp(&op);
+    case SYMM_ROUTE_FORWARD_STAGE:
+      unlockCall(c);
+      res = symmCallReal(task);
       if (res != ncclSuccess && res != ncclInProgress) return res;
-      if (symmGroupDepth() > 0) {
+      if (r->when == SYMM_WHEN_GROUP_END) {
         /* The group holds a reference on comm until it runs this. */
         (void)symmGroupDeferOp(comm, SYMM_DEFERRED_FORWARDED, 0, runDeferredStaging, comm);
         return res;
       }
       symmCommStartJob(comm, 1);
       return ncclInProgress;
-    }
-    if (symmGroupDepth() > 0) return deferLaunch(&op, 1);
-    (void)symmTransportStage(&comm, 1);
-  } else if (symmGroupDepth() > 0) {
-    return deferLaunch(&op, 0);
+    default:
+      unlockCall(c);
+      return ncclInternalError;
   }
-  return launchOp(&op);
 }
 
 ncclResult_t symmEnqueue(const struct symmTask* task) {
-  struct symmComm* comm = symmCommAcquire(task->comm);
-  /* NULL, destroyed or foreign communicators: the real NCCL's own answer. */
-  if (comm == NULL) return callReal(task);
-  int saved = -1;
-  ncclResult_t res = enterDevice(comm, &saved);
-  if (res == ncclSuccess) res = enqueueOn(comm, task);
-  else if (symmGroupDepth() > 0) symmGroupPoison(task->comm);
-  leaveDevice(saved);
-  symmCommRelease(comm);
+  struct call c = {.task = task, .savedDev = -1};
+  c.f.passthrough = symmPassthrough();
+  c.f.realMissing = symmRealLoad() != ncclSuccess || !symmRealHas(task->coll);
+  c.f.groupDepth = symmGroupDepth();
+  const struct symmRoute r = routeOf(&c);
+  const ncclResult_t res = carryOut(&c, &r);
+  symmDeviceLeave(c.savedDev);
+  if (c.ownsRef) symmCommRelease(c.comm);
   return res;
 }

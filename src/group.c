@@ -8,7 +8,7 @@
 #include "checks.h"
 #include "failure.h"
 #include "forward.h"
-#include "init.h"
+#include "setup.h"
 #include "transport.h"
 
 struct deferredOp {

@@ -6,35 +6,13 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "algos.h"
 #include "checks.h"
 #include "comm.h"
 #include "failure.h"
 #include "forward.h"
 #include "group.h"
+#include "setup.h"
 #include "transport.h"
-
-ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
-  for (int i = 0; i < n; i++) {
-    ncclResult_t res = symmCommReadAttrs(comms[i]);
-    if (res != ncclSuccess) {
-      /* Not ready or failed: leave it forwarding; never fail the user's init. */
-      INFO(SYMM_INIT, "comm %p: libsymmcoll kernels inactive: attributes unavailable (%d)",
-           (void*)comms[i]->real, (int)res);
-      for (int k = 0; k < n; k++) comms[k]->setupDone = 1;
-      return ncclSuccess;
-    }
-  }
-  /* Before any of our kernels can spin (see symmAlgosLoadKernels); a rank whose kernels do
-   * not load says so in its setup record, and the communicator forwards on every rank. A
-   * disabled rank loads nothing: its record says "disabled", and every rank forwards. */
-  for (int i = 0; i < n; i++)
-    comms[i]->kernelsLoaded =
-        !symmDisabled() && symmAlgosLoadKernels(comms[i]->cudaDev) == ncclSuccess;
-  ncclResult_t res = symmTransportSetup(comms, n);
-  for (int i = 0; i < n; i++) comms[i]->setupDone = 1;
-  return res;
-}
 
 /* ---- background jobs (non-blocking communicators) ----------------------------------------- */
 

@@ -376,7 +376,7 @@ static int probeMachine(int nranks, struct symmTuneMachine* m) {
   for (int a = 0; a < nranks; a++) {
     for (int b = 0; b < nranks; b++) {
       if (a == b) continue;
-      const enum symmLink l = symmTunerProbeLink(a, b);
+      const enum symmLink l = symmProbeLink(a, b, NULL);
       if (l == SYMM_LINK_UNKNOWN || (l == SYMM_LINK_PCIE && m->link == SYMM_LINK_NVLINK))
         m->link = l;
     }

@@ -34,6 +34,8 @@ enum symmAlgo {
 
 /* "allreduce", "allgather", "reducescatter". */
 const char* symmCollName(enum symmColl coll);
+/* "ncclAllReduce", "ncclAllGather", "ncclReduceScatter". */
+const char* symmCollApiName(enum symmColl coll);
 /* "nccl", "lamport", "oneshot", "twoshot", "push", "pull", "ce", "multimem". */
 const char* symmAlgoName(enum symmAlgo algo);
 /* Parses an algorithm name (case-insensitive): the algorithm, -1 for "auto" or empty/NULL,

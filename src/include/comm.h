@@ -20,9 +20,9 @@ struct symmCommConfig {
   int ctaPolicy;        /* NCCL_CTA_POLICY_* */
 };
 
-/* Cross-stream order of every operation on the communicator (src/order.c). Touched only under
+/* Cross-stream order of every operation on the communicator (src/core/order.c). Touched only under
  * the communicator's launchLock. */
-struct symmCaptureState; /* src/order.c: one capture that ran operations of this communicator */
+struct symmCaptureState; /* src/core/order.c: one capture that ran operations of this comm */
 struct symmOrder {
   cudaEvent_t event;               /* recorded after every eager operation and every replay */
   unsigned long long lastStreamId; /* cudaStreamGetId of the latest eager operation's stream */
@@ -44,7 +44,7 @@ enum symmJobState { SYMM_JOB_NONE = 0, SYMM_JOB_RUNNING = 1, SYMM_JOB_DONE = 2 }
 
 struct symmDeferredList; /* src/group.c: our operations parked behind a non-blocking group */
 struct symmChildWait;    /* src/init.c: a split's child the real NCCL is still creating */
-struct symmRepeats;      /* src/enqueue.c: recent launches of ours, to repeat */
+struct symmRepeats;      /* src/enqueue.c: recent routes of ours, to repeat */
 
 struct symmComm {
   ncclComm_t real; /* the handle the application holds */

@@ -25,8 +25,6 @@ ncclResult_t symmRealLoad(void);
     return symmReal.name args;                                         \
   } while (0)
 
-
-
 /* Depth of calls from libsymmcoll into the real NCCL on this thread. The real NCCL calls some of
  * its own exported functions through the PLT (ncclMemAlloc, ncclCommRegister, ...); under
  * LD_PRELOAD those land in our entry points, which must then forward untouched. */
@@ -40,14 +38,17 @@ extern __thread int symmRealDepth;
     symmRealDepth--;                       \
   } while (0)
 
-/* At the top of an intercepted entry point: forward untouched when the real NCCL is calling us
- * back, or when SYMMCOLL_DISABLE is set; fail with `fail` when there is no real NCCL or it lacks
- * `name`, so that the code below may call SYMM_CALL_REAL(name) safely. */
+/* Calls that go to the real NCCL untouched: its own calls back into us, and every call under
+ * SYMMCOLL_DISABLE (but see SYMM_FORWARD_IF_CALLBACK). */
 int symmDisabled(void);
+static inline int symmPassthrough(void) { return symmRealDepth > 0 || symmDisabled(); }
+
+/* At the top of an intercepted entry point (the collectives' route asks symmPassthrough
+ * itself): forward untouched as above; fail with `fail` when there is no real NCCL or it lacks
+ * `name`, so that the code below may call SYMM_CALL_REAL(name) safely. */
 #define SYMM_FORWARD_IF_PASSTHROUGH(name, args, fail)                                         \
   do {                                                                                        \
-    if (symmRealDepth > 0 || symmDisabled() || symmRealLoad() != ncclSuccess ||               \
-        symmReal.name == NULL)                                                                \
+    if (symmPassthrough() || symmRealLoad() != ncclSuccess || symmReal.name == NULL)          \
       SYMM_FORWARD(name, args, fail);                                                         \
   } while (0)
 

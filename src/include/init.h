@@ -6,9 +6,6 @@
 
 #include "comm.h"
 
-/* Sets up freshly created, ready communicators (all ranks of each call it collectively). */
-ncclResult_t symmCommSetupMany(struct symmComm** comms, int n);
-
 /* Non-blocking communicators: a background job that first waits until the real NCCL has
  * finished what it is doing on the communicator, then runs the creation setup (`staging` = 0)
  * or builds staging (`staging` = 1). Users may not use a communicator before

@@ -5,17 +5,61 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 #include "symm_peers.h"
 
-/* At creation: decides eligibility (records, peer access, agreed knobs) and builds each rank's
- * private state; staging comes later (symmTransportStage). Collective: every rank of each
- * communicator calls it at the same point; `comms` holds the communicators one thread created
- * together (ncclCommInitAll, a group of inits). Never fails the user's communicator: an
- * ineligible or failed setup leaves comm->transport NULL (forwarding), with one INFO line. Sets
- * comm->arch and comm->link (agreed). */
-ncclResult_t symmTransportSetup(struct symmComm** comms, int n);
+/* ---- creation: the mechanisms communicator setup (src/setup.c) uses; it decides, we build --- */
+
+/* Bytes of the secret rank 0 draws at setup: the first half keys socket names, the second half
+ * authenticates requests. Never logged. */
+#define SYMM_SECRET_BYTES 32
+
+/* One all-gather over the real communicator, for every comm of `comms` that takes part
+ * (`inExchange[i]`); one thread may drive all of them (grouped). Each sends `bytes` from
+ * send[i] and receives nranks*bytes into recv[i]. A failed exchange clears inExchange[i]. */
+ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
+                          const void* const* send, void* const* recv, size_t bytes);
+
+/* What this rank's device offers peer memory, for its setup record: VMM with POSIX fd handles
+ * and its allocation granularity; multicast only when `askMulticast` (the environment guard is
+ * checked before any device query). All 0 without the CUDA driver. */
+struct symmDeviceCaps {
+  int vmm;
+  size_t granularity;
+  int multicast;
+};
+void symmTransportDeviceCaps(int cudaDev, int askMulticast, struct symmDeviceCaps* caps);
+
+/* Releases the stream waits of the copy-engine all-gather on `stream` (src/algos provides it:
+ * symmCopyEngineRelease); the transport calls it while an aborted communicator drains. */
+typedef void (*symmReleaseWaitsFn)(const struct symmPeers* peers, cudaStream_t stream);
+
+/* What setup agreed for one communicator's peer memory (identical on every rank). */
+struct symmTransportPlan {
+  int ranksPerDevice;
+  uint32_t uid;
+  int32_t pids[SYMM_MAX_RANKS];
+  uint8_t secret[SYMM_SECRET_BYTES]; /* rank 0's; wiped by the caller after attaching */
+  size_t granularity;                /* largest of every rank's */
+  int multicastAgreed;
+  size_t stagingBytes;               /* per rank, a multiple of granularity */
+  size_t padBytes;                   /* signal pad per rank (src/algos' layout) */
+  symmReleaseWaitsFn releaseWaits;
+};
+
+/* A rank's private state for `comm` (private stream, host-mapped words, `localStateBytes` of
+ * zeroed device state), not yet the communicator's; NULL without host memory. *ok: the private
+ * state was built (its peers must agree before it is attached). */
+struct symmTransport* symmTransportCreate(const struct symmComm* comm, size_t localStateBytes,
+                                          int* ok);
+/* Frees a transport that was never attached. */
+void symmTransportDiscard(struct symmTransport* t);
+/* The communicator's from now on (ours: staging follows at the first call given to our
+ * kernels), with what setup agreed. */
+void symmTransportAttach(struct symmComm* comm, struct symmTransport* t,
+                         const struct symmTransportPlan* plan);
 
 /* 1 when comm has a transport whose staging is not built yet: the first call the tuner gives
  * to our kernels builds it (symmTransportStage) on every rank alike. */

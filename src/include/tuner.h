@@ -8,18 +8,11 @@
 
 #include "algos.h"
 #include "coll.h"
+#include "linkprobe.h" /* enum symmLink */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* How the GPUs of a communicator reach each other (the weakest pair decides). */
-enum symmLink {
-  SYMM_LINK_UNKNOWN = 0,
-  SYMM_LINK_NVLINK = 1,
-  SYMM_LINK_PCIE = 2,
-  SYMM_LINK_SAME_GPU = 3 /* several ranks on one GPU: the tests' bootstrap only */
-};
 
 /* The machine a communicator runs on, as a tuning file records it (its fingerprint). Filled at
  * communicator setup (symmTunerProbeMachine, then link and nccl) and identical on all ranks. */
@@ -48,17 +41,23 @@ struct symmTuneInput {
   int arch;               /* comm-wide compute capability * 10 (90 = sm_90), 0 if ranks differ */
   int link;               /* enum symmLink, comm-wide */
   size_t stagingBytes;    /* staging per rank the communicator has, or would allocate */
-  int ctaPolicy;          /* ncclConfig_t.CTAPolicy (NCCL_CTA_POLICY_* bits) */
+  unsigned excluded;      /* bit (1u << algo): left out by the route's rules (src/route.c) */
   const struct symmTuneFile* table; /* symmTunerSelect's answer for the comm (NULL: built in) */
 };
 
-/* Bit (1u << algo) for every algorithm that can run for `in` (SYMM_ALGO_NCCL always). */
+/* Bit (1u << algo) for every algorithm that can run for `in` (SYMM_ALGO_NCCL always): it has
+ * kernels for the type and op and fits, is not excluded, and multimem is asked for. */
 unsigned symmTunerAvailable(const struct symmTuneInput* in);
 
 /* The algorithm to run: the per-collective override (SYMMCOLL_ALLREDUCE_ALGO,
  * SYMMCOLL_ALLGATHER_ALGO, SYMMCOLL_REDUCESCATTER_ALGO) if set and available, else the table
  * (built in, or SYMMCOLL_TUNING_FILE). Logs each distinct choice once at INFO. */
 enum symmAlgo symmTunerPick(const struct symmTuneInput* in);
+/* The override alone: the algorithm it names when that is in `avail` (logged like a pick), else
+ * -1 (a name that is not an algorithm or cannot run here: one WARN per process and knob). */
+int symmTunerForced(const struct symmTuneInput* in, unsigned avail);
+/* Logs a choice made outside the table (src/route.c) once, like symmTunerPick's. */
+void symmTunerNote(const struct symmTuneInput* in, enum symmAlgo algo, const char* why);
 
 /* 1 when `algo` should read the registered buffer in place rather than through staging. */
 int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
@@ -82,10 +81,6 @@ const char* symmTunerFilePath(void);
 /* Fills gpu, arch, gpus and driver of `m` for CUDA device `cudaDev`; link and nccl are the
  * caller's (the communicator's link, the real NCCL's version). */
 ncclResult_t symmTunerProbeMachine(int cudaDev, struct symmTuneMachine* m);
-/* How two CUDA devices of this process reach each other: SAME_GPU, NVLINK (peer access with
- * native atomics, which PCIe peers lack), PCIE (peer access without), UNKNOWN (no peer access or
- * a CUDA error). */
-enum symmLink symmTunerProbeLink(int devA, int devB);
 
 /* 1 when SYMMCOLL_MULTIMEM=1 asks for the experimental multimem kernels and the multicast
  * objects they read (default 0; read once per process, agreed at setup). */

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "eligibility.h"
+#include "transport.h" /* SYMM_SECRET_BYTES */
 #include "nccl_api.h"
 
 /* What both ends agree on, all learned from the setup all-gather. */

@@ -7,9 +7,9 @@
 
 #include "comm.h"
 #include "cudriver.h"
-#include "eligibility.h"
 #include "order.h"
 #include "symm_peers.h"
+#include "transport.h"
 #include "vmm.h"
 
 /* Tags name the shared objects of one communicator in socket names and the registry. */
@@ -58,6 +58,8 @@ struct symmTransport {
   int timeoutMs;
   size_t granularity;    /* largest VMM granularity of all ranks */
   int multicastAgreed;   /* stage 1 verdict: every rank may try multicast */
+  size_t padBytes;       /* signal pad per rank, as the kernels lay it out */
+  symmReleaseWaitsFn releaseWaits; /* the copy-engine all-gather's, for aborts */
   /* Staging: allocated at the first call given to our kernels (symmTransportStage). */
   int staged;            /* peers.buffers/signals are mapped */
   size_t plannedBuffer;  /* staging bytes per rank it will have, identical on every rank */
@@ -95,12 +97,6 @@ struct symmTransport {
 /* Waits for everything on `stream` by polling, giving up when the communicator is going away
  * (an abort on another thread must never be stuck behind a setup wait). */
 ncclResult_t symmWaitStream(const struct symmComm* comm, cudaStream_t stream);
-
-/* One all-gather over the real communicator, for every comm of `comms` that takes part
- * (`inExchange[i]`); one thread may drive all of them (grouped). Each sends `bytes` from
- * send[i] and receives nranks*bytes into recv[i]. A failed exchange clears inExchange[i]. */
-ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
-                          const void* const* send, void* const* recv, size_t bytes);
 
 /* All-gathers one 32-bit vote per rank over each comm in the exchange and ANDs the votes
  * bitwise: for 0/1 votes, allVoted[i] = 1 only if every rank of comms[i] voted 1 (0 where the

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "eligibility.h"
+#include "transport.h" /* SYMM_SECRET_BYTES */
 #include "nccl_api.h"
 
 #define SYMM_REGCHAN_AUTH_BYTES (SYMM_SECRET_BYTES / 2)

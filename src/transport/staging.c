@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "algos.h"
 #include "checks.h"
 #include "fdpass.h"
 #include "internal.h"
@@ -40,7 +39,7 @@ static ncclResult_t buildLocal(struct stageCtx* x) {
   ncclResult_t res = ncclSuccess;
   CUDACHECK(cudaSetDevice(c->cudaDev));
   const size_t bufferBytes = t->plannedBuffer;
-  const size_t padBytes = roundUp(symmAlgosPadBytes(), 4096);
+  const size_t padBytes = roundUp(t->padBytes, 4096);
   t->allocBytes = roundUp(bufferBytes + padBytes, t->granularity);
 
   CUmemGenericAllocationHandle handle;

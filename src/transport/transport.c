@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "algos.h"
 #include "checks.h"
 #include "internal.h"
 #include "multicast.h"
@@ -204,7 +203,7 @@ static void releaseCopyEngineWaits(struct symmTransport* t) {
     (void)cudaGetLastError();
     t->released = NULL;
   }
-  symmCopyEngineRelease(&t->peers, t->ctl);
+  if (t->releaseWaits != NULL) t->releaseWaits(&t->peers, t->ctl);
   if (t->released != NULL && cudaEventRecord(t->released, t->ctl) != cudaSuccess)
     (void)cudaGetLastError();
 }

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "cudriver.h"
-#include "eligibility.h"
+#include "transport.h" /* SYMM_SECRET_BYTES */
 
 /* Recommended granularity of POSIX-fd-shareable allocations on `cudaDev`. */
 ncclResult_t symmVmmGranularity(int cudaDev, size_t* granularity);

@@ -26,16 +26,3 @@ ncclResult_t symmTunerProbeMachine(int cudaDev, struct symmTuneMachine* m) {
   m->driver = driver;
   return ncclSuccess;
 }
-
-enum symmLink symmTunerProbeLink(int devA, int devB) {
-  if (devA == devB) return SYMM_LINK_SAME_GPU;
-  int access = 0, atomics = 0;
-  if (cudaDeviceCanAccessPeer(&access, devA, devB) != cudaSuccess || !access ||
-      cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, devA, devB) !=
-          cudaSuccess) {
-    (void)cudaGetLastError();
-    return SYMM_LINK_UNKNOWN;
-  }
-  /* CUDA offers native peer atomics over NVLink (and C2C) only, never over PCIe. */
-  return atomics ? SYMM_LINK_NVLINK : SYMM_LINK_PCIE;
-}

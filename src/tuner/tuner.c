@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The tuner: what can run a call (availability), which of it runs (overrides, then the table of
- * tune_table.c or a tuning file), and how much staging the table can ask for. */
+/* The tuner: what can run a call (availability: kernels that exist and fit, less what the route's
+ * rules exclude), which of it runs (overrides, then the table of tune_table.c or a tuning file),
+ * and how much staging the table can ask for. */
 #include "tuner.h"
 
 #include <pthread.h>
@@ -52,23 +53,19 @@ static const char* overrideText(enum symmColl coll) {
 static const char* const overrideNames[SYMM_NCOLLS] = {
     "SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO", "SYMMCOLL_REDUCESCATTER_ALGO"};
 
+/* Multimem: asked for where multicast is mapped, or emulated (tests). */
+static int multimemAllowed(const struct symmTuneInput* in) {
+  return (in->multicastReady && symmTunerMultimemRequested()) || symmParamMultimemEmulate() == 1;
+}
+
 unsigned symmTunerAvailable(const struct symmTuneInput* in) {
   unsigned set = 1u << SYMM_ALGO_NCCL;
-  if ((unsigned)in->coll >= SYMM_NCOLLS || in->nranks < 2 || in->nranks > SYMM_MAX_RANKS ||
-      symmTypeSize(in->datatype) == 0 || (int)in->op < 0 || (int)in->op >= (int)ncclNumOps)
+  if ((unsigned)in->coll >= SYMM_NCOLLS || in->nranks < 2 || in->nranks > SYMM_MAX_RANKS)
     return set;
-  /* fp8 reductions: our images below sm_90 hold no code for them (src/algos/reduce.cuh); a
-   * communicator of mixed or unknown architectures (arch 0) leaves them to NCCL. */
-  if (in->coll != SYMM_COLL_ALLGATHER && in->arch < 90 &&
-      (in->datatype == ncclFloat8e4m3 || in->datatype == ncclFloat8e5m2))
-    return set;
-  /* NCCL_CTA_POLICY_ZERO: no SM kernel of ours; only the copy engines may move data. */
-  const int noSm = (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) != 0;
-  const int multimemOk =
-      (in->multicastReady && symmTunerMultimemRequested()) || symmParamMultimemEmulate() == 1;
   for (int a = SYMM_ALGO_NCCL + 1; a < SYMM_NALGOS; a++) {
-    if (noSm && a != SYMM_ALGO_COPYENGINE) continue;
-    if (a == SYMM_ALGO_MULTIMEM && !multimemOk) continue;
+    if (in->excluded >> a & 1u) continue;
+    if (a == SYMM_ALGO_MULTIMEM && !multimemAllowed(in)) continue;
+    /* Types and ops without kernels (user-defined ops, say) are no one's here. */
     if (!symmTuneCollHasAlgo(in->coll, (enum symmAlgo)a) ||
         !symmAlgoExists(in->coll, (enum symmAlgo)a, in->datatype, in->op) ||
         !symmAlgoFits(in->coll, (enum symmAlgo)a, in->bytes, in->nranks, in->stagingBytes))
@@ -116,26 +113,19 @@ static void logOnce(const struct symmTuneInput* in, enum symmAlgo algo, const ch
          why);
 }
 
-/* NCCL_CTA_POLICY_ZERO communicators whose all-gathers run on the copy engines. */
-static int copyEngineForPolicyZero(const struct symmTuneInput* in) {
-  return (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) && in->coll == SYMM_COLL_ALLGATHER &&
-         (in->link == SYMM_LINK_NVLINK || in->link == SYMM_LINK_SAME_GPU);
-}
-
 /* One WARN per process and knob for each kind of bad override. */
 static int warnedBadName[SYMM_NCOLLS], warnedUnavailable[SYMM_NCOLLS];
 
 static int firstTime(int* flag) { return !__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED); }
 
-enum symmAlgo symmTunerPick(const struct symmTuneInput* in) {
-  const unsigned avail = symmTunerAvailable(in);
-  if ((unsigned)in->coll >= SYMM_NCOLLS) return SYMM_ALGO_NCCL;
+int symmTunerForced(const struct symmTuneInput* in, unsigned avail) {
+  if ((unsigned)in->coll >= SYMM_NCOLLS) return -1;
   const char* text = overrideText(in->coll);
   const int forced = symmAlgoParse(text);
   if (forced >= 0) {
     if (avail >> forced & 1u) {
       logOnce(in, (enum symmAlgo)forced, overrideNames[in->coll]);
-      return (enum symmAlgo)forced;
+      return forced;
     }
     if (firstTime(&warnedUnavailable[in->coll]))
       WARN(
@@ -150,19 +140,22 @@ enum symmAlgo symmTunerPick(const struct symmTuneInput* in) {
           "auto); the table decides",
           overrideNames[in->coll], text);
   }
-  if (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) {
-    /* The application keeps every SM for itself (nvFuser sets it): the copy engines move the
-     * data where we have such a path (all-gather), at any size; everything else is NCCL's.
-     * PCIe peers forward, as everywhere without measurements. */
-    const enum symmAlgo pick = copyEngineForPolicyZero(in) && (avail >> SYMM_ALGO_COPYENGINE & 1u)
-                                   ? SYMM_ALGO_COPYENGINE : SYMM_ALGO_NCCL;
-    logOnce(in, pick, "NCCL_CTA_POLICY_ZERO");
-    return pick;
-  }
+  return -1;
+}
+
+enum symmAlgo symmTunerPick(const struct symmTuneInput* in) {
+  const unsigned avail = symmTunerAvailable(in);
+  if ((unsigned)in->coll >= SYMM_NCOLLS) return SYMM_ALGO_NCCL;
+  const int forced = symmTunerForced(in, avail);
+  if (forced >= 0) return (enum symmAlgo)forced;
   const struct symmTuneRow* row = symmTuneFindRow(in->table, in);
   const enum symmAlgo pick = symmTuneRowPick(row, in->bytes, avail);
   logOnce(in, pick, row == NULL ? "no row: forward" : in->table ? "tuning file or table" : "table");
   return pick;
+}
+
+void symmTunerNote(const struct symmTuneInput* in, enum symmAlgo algo, const char* why) {
+  logOnce(in, algo, why);
 }
 
 void symmTunerResetForTests(void) {
@@ -178,18 +171,11 @@ void symmTunerResetForTests(void) {
 
 size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
   size_t most = 0;
-  const int noSm = (in->ctaPolicy & NCCL_CTA_POLICY_ZERO) != 0;
-  const int multimemOk =
-      (in->multicastReady && symmTunerMultimemRequested()) || symmParamMultimemEmulate() == 1;
-  /* NCCL_CTA_POLICY_ZERO: the copy-engine all-gather runs every size through staging. */
-  struct symmTuneInput gather = *in;
-  gather.coll = SYMM_COLL_ALLGATHER;
-  if (copyEngineForPolicyZero(&gather)) return SIZE_MAX;
   for (int c = 0; c < SYMM_NCOLLS; c++) {
     /* A forced algorithm may run any size. */
     const int forced = symmAlgoParse(overrideText((enum symmColl)c));
     if (forced > SYMM_ALGO_NCCL && symmTuneCollHasAlgo((enum symmColl)c, (enum symmAlgo)forced) &&
-        (!noSm || forced == SYMM_ALGO_COPYENGINE) && (forced != SYMM_ALGO_MULTIMEM || multimemOk))
+        !(in->excluded >> forced & 1u) && (forced != SYMM_ALGO_MULTIMEM || multimemAllowed(in)))
       return SIZE_MAX;
     /* Every row this communicator could use, over element sizes and registration. */
     for (int e = 1; e <= 8; e *= 2) {
@@ -201,8 +187,8 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
         const struct symmTuneRow* row = symmTuneFindRow(in->table, &x);
         for (int s = 0; row != NULL && s < row->nsteps; s++) {
           const enum symmAlgo a = row->steps[s].algo;
-          if (a == SYMM_ALGO_NCCL || (noSm && a != SYMM_ALGO_COPYENGINE) ||
-              (a == SYMM_ALGO_MULTIMEM && !multimemOk))
+          if (a == SYMM_ALGO_NCCL || (in->excluded >> a & 1u) ||
+              (a == SYMM_ALGO_MULTIMEM && !multimemAllowed(in)))
             continue;
           if (row->steps[s].upTo > most) most = row->steps[s].upTo;
         }

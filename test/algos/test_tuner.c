@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Tuner decisions: availability, the measured and untimed rows at their edges, PCIe and unknown
- * links, CTA policy zero, multimem opt-in, overrides, logging, staging size, and same inputs ->
- * same choice whatever the order or thread. Tuning files: test_tuner_file.c. */
+ * links, algorithms the route excludes, multimem opt-in, overrides, logging, staging size, and
+ * same inputs -> same choice whatever the order or thread. Tuning files: test_tuner_file.c; the
+ * route's rules (CTA policy, fp8 below sm_90): test/core/test_route.c. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -87,18 +88,10 @@ static void testAvailability(void) {
   in.bytes = 1024;
   in.stagingBytes = 1 << 20;
   CHECK(!(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT)));
-  /* fp8 reductions need sm_90 on every rank (our older images trap on them); fp8 all-gather
-   * moves bytes and runs anywhere. arch 0: ranks differ. */
+  /* fp8 has kernels for every collective (which arch may run them is the route's rule). */
   for (int c = 0; c < SYMM_NCOLLS; c++) {
-    in = tin((enum symmColl)c, 2, ncclFloat8e4m3, ncclSum, 4096); /* arch 90 */
-    const unsigned at90 = symmTunerAvailable(&in);
-    CHECK(at90 & B(SYMM_ALGO_LAMPORT));
-    for (int arch = 0; arch <= 89; arch += 80) {
-      in = tin((enum symmColl)c, 2, ncclFloat8e5m2, ncclSum, 4096);
-      in.arch = arch;
-      if (c == SYMM_COLL_ALLGATHER) CHECK_EQ_INT(symmTunerAvailable(&in), at90);
-      else CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_ALGO_NCCL));
-    }
+    in = tin((enum symmColl)c, 2, ncclFloat8e4m3, ncclSum, 4096);
+    CHECK(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT));
   }
   /* All-gather and reduce-scatter: only what has kernels (symmAlgoExists), from their lists. */
   for (int c = SYMM_COLL_ALLGATHER; c <= SYMM_COLL_REDUCESCATTER; c++) {
@@ -112,35 +105,29 @@ static void testAvailability(void) {
   }
 }
 
-static void testCtaPolicy(void) {
-  /* Zero: no SM kernel of ours; only the copy-engine all-gather may run, else NCCL. */
+/* What the route's rules exclude (src/route.c) is never available and never picked, forced or
+ * not; NCCL always stays. */
+static void testExcluded(void) {
+  const unsigned onlyCe = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE));
   for (int c = 0; c < SYMM_NCOLLS; c++) {
     for (size_t bytes = 8; bytes <= GiB; bytes *= 8) {
       struct symmTuneInput in = tin((enum symmColl)c, 2, ncclBfloat16, ncclSum, bytes);
-      in.ctaPolicy = NCCL_CTA_POLICY_ZERO;
+      const unsigned all = symmTunerAvailable(&in);
+      in.excluded = onlyCe;
       const unsigned avail = symmTunerAvailable(&in);
-      CHECK_EQ_INT(avail & ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE)), 0);
+      CHECK_EQ_INT(avail, all & ~onlyCe);
       if (c != SYMM_COLL_ALLGATHER) CHECK_EQ_INT(avail, B(SYMM_ALGO_NCCL));
-      /* The copy engine takes every all-gather on NVLink (or one GPU), nothing on PCIe. */
-      const enum symmAlgo pick = symmTunerPick(&in);
-      CHECK_EQ_INT(pick, c == SYMM_COLL_ALLGATHER ? SYMM_ALGO_COPYENGINE : SYMM_ALGO_NCCL);
-      struct symmTuneInput pcie = in;
-      pcie.link = SYMM_LINK_PCIE;
-      CHECK_EQ_INT(symmTunerPick(&pcie), SYMM_ALGO_NCCL);
-      pcie.link = SYMM_LINK_SAME_GPU;
-      CHECK_EQ_INT(symmTunerPick(&pcie), pick);
-      /* Efficiency changes grids, not the choice. */
-      in.ctaPolicy = NCCL_CTA_POLICY_EFFICIENCY;
-      struct symmTuneInput plain = in;
-      plain.ctaPolicy = 0;
-      CHECK_EQ_INT(symmTunerPick(&in), symmTunerPick(&plain));
-      CHECK_EQ_INT(symmTunerAvailable(&in), symmTunerAvailable(&plain));
+      CHECK(avail & B(symmTunerPick(&in)));
+      in.excluded = ~0u;
+      CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_ALGO_NCCL));
     }
   }
   tunerSetEnv("SYMMCOLL_ALLREDUCE_ALGO", "oneshot");
   struct symmTuneInput in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 1024);
-  in.ctaPolicy = NCCL_CTA_POLICY_ZERO | NCCL_CTA_POLICY_EFFICIENCY;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_ONESHOT);
+  in.excluded = onlyCe;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCL);
+  CHECK_EQ_INT(symmTunerForced(&in, symmTunerAvailable(&in)), -1);
   tunerCleanEnv();
   /* The row machinery takes the copy engine where a row names it and it is available. */
   struct symmTuneRow row = {.coll = SYMM_COLL_ALLGATHER, .nsteps = 2,
@@ -195,9 +182,8 @@ static void testUntimedRows(void) {
       struct symmTuneInput in = tin(SYMM_COLL_ALLREDUCE, n, (ncclDataType_t)dt, ncclSum, es);
       in.arch = n == 2 ? 80 : (n % 2 ? 0 : 90); /* another arch, mixed (0), or sm_90 */
       in.multicastReady = 1; /* not asked for: no effect */
-      /* fp8 reductions only where every rank is sm_90 or newer */
-      const int fp8 = dt == ncclFloat8e4m3 || dt == ncclFloat8e5m2;
-      const enum symmAlgo small = fp8 && in.arch < 90 ? SYMM_ALGO_NCCL : SYMM_ALGO_LAMPORT;
+      /* (fp8 reductions below sm_90: excluded by the route, test/core/test_route.c) */
+      const enum symmAlgo small = SYMM_ALGO_LAMPORT;
       CHECK_EQ_INT(symmTunerPick(&in), small);
       in.bytes = arBound[n];
       CHECK_EQ_INT(symmTunerPick(&in), small);
@@ -415,12 +401,10 @@ static void testLargestStaged(void) {
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   tunerCleanEnv();
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 0);
-  in.ctaPolicy = NCCL_CTA_POLICY_ZERO; /* the copy-engine all-gather runs any size */
-  CHECK_EQ_INT(symmTunerLargestStaged(&in), SIZE_MAX);
-  in.link = SYMM_LINK_PCIE; /* which forwards there */
+  in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE)); /* no built-in row names ce */
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   in.link = SYMM_LINK_SAME_GPU;
-  in.ctaPolicy = 0;
+  in.excluded = 0;
   CHECK_EQ_INT(symmTunerLargestStaged(&in), SIZE_MAX);
   /* Whatever the table picks for a staged algorithm fits in it. */
   for (int n = 2; n <= SYMM_MAX_RANKS; n++)
@@ -445,7 +429,7 @@ static struct symmTuneInput caseInput(int i) {
   x.registered = (i >> 1) & 1;
   x.link = 1 + (i >> 2) % 3;
   x.arch = (i >> 3) % 3 == 0 ? 90 : (i >> 3) % 3 == 1 ? 80 : 0;
-  x.ctaPolicy = (i >> 5) % 5 == 0 ? NCCL_CTA_POLICY_ZERO : 0;
+  x.excluded = (i >> 5) % 5 == 0 ? ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE)) : 0u;
   x.stagingBytes = (i >> 4) % 4 == 0 ? ((size_t)1 << 20) : ((size_t)64 << 20);
   return x;
 }
@@ -494,7 +478,7 @@ int main(void) {
   tunerCleanEnv();
   testNamesAndKernels();
   testAvailability();
-  testCtaPolicy();
+  testExcluded();
   testMeasuredRow();
   testUntimedRows();
   testMultimem();

@@ -11,6 +11,7 @@
 #include "debug.h"
 #include "harness.h"
 #include "param.h"
+#include "setup.h"
 #include "transport.h"
 #include "vmm.h"
 
@@ -32,7 +33,7 @@ int main(void) {
   struct symmComm* tooLarge = fakeComm(0x3000, 3, SYMM_MAX_RANKS + 1, 1);
   CHECK(huge && tooSmall && tooLarge);
   struct symmComm* all[3] = {huge, tooSmall, tooLarge};
-  CHECK_EQ_INT(symmTransportSetup(all, 3), ncclSuccess);
+  CHECK_EQ_INT(symmSetupAgree(all, 3), ncclSuccess);
   for (int i = 0; i < 3; i++) {
     CHECK(all[i]->transport == NULL);
     CHECK(symmTransportPeers(all[i]) == NULL);
@@ -55,7 +56,7 @@ int main(void) {
     symmTransportTeardown(all[i], 1);
     symmTransportTeardown(all[i], 0);
   }
-  CHECK_EQ_INT(symmTransportSetup(all, 0), ncclSuccess);
+  CHECK_EQ_INT(symmSetupAgree(all, 0), ncclSuccess);
   /* Only this build's limit is decided without talking: SYMMCOLL_MAX_RANKS may differ between
    * ranks, so it is compared after the exchange (test_cpu_eligibility), which every rank of a
    * world of 2..SYMM_MAX_RANKS joins. A larger knob does not widen the build's limit. */
@@ -63,7 +64,7 @@ int main(void) {
   setenv("SYMMCOLL_MAX_RANKS", "100", 1);
   symmParamResetAll();
   struct symmComm* nine = fakeComm(0x4000, 1, SYMM_MAX_RANKS + 1, 1);
-  CHECK_EQ_INT(symmTransportSetup(&nine, 1), ncclSuccess);
+  CHECK_EQ_INT(symmSetupAgree(&nine, 1), ncclSuccess);
   CHECK(nine->transport == NULL);
   /* A world of 4 with SYMMCOLL_MAX_RANKS=3 here joins the exchange (its peers may have the
    * default): it gets as far as its device, which this test has none of, and stays out of the
@@ -77,7 +78,7 @@ int main(void) {
   symmParamResetAll();
   symmLogReset();
   struct symmComm* four = fakeComm(0x5000, 1, 4, 1);
-  CHECK_EQ_INT(symmTransportSetup(&four, 1), ncclSuccess);
+  CHECK_EQ_INT(symmSetupAgree(&four, 1), ncclSuccess);
   CHECK(four->transport == NULL);
   symmLogReset();
   FILE* log = fopen(logPath, "r");

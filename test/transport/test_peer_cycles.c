@@ -4,6 +4,7 @@
  * forwarding with right results. Usage: test_peer_cycles bootstrap|procs|setup <count>,
  * test_peer_cycles fault (white-box, see peer_common.h). */
 #include "peer_common.h"
+#include "setup.h"
 
 /* ---- a rank that cannot stage its setup exchange (SYMMCOLL_FAULT_EXCHANGE_RANK) ---------- */
 
@@ -142,7 +143,7 @@ static int setupCycle(struct rankCtx* local) {
   if (entry == NULL) return 1;
   symmTransportTeardown(entry, 0);
   struct symmComm* one[1] = {entry};
-  (void)symmTransportSetup(one, 1);
+  (void)symmSetupAgree(one, 1);
   return symmTransportPeers(entry) == NULL;
 }
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "checks.h"
-#include "../transport/cudriver.h"
+#include "cudriver.h"
 
 /* CUDA 13 gave the edge-data forms the plain names; 12.3-12.9 call them _v3/_v2. */
 #if CUDART_VERSION < 13000

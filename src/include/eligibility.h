@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The per-rank record exchanged at setup and the pure decision made from the table of records. */
-#ifndef SYMMCOLL_TRANSPORT_ELIGIBILITY_H
-#define SYMMCOLL_TRANSPORT_ELIGIBILITY_H
+#ifndef SYMMCOLL_ELIGIBILITY_H
+#define SYMMCOLL_ELIGIBILITY_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "symm_peers.h"
+#include "transport.h" /* SYMM_SECRET_BYTES */
 
 #define SYMM_RECORD_VERSION 3u
-#define SYMM_SECRET_BYTES 32 /* first half keys socket names, second half authenticates requests */
 #define SYMM_RECORD_KNOBS 48 /* hashes of SYMM_PARAM_AGREED knobs a record carries */
 
 /* Flags a rank reports about itself. */

@@ -5,11 +5,17 @@
 #include <strings.h>
 
 static const char* const collNames[SYMM_NCOLLS] = {"allreduce", "allgather", "reducescatter"};
+static const char* const collApiNames[SYMM_NCOLLS] = {"ncclAllReduce", "ncclAllGather",
+                                                      "ncclReduceScatter"};
 static const char* const algoNames[SYMM_NALGOS] = {"nccl", "lamport", "oneshot", "twoshot",
                                                    "push", "pull",    "ce",      "multimem"};
 
 const char* symmCollName(enum symmColl coll) {
   return (unsigned)coll < SYMM_NCOLLS ? collNames[coll] : "unknown";
+}
+
+const char* symmCollApiName(enum symmColl coll) {
+  return (unsigned)coll < SYMM_NCOLLS ? collApiNames[coll] : "unknown";
 }
 
 const char* symmAlgoName(enum symmAlgo algo) {

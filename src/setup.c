@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Communicator setup: eligibility, agreed knobs and private state at creation; staging memory,
- * peer mappings and multicast at the first call given to our kernels. */
+/* Communicator setup: who takes part, what every rank must agree on (the setup records: knobs,
+ * CTA config, tuning table), peer access, link and arch, and the staging size. What it decides
+ * the transport builds (src/include/transport.h); staging itself comes at the first call given
+ * to our kernels (symmTransportStage). */
 #define _GNU_SOURCE
+#include "setup.h"
+
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +14,11 @@
 
 #include "algos.h"
 #include "checks.h"
-#include "fdpass.h"
+#include "eligibility.h"
 #include "forward.h"
-#include "internal.h"
-#include "multicast.h"
+#include "linkprobe.h"
 #include "param.h"
+#include "route.h"
 #include "transport.h"
 #include "tuner.h"
 
@@ -23,9 +27,6 @@ SYMMCOLL_PARAM_FULL(MaxRanks, "MAX_RANKS", 8, INT64_MIN, INT64_MAX, SYMM_PARAM_A
 SYMMCOLL_PARAM_FULL(BufferBytes, "BUFFER_BYTES", 64 << 20, 1 << 20, INT64_MAX, SYMM_PARAM_AGREED,
                     "most staging bytes per rank; what the tuner can use is allocated at the "
                     "first call given to our kernels")
-SYMMCOLL_PARAM(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000,
-               "how long setup waits for a peer to fetch or serve a handle before giving up "
-               "(forwarding)")
 SYMMCOLL_PARAM_FULL(TestKnobSkewRank, "TEST_KNOB_SKEW_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
                     "tests only: this rank reports another value of what TEST_SKEW_WHAT names "
                     "(ranks that are threads of one process cannot set knobs differently)")
@@ -36,8 +37,6 @@ SYMMCOLL_PARAM_FULL(StageAtCreation, "STAGE_AT_CREATION", 0, 0, 1,
                     SYMM_PARAM_TEST | SYMM_PARAM_AGREED,
                     "tests only: build staging at creation instead of at the first call given to "
                     "our kernels")
-
-int64_t symmTransportSetupTimeoutMs(void) { return symmParamSetupTimeoutMs(); }
 
 static size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -112,26 +111,15 @@ static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
     (void)cudaGetLastError();
     rec->flags |= SYMM_REC_SETUP_FAILED;
   }
-  if (symmCuLoad() == ncclSuccess) {
-    CUdevice dev;
-    int vmm = 0, posix = 0;
-    size_t gran = 0;
-    if (CU_CALL(SYMM_LOG_INFO, cuDeviceGet, (&dev, c->cudaDev)) == CUDA_SUCCESS &&
-        CU_CALL(SYMM_LOG_INFO, cuDeviceGetAttribute,
-                (&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev)) ==
-            CUDA_SUCCESS &&
-        CU_CALL(SYMM_LOG_INFO, cuDeviceGetAttribute,
-                (&posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev)) ==
-            CUDA_SUCCESS &&
-        vmm && posix && symmVmmGranularity(c->cudaDev, &gran) == ncclSuccess && gran > 0) {
-      rec->flags |= SYMM_REC_VMM;
-      rec->granularity = gran;
-    }
-    /* Asked for (SYMMCOLL_MULTIMEM=1, agreed), then the environment guard, checked first
-     * inside: no device query when multicast is off. Read now, once for this communicator. */
-    if (symmTunerMultimemRequested() && symmMulticastUsable(c->cudaDev))
-      rec->flags |= SYMM_REC_MULTICAST;
+  /* Multicast only when asked for (SYMMCOLL_MULTIMEM=1, agreed); read now, once for this
+   * communicator. */
+  struct symmDeviceCaps caps;
+  symmTransportDeviceCaps(c->cudaDev, symmTunerMultimemRequested(), &caps);
+  if (caps.vmm) {
+    rec->flags |= SYMM_REC_VMM;
+    rec->granularity = caps.granularity;
   }
+  if (caps.multicast) rec->flags |= SYMM_REC_MULTICAST;
   if (c->rank == 0 && getrandom(rec->secret, sizeof(rec->secret), 0) != (ssize_t)sizeof(rec->secret)) {
     WARN("symmetric memory: getrandom failed; this communicator forwards");
     rec->flags |= SYMM_REC_SETUP_FAILED;
@@ -149,7 +137,7 @@ struct accessVote {
 static void accessOf(const struct symmComm* c, const struct symmPeerRecord* recs,
                      struct accessVote* v) {
   for (int q = 0; q < c->nranks; q++) {
-    int theirDev = -1, can = 0, atomics = 0;
+    int theirDev = -1;
     if (q == c->rank) {
       v->reach |= 1u << q;
       v->nvlink |= 1u << q;
@@ -160,17 +148,11 @@ static void accessOf(const struct symmComm* c, const struct symmPeerRecord* recs
       (void)cudaGetLastError();
       continue; /* not visible in this process */
     }
-    if (theirDev == c->cudaDev) {
-      v->reach |= 1u << q;
-      v->nvlink |= 1u << q;
-      v->sameGpu |= 1u << q;
-    } else if (cudaDeviceCanAccessPeer(&can, c->cudaDev, theirDev) == cudaSuccess && can) {
-      v->reach |= 1u << q;
-      /* PCIe peers have no native atomics between GPUs; NVLink peers do. */
-      if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, c->cudaDev,
-                                    theirDev) == cudaSuccess && atomics)
-        v->nvlink |= 1u << q;
-    }
+    int access = 0;
+    const enum symmLink link = symmProbeLink(c->cudaDev, theirDev, &access);
+    if (access) v->reach |= 1u << q;
+    if (link == SYMM_LINK_NVLINK || link == SYMM_LINK_SAME_GPU) v->nvlink |= 1u << q;
+    if (link == SYMM_LINK_SAME_GPU) v->sameGpu |= 1u << q;
     (void)cudaGetLastError();
   }
 }
@@ -206,44 +188,25 @@ static int ranksPerDevice(const struct symmPeerRecord* records, int nranks) {
   return most;
 }
 
-/* Private state: epochs (device, zeroed on a private stream), the host-mapped words, the
- * read-back event. Nothing here waits for other streams. */
-static ncclResult_t buildPrivate(struct symmComm* c, struct symmTransport* t) {
-  CUDACHECK(cudaSetDevice(c->cudaDev));
-  CUDACHECK(cudaStreamCreateWithFlags(&t->ctl, cudaStreamNonBlocking));
-  CUDACHECK(cudaEventCreateWithFlags(&t->readback, cudaEventDisableTiming));
-  NCCLCHECK(symmHostSlotAlloc(&t->flags));
-  t->peers.abortFlag = (volatile uint32_t*)t->flags.dev + SYMM_HOST_ABORT;
-  t->peers.errorFlag = (volatile uint32_t*)t->flags.dev + SYMM_HOST_ERROR;
-  t->peers.localStateBytes = symmAlgosLocalStateBytes();
-  CUDACHECK(cudaMallocAsync(&t->localState, t->peers.localStateBytes, t->ctl));
-  CUDACHECK(cudaMemsetAsync(t->localState, 0, t->peers.localStateBytes, t->ctl));
-  t->peers.localState = t->localState;
-  /* The private stream holds nothing that depends on a peer: waiting for it is bounded. */
-  CUDACHECK(cudaStreamSynchronize(t->ctl));
-  return ncclSuccess;
-}
-
-/* Staging bytes per rank: what the tuner may give to our staged algorithms on a communicator
+/* Staging bytes per rank: what the route may give to our staged algorithms on a communicator
  * with these (agreed) facts, capped by SYMMCOLL_BUFFER_BYTES, rounded to every rank's
  * granularity. Identical on all ranks. */
-static size_t plannedStaging(const struct symmComm* c, const struct symmTransport* t) {
+static size_t plannedStaging(const struct symmComm* c, int multicastAgreed, size_t granularity) {
   struct symmTuneInput in;
   memset(&in, 0, sizeof(in));
   in.coll = SYMM_COLL_ALLREDUCE;
   in.nranks = c->nranks;
   in.datatype = ncclFloat32;
   in.op = ncclSum;
-  in.multicastReady = t->multicastAgreed; /* as agreed at setup, never the environment now */
+  in.multicastReady = multicastAgreed; /* as agreed at setup, never the environment now */
   in.arch = c->arch;
   in.link = c->link;
-  in.ctaPolicy = c->config.ctaPolicy;
   in.table = c->tuneTable;
   in.stagingBytes = (size_t)symmParamBufferBytes();
-  size_t want = symmAlgosStagingBytes(c->nranks, symmTunerLargestStaged(&in));
+  size_t want = symmAlgosStagingBytes(c->nranks, symmRouteLargestStaged(&in, c->config.ctaPolicy));
   const size_t cap = (size_t)symmParamBufferBytes();
   if (want > cap) want = cap;
-  return roundUp(want, t->granularity);
+  return roundUp(want, granularity);
 }
 
 /* The tuning table this rank would use on the agreed machine (the tuner's choice: the tuning
@@ -292,7 +255,7 @@ static int knobsAgree(const struct symmComm* c, const struct symmPeerRecord* rec
   return 0;
 }
 
-ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
+ncclResult_t symmSetupAgree(struct symmComm** comms, int n) {
   if (n <= 0) return ncclSuccess;
   struct symmPeerRecord(*records)[SYMM_MAX_RANKS] = calloc((size_t)n, sizeof(*records));
   struct symmPeerRecord* myRecords = calloc((size_t)n, sizeof(*myRecords));
@@ -349,17 +312,9 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
       inExchange[i] = 0;
       continue;
     }
-    struct symmTransport* t = calloc(1, sizeof(*t));
-    if (t != NULL) {
-      pthread_mutex_init(&t->lock, NULL);
-      t->refs = 1;
-      t->cudaDev = c->cudaDev;
-      built[i] = t;
-      myVotes[i].privateOk = buildPrivate(c, t) == ncclSuccess;
-      (void)cudaGetLastError();
-    } else {
-      WARN("symmetric memory: out of host memory for a transport");
-    }
+    int privateOk = 0;
+    built[i] = symmTransportCreate(c, symmAlgosLocalStateBytes(), &privateOk);
+    myVotes[i].privateOk = privateOk;
     (void)cudaSetDevice(c->cudaDev);
     accessOf(c, records[i], &myVotes[i]);
     send[i] = &myVotes[i];
@@ -405,36 +360,35 @@ ncclResult_t symmTransportSetup(struct symmComm** comms, int n) {
                   "or missing on some rank)", c->rank == 0);
       continue;
     }
-    struct symmTransport* t = built[i];
     const struct symmPeerRecord* recs = records[i];
-    t->peers.rank = c->rank;
-    t->peers.nranks = c->nranks;
-    t->peers.ranksPerDevice = ranksPerDevice(recs, c->nranks);
-    t->uid = recs[0].uid;
-    t->timeoutMs = (int)symmParamSetupTimeoutMs();
-    t->multicastAgreed = verdicts[i].multicast;
-    memcpy(t->secret, recs[0].secret, sizeof(t->secret));
-    t->granularity = 1;
+    struct symmTransportPlan plan;
+    memset(&plan, 0, sizeof(plan));
+    plan.ranksPerDevice = ranksPerDevice(recs, c->nranks);
+    plan.uid = recs[0].uid;
+    plan.multicastAgreed = verdicts[i].multicast;
+    memcpy(plan.secret, recs[0].secret, sizeof(plan.secret));
+    plan.granularity = 1;
     for (int r = 0; r < c->nranks; r++) {
-      t->pids[r] = recs[r].pid;
-      if (recs[r].granularity > t->granularity) t->granularity = recs[r].granularity;
+      plan.pids[r] = recs[r].pid;
+      if (recs[r].granularity > plan.granularity) plan.granularity = recs[r].granularity;
     }
-    t->plannedBuffer = plannedStaging(c, t);
-    pthread_mutex_lock(&c->launchLock);
-    c->transport = t;
-    pthread_mutex_unlock(&c->launchLock);
+    plan.stagingBytes = plannedStaging(c, plan.multicastAgreed, plan.granularity);
+    plan.padBytes = symmAlgosPadBytes();
+    plan.releaseWaits = symmCopyEngineRelease;
+    symmTransportAttach(c, built[i], &plan);
+    memset(plan.secret, 0, sizeof(plan.secret));
     built[i] = NULL;
     INFO(SYMM_INIT, "comm %p rank %d/%d: libsymmcoll kernels active (%s, sm_%d, %zu KiB staging "
          "per rank at the first call given to them)", (void*)c->real, c->rank, c->nranks,
          c->link == SYMM_LINK_NVLINK ? "NVLink" : c->link == SYMM_LINK_SAME_GPU ? "one GPU" : "PCIe",
-         c->arch, t->plannedBuffer >> 10);
+         c->arch, plan.stagingBytes >> 10);
   }
 
   if (symmParamStageAtCreation()) (void)symmTransportStage(comms, n);
 
 done:
   for (int i = 0; built && i < n; i++)
-    if (built[i] != NULL) symmTransportFree(built[i]);
+    symmTransportDiscard(built[i]);
   if (records) memset(records, 0, (size_t)n * sizeof(*records)); /* the secret */
   if (myRecords) memset(myRecords, 0, (size_t)n * sizeof(*myRecords));
   (void)cudaThreadExchangeStreamCaptureMode(&mode);
@@ -451,4 +405,26 @@ done:
   free(tableHashes);
   free(allTableHashes);
   return ncclSuccess;
+}
+
+ncclResult_t symmCommSetupMany(struct symmComm** comms, int n) {
+  for (int i = 0; i < n; i++) {
+    ncclResult_t res = symmCommReadAttrs(comms[i]);
+    if (res != ncclSuccess) {
+      /* Not ready or failed: leave it forwarding; never fail the user's init. */
+      INFO(SYMM_INIT, "comm %p: libsymmcoll kernels inactive: attributes unavailable (%d)",
+           (void*)comms[i]->real, (int)res);
+      for (int k = 0; k < n; k++) comms[k]->setupDone = 1;
+      return ncclSuccess;
+    }
+  }
+  /* Before any of our kernels can spin (see symmAlgosLoadKernels); a rank whose kernels do
+   * not load says so in its setup record, and the communicator forwards on every rank. A
+   * disabled rank loads nothing: its record says "disabled", and every rank forwards. */
+  for (int i = 0; i < n; i++)
+    comms[i]->kernelsLoaded =
+        !symmDisabled() && symmAlgosLoadKernels(comms[i]->cudaDev) == ncclSuccess;
+  ncclResult_t res = symmSetupAgree(comms, n);
+  for (int i = 0; i < n; i++) comms[i]->setupDone = 1;
+  return res;
 }

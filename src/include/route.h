@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The one decision per collective call (src/route.c): the real NCCL or ours, and how. A pure
+ * function of what is known about the communicator and the call: the enqueue path gathers the
+ * facts it asks for and carries the answer out; it decides nothing itself. */
+#ifndef SYMMCOLL_ROUTE_H
+#define SYMMCOLL_ROUTE_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "coll.h"
+#include "comm.h"
+#include "nccl_api.h"
+#include "tuner.h"
+
+/* One call as the entry points received it (NCCL's ncclInfo). `count` is NCCL's argument:
+ * all-reduce count, all-gather sendcount, reduce-scatter recvcount. */
+struct symmTask {
+  enum symmColl coll;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  ncclDataType_t datatype;
+  ncclRedOp_t op; /* all-gather: ncclSum (ignored) */
+  int root;       /* -1: none */
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+/* What the route may ask the enqueue path to find out (or do) before it can decide; each names
+ * a group of facts below. One request may name several, gathered in this order. */
+enum symmRouteNeed {
+  SYMM_NEED_COMM = 1u << 0,    /* look the communicator up (a reference), enter its device */
+  SYMM_NEED_JOB = 1u << 1,     /* wait for its background setup job (then SETTLED again) */
+  SYMM_NEED_SETTLED = 1u << 2, /* what setup agreed, and what waits on it now */
+  SYMM_NEED_PARKED = 1u << 3,  /* run what waits behind a non-blocking group first */
+  SYMM_NEED_LOCK = 1u << 4,    /* take its launchLock; what the lock guards */
+  SYMM_NEED_HEALTH = 1u << 5,  /* its failure, kernels' error words included (under the lock) */
+  SYMM_NEED_REPEAT = 1u << 6,  /* the route an identical recent call got (under the lock) */
+  SYMM_NEED_WINDOW = 1u << 7,  /* the call's buffer in a symmetric window, the tuner's inputs */
+  SYMM_NEED_CAPTURE = 1u << 8, /* whether the call's stream is capturing */
+};
+
+struct symmRoute;
+
+/* Everything the route reads. `have`: the SYMM_NEED_* groups gathered so far; a group's fields
+ * mean nothing before it. */
+struct symmRouteFacts {
+  unsigned have;
+  /* Always known. */
+  int passthrough; /* the real NCCL calls us back, or SYMMCOLL_DISABLE */
+  int realMissing; /* no real NCCL, or it lacks this collective */
+  int groupDepth;  /* ncclGroupStart nesting on this thread */
+  int issuing;     /* a launch decided earlier, issued now (the outermost GroupEnd, after staging,
+                      or parked behind a non-blocking group): only whether it still can run */
+  /* SYMM_NEED_COMM */
+  int known;              /* the communicator is in our table */
+  ncclResult_t device;    /* making its device current */
+  int gone;               /* destroy, finalize or abort began (an issued launch: read under the
+                             lock, with SYMM_NEED_LOCK) */
+  int jobRunning;         /* its non-blocking setup job runs (0 once waited for) */
+  struct symmCommConfig config;
+  /* SYMM_NEED_SETTLED (after the job) */
+  int nranks, arch, link;
+  const struct symmTuneFile* table;
+  int parked;             /* operations wait behind a non-blocking group (0 once run) */
+  ncclResult_t parkedResult; /* what running them returned */
+  int hasTransport;       /* setup made it ours (read again after parked operations ran) */
+  ncclResult_t failure;   /* its recorded failure (the same) */
+  /* SYMM_NEED_LOCK */
+  int stillOurs;          /* the transport is still attached (teardown may have detached it) */
+  int peersLive;          /* staging built, not aborted or revoked: our kernels can run now */
+  int needsStaging;       /* ours, staging not built yet */
+  /* SYMM_NEED_HEALTH */
+  ncclResult_t health;
+  /* SYMM_NEED_REPEAT */
+  const struct symmRoute* repeat; /* what an identical recent call got, or NULL */
+  /* SYMM_NEED_WINDOW */
+  int registered;         /* the in-place buffer lies in a symmetric window on every rank */
+  int multicastReady;
+  size_t stagingBytes;
+  /* SYMM_NEED_CAPTURE */
+  int captured;           /* the stream is capturing (or its state could not be read) */
+};
+
+enum symmRouteKind {
+  SYMM_ROUTE_NEED,          /* not decided yet: gather `need`, then ask again */
+  SYMM_ROUTE_REFUSE,        /* return `result`; with failGroup also fail the real NCCL's group */
+  SYMM_ROUTE_FORWARD,       /* the real NCCL runs it (`ordered` with our operations on it, or
+                               `untouched`: as if we were not there) */
+  SYMM_ROUTE_FORWARD_STAGE, /* forward it, then build staging in a background job (non-blocking
+                               communicators, which must never wait for their peers here) */
+  SYMM_ROUTE_STAGE_LAUNCH,  /* build staging (collective), then launch */
+  SYMM_ROUTE_LAUNCH,        /* launch one of our algorithms */
+};
+
+enum symmRouteWhen {
+  SYMM_WHEN_NOW,         /* under the launchLock hold that decided it */
+  SYMM_WHEN_GROUP_END,   /* at the outermost ncclGroupEnd */
+  SYMM_WHEN_ISSUE,       /* issued after the lock is released (which may still forward) */
+};
+
+enum symmRouteNote {
+  SYMM_NOTE_NONE,
+  SYMM_NOTE_CAPTURED_FIRST, /* INFO: the first call given to our kernels is captured */
+  SYMM_NOTE_PARKED_BUSY,    /* WARN: a call before the previous operation returned ncclSuccess */
+};
+
+struct symmRoute {
+  enum symmRouteKind kind;
+  unsigned need;           /* NEED: SYMM_NEED_* bits */
+  ncclResult_t result;     /* REFUSE */
+  int failGroup;           /* REFUSE inside a group */
+  int ordered, untouched;  /* FORWARD */
+  int remember;            /* FORWARD, LAUNCH: the repeat cache keeps this route for the call */
+  int repeated;            /* FORWARD, LAUNCH: the route an identical call got (facts->repeat) */
+  int tuned;               /* the tuner chose (a TRACE line says what) */
+  /* LAUNCH: NOW, GROUP_END or ISSUE. STAGE_LAUNCH: staging now and the launch issued after it,
+   * or both at the group's end. FORWARD_STAGE: the staging job starts now (the call returns
+   * ncclInProgress) or at the group's end. */
+  enum symmRouteWhen when;
+  enum symmRouteNote note;
+  /* LAUNCH, STAGE_LAUNCH: what runs (struct symmLaunch's fields). */
+  enum symmAlgo algo;
+  ncclRedOp_t op;
+  int maxBlocks, minBlocks; /* grid bounds from the communicator's CTA config */
+  int zeroCopy;             /* use the registered window in place (windowPeers) */
+  int exchangeDescs;        /* ncclCommRegister descriptors are exchanged in the kernel */
+  int emulateMultimem;
+  int pdl;
+};
+
+/* The route of `task` given `facts`. Pure: the same facts and task give the same route (knobs
+ * are read once per process; the tuner logs each distinct choice once). */
+struct symmRoute symmRoute(const struct symmRouteFacts* facts, const struct symmTask* task);
+
+/* Largest message (symmCollBytes) the route may give to a staged algorithm of ours on a
+ * communicator with these facts (`comm`: nranks, multicastReady, arch, link, table; the rest
+ * ignored) and CTA policy: what setup sizes staging by. SIZE_MAX when unbounded. */
+size_t symmRouteLargestStaged(const struct symmTuneInput* comm, int ctaPolicy);
+
+/* The route's rules that tests also check one by one. */
+
+/* NCCL's argument checks (ArgsCheck, taskAppend) that must happen before we launch: invalid
+ * datatype, invalid op (negative), a count whose byte size overflows, fp8 reductions below sm_90
+ * (`arch`, 0 when unknown or mixed) -> ncclInvalidArgument. *ncclDecides = 1 for calls the real
+ * NCCL must judge and run (user-defined ops, count 0, NULL buffers). */
+ncclResult_t symmArgsCheck(const struct symmTask* task, int nranks, int arch, int* ncclDecides);
+
+/* Grid bounds from the communicator's config, the same on all ranks: maxCTAs/minCTAs bound our
+ * grids; NCCL_CTA_POLICY_EFFICIENCY asks for our fewest-block variants (SYMM_EFFICIENCY_BLOCKS at
+ * most). */
+#define SYMM_EFFICIENCY_BLOCKS 8
+void symmGridBounds(const struct symmCommConfig* config, int* maxBlocks, int* minBlocks);
+/* Whether the CTA policy lets `algo` run (NCCL_CTA_POLICY_ZERO: no SM kernel, only the
+ * copy-engine all-gather). */
+int symmPolicyAllows(int ctaPolicy, enum symmAlgo algo);
+
+#endif

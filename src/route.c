@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The route of a collective call (src/include/route.h): every rule that decides whether the real
+ * NCCL or our kernels run it, and how, each written once, in the order they apply. */
+#include "route.h"
+
+#include <stdint.h>
+
+#include "algos.h"
+#include "debug.h"
+#include "param.h"
+
+SYMMCOLL_PARAM_FULL(Pdl, "PDL", 1, 0, 1, SYMM_PARAM_AGREED,
+                    "launch our kernels with programmatic dependent launch where every rank is "
+                    "sm_90+: the next kernel of ours on a stream is scheduled while one runs "
+                    "(0 = plain launches)")
+
+/* ---- the rules ------------------------------------------------------------------------------ */
+
+/* The operator of a reduction: -1 invalid (negative), 0 built in (our kernels have it), 1
+ * user-defined (ncclRedOpCreatePreMulSum: the real NCCL's, which checks it). All-gather has
+ * none. */
+static int opKind(const struct symmTask* t) {
+  if (t->coll == SYMM_COLL_ALLGATHER) return 0;
+  if ((int)t->op < 0) return -1;
+  return (int)t->op >= (int)ncclNumOps;
+}
+
+/* fp8 reductions need sm_90 or newer on every rank: NCCL refuses them below (arch known), and our
+ * images for older GPUs hold no code for them (src/algos/reduce.cuh). `arch` 0: ranks differ. */
+static int fp8BelowSm90(const struct symmTask* t, int arch) {
+  return t->coll != SYMM_COLL_ALLGATHER && arch < 90 &&
+         (t->datatype == ncclFloat8e4m3 || t->datatype == ncclFloat8e5m2);
+}
+
+ncclResult_t symmArgsCheck(const struct symmTask* task, int nranks, int arch, int* ncclDecides) {
+  *ncclDecides = 0;
+  const char* name = symmCollApiName(task->coll);
+  const size_t esize = symmTypeSize(task->datatype);
+  if (esize == 0) {
+    WARN("%s: invalid datatype %d", name, (int)task->datatype);
+    return ncclInvalidArgument;
+  }
+  if (opKind(task) < 0) {
+    WARN("%s: invalid reduction operation %d", name, (int)task->op);
+    return ncclInvalidArgument;
+  }
+  /* nranks * count * esize must fit (all-gather's output, reduce-scatter's input). */
+  const size_t scale = task->coll == SYMM_COLL_ALLREDUCE || nranks < 1 ? 1 : (size_t)nranks;
+  size_t bytes;
+  if (__builtin_mul_overflow(task->count, esize * scale, &bytes)) {
+    WARN("%s: count %zu of %zu-byte elements overflows", name, task->count, esize);
+    return ncclInvalidArgument;
+  }
+  if (arch > 0 && fp8BelowSm90(task, arch)) {
+    WARN("%s: fp8 reductions need sm_90 or newer on every rank", name);
+    return ncclInvalidArgument;
+  }
+  /* So do empty calls and NULL buffers (NCCL checks pointers only when asked to). */
+  if (opKind(task) > 0 || task->count == 0 || task->sendbuff == NULL || task->recvbuff == NULL)
+    *ncclDecides = 1;
+  return ncclSuccess;
+}
+
+/* NCCL_CTA_POLICY_ZERO: the application keeps every SM for itself (nvFuser sets it). */
+static int keepsSms(int ctaPolicy) { return (ctaPolicy & NCCL_CTA_POLICY_ZERO) != 0; }
+
+int symmPolicyAllows(int ctaPolicy, enum symmAlgo algo) {
+  /* Only the copy engines may move data: no SM kernel of ours. */
+  return algo == SYMM_ALGO_NCCL || !keepsSms(ctaPolicy) || algo == SYMM_ALGO_COPYENGINE;
+}
+
+/* ... and they take every all-gather where the peers are on NVLink (or share a GPU), at any size,
+ * through staging or into registered outputs; everything else is NCCL's (we have no SM-free path
+ * for it), PCIe peers as everywhere without measurements. */
+static int copyEngineEverySize(int ctaPolicy, enum symmColl coll, int link) {
+  return keepsSms(ctaPolicy) && coll == SYMM_COLL_ALLGATHER &&
+         (link == SYMM_LINK_NVLINK || link == SYMM_LINK_SAME_GPU);
+}
+
+static unsigned policyExcludes(int ctaPolicy) {
+  unsigned excluded = 0;
+  for (int a = 0; a < SYMM_NALGOS; a++)
+    if (!symmPolicyAllows(ctaPolicy, (enum symmAlgo)a)) excluded |= 1u << a;
+  return excluded;
+}
+
+void symmGridBounds(const struct symmCommConfig* config, int* maxBlocks, int* minBlocks) {
+  int most = config->maxCTAs > 0 ? config->maxCTAs : 0;
+  if (config->ctaPolicy & NCCL_CTA_POLICY_EFFICIENCY)
+    most = most > 0 && most < SYMM_EFFICIENCY_BLOCKS ? most : SYMM_EFFICIENCY_BLOCKS;
+  int least = config->minCTAs > 0 ? config->minCTAs : 0;
+  if (most > 0 && least > most) least = most;
+  *maxBlocks = most;
+  *minBlocks = least;
+}
+
+size_t symmRouteLargestStaged(const struct symmTuneInput* comm, int ctaPolicy) {
+  struct symmTuneInput in = *comm;
+  in.excluded = policyExcludes(ctaPolicy);
+  if (copyEngineEverySize(ctaPolicy, SYMM_COLL_ALLGATHER, in.link)) return SIZE_MAX;
+  return symmTunerLargestStaged(&in);
+}
+
+/* A route may be remembered and repeated for an identical call (src/enqueue.c's repeat cache)
+ * only outside groups, with our kernels able to run now: then nothing but the call, the windows,
+ * multicast and the knobs, which the cache's key holds, can change it. */
+static int repeatable(const struct symmRouteFacts* f) { return f->groupDepth == 0 && f->peersLive; }
+
+/* ---- the route ------------------------------------------------------------------------------ */
+
+static struct symmRoute need(unsigned what) {
+  return (struct symmRoute){.kind = SYMM_ROUTE_NEED, .need = what};
+}
+
+/* Inside a group a call we refuse fails the real NCCL's group too, as NCCL's own refusals do; a
+ * launch issued at the group's end (or later) only returns its error. */
+static struct symmRoute refuse(const struct symmRouteFacts* f, ncclResult_t result) {
+  return (struct symmRoute){.kind = SYMM_ROUTE_REFUSE, .result = result,
+                            .failGroup = !f->issuing && f->groupDepth > 0};
+}
+
+static struct symmRoute forward(int ordered) {
+  return (struct symmRoute){.kind = SYMM_ROUTE_FORWARD, .ordered = ordered};
+}
+
+/* Which algorithm, if any of ours, and its launch: the tuner over what the rules allow. */
+static struct symmRoute pick(const struct symmRouteFacts* f, const struct symmTask* t) {
+  const int policy = f->config.ctaPolicy;
+  const struct symmTuneInput in = {
+      .coll = t->coll, .nranks = f->nranks, .datatype = t->datatype,
+      .op = t->coll == SYMM_COLL_ALLGATHER ? ncclSum : t->op,
+      .bytes = symmCollBytes(t->coll, t->count, symmTypeSize(t->datatype), f->nranks),
+      .registered = f->registered, .multicastReady = f->multicastReady != 0, .arch = f->arch,
+      .link = f->link, .stagingBytes = f->stagingBytes, .table = f->table,
+      /* arch 0 (mixed) is left here: the fp8 rule refused known older ones in symmArgsCheck. */
+      .excluded = policyExcludes(policy) |
+                  (fp8BelowSm90(t, f->arch) ? ~(1u << SYMM_ALGO_NCCL) : 0u)};
+  enum symmAlgo algo;
+  if (keepsSms(policy)) {
+    const unsigned avail = symmTunerAvailable(&in);
+    const int forced = symmTunerForced(&in, avail);
+    if (forced >= 0) {
+      algo = (enum symmAlgo)forced;
+    } else {
+      algo = copyEngineEverySize(policy, t->coll, f->link) && (avail >> SYMM_ALGO_COPYENGINE & 1u)
+                 ? SYMM_ALGO_COPYENGINE : SYMM_ALGO_NCCL;
+      symmTunerNote(&in, algo, "NCCL_CTA_POLICY_ZERO");
+    }
+  } else {
+    algo = symmTunerPick(&in);
+  }
+  struct symmRoute r = {.kind = SYMM_ROUTE_LAUNCH, .tuned = 1, .algo = algo, .op = in.op,
+                        .emulateMultimem = !in.multicastReady,
+                        .zeroCopy = symmTunerZeroCopy(&in, algo),
+                        /* ncclCommRegister memory: each rank says in the kernel whether its
+                         * input is read in place; the descriptor is read at launch. */
+                        .exchangeDescs = symmTunerUserZeroCopy(&in, algo),
+                        /* griddepcontrol exists from sm_90 on (src/algos/sync.cuh). */
+                        .pdl = symmParamPdl() != 0 && f->arch >= 90};
+  symmGridBounds(&f->config, &r.maxBlocks, &r.minBlocks);
+  return r;
+}
+
+/* A launch decided earlier, issued now: it runs unless the communicator went away or failed
+ * meanwhile, or its kernels cannot run any more (staging failed, aborted, revoked), when the
+ * real NCCL runs it (or refuses it). */
+static struct symmRoute issued(const struct symmRouteFacts* f) {
+  if (!(f->have & SYMM_NEED_COMM)) return need(SYMM_NEED_COMM);
+  if (f->device != ncclSuccess) return refuse(f, f->device);
+  if (!(f->have & SYMM_NEED_LOCK)) return need(SYMM_NEED_LOCK);
+  if (f->gone) return refuse(f, ncclInvalidUsage);
+  if (!(f->have & SYMM_NEED_HEALTH)) return need(SYMM_NEED_HEALTH);
+  if (f->health != ncclSuccess) return refuse(f, f->health);
+  if (!f->peersLive) return forward(0);
+  return (struct symmRoute){.kind = SYMM_ROUTE_LAUNCH, .when = SYMM_WHEN_NOW};
+}
+
+struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask* t) {
+  if (f->issuing) return issued(f);
+  /* The real NCCL must be there; its own calls back into us, and every call under
+   * SYMMCOLL_DISABLE, go to it untouched. */
+  if (f->realMissing)
+    return (struct symmRoute){.kind = SYMM_ROUTE_REFUSE, .result = ncclSystemError};
+  if (f->passthrough) return (struct symmRoute){.kind = SYMM_ROUTE_FORWARD, .untouched = 1};
+  /* What setup agreed is read with the communicator, and again after waiting for its job. */
+  if (!(f->have & SYMM_NEED_COMM)) return need(SYMM_NEED_COMM | SYMM_NEED_SETTLED);
+  /* NULL, destroyed or foreign communicators: the real NCCL's own answer. */
+  if (!f->known) return forward(0);
+  if (f->device != ncclSuccess) return refuse(f, f->device);
+  if (f->gone) return refuse(f, ncclInvalidUsage);
+  /* A call before a non-blocking communicator's setup job is done waits for it. */
+  if (f->jobRunning) return need(SYMM_NEED_JOB);
+  if (!(f->have & SYMM_NEED_SETTLED)) return need(SYMM_NEED_SETTLED);
+  int ncclDecides = 0;
+  const ncclResult_t args = symmArgsCheck(t, f->nranks, f->arch, &ncclDecides);
+  if (args != ncclSuccess) return refuse(f, args);
+  /* Ours behind a non-blocking group go first, in call order; while NCCL's group is still being
+   * launched, this call came too early. */
+  if (f->parked) return need(SYMM_NEED_PARKED);
+  if (f->parkedResult == ncclInProgress) {
+    struct symmRoute r = refuse(f, ncclInvalidArgument);
+    r.note = SYMM_NOTE_PARKED_BUSY;
+    return r;
+  }
+  if (f->parkedResult != ncclSuccess) return refuse(f, f->parkedResult);
+  /* Never ours on this communicator: nothing of ours to order it against (a failed one still
+   * refuses, as every call on it does). */
+  if (!f->hasTransport) return f->failure == ncclSuccess ? forward(0) : refuse(f, f->failure);
+  if (ncclDecides) return forward(1);
+
+  /* Under the lock: its health first; outside groups, the repeat cache is looked at too (read
+   * only; used when the route is repeatable). */
+  if (!(f->have & SYMM_NEED_LOCK))
+    return need(SYMM_NEED_LOCK | SYMM_NEED_HEALTH | (f->groupDepth == 0 ? SYMM_NEED_REPEAT : 0u));
+  if (!(f->have & SYMM_NEED_HEALTH)) return need(SYMM_NEED_HEALTH);
+  if (f->health != ncclSuccess) return refuse(f, f->health);
+  if (repeatable(f)) {
+    if (!(f->have & SYMM_NEED_REPEAT)) return need(SYMM_NEED_REPEAT);
+    if (f->repeat != NULL) {
+      struct symmRoute r = *f->repeat;
+      r.remember = r.tuned = 0;
+      r.repeated = 1;
+      return r;
+    }
+  }
+  /* Teardown may have detached the transport since: then nothing of ours is chosen. */
+  struct symmRoute r = {.kind = SYMM_ROUTE_LAUNCH, .algo = SYMM_ALGO_NCCL};
+  if (f->stillOurs) {
+    if (!(f->have & SYMM_NEED_WINDOW)) return need(SYMM_NEED_WINDOW);
+    r = pick(f, t);
+  }
+  if (r.algo == SYMM_ALGO_NCCL) {
+    /* Remembered too: an identical call forwards again without the tuner. */
+    struct symmRoute fwd = forward(1);
+    fwd.tuned = r.tuned;
+    fwd.remember = repeatable(f);
+    return fwd;
+  }
+  if (!f->needsStaging) {
+    r.when = f->groupDepth > 0 ? SYMM_WHEN_GROUP_END
+             : f->peersLive    ? SYMM_WHEN_NOW
+                               : SYMM_WHEN_ISSUE;
+    r.remember = r.when == SYMM_WHEN_NOW;
+    return r;
+  }
+  /* The first call given to our kernels builds staging, on every rank alike (the decision uses
+   * only agreed inputs). Not inside a capture: this call forwards, and the next one outside a
+   * capture builds it (ranks capture the same calls). */
+  if (!(f->have & SYMM_NEED_CAPTURE)) return need(SYMM_NEED_CAPTURE);
+  if (f->captured) {
+    struct symmRoute fwd = forward(1);
+    fwd.tuned = 1;
+    fwd.algo = r.algo;
+    fwd.note = SYMM_NOTE_CAPTURED_FIRST;
+    return fwd;
+  }
+  /* Never block a non-blocking caller on its peers: this call forwards (on every rank, as they
+   * all reach it alike), the staging job follows it (at the outermost group end inside a group),
+   * and ncclCommGetAsyncError says ncclInProgress until it is done. */
+  r.kind = f->config.blocking ? SYMM_ROUTE_STAGE_LAUNCH : SYMM_ROUTE_FORWARD_STAGE;
+  r.when = f->groupDepth > 0 ? SYMM_WHEN_GROUP_END : SYMM_WHEN_NOW;
+  return r;
+}

@@ -1,0 +1,560 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* CPU test of the route of a collective call (src/route.c) over a table of cases: each rule
+ * (passthrough, unknown, failed or gone communicators, arguments, parked operations, never-ours
+ * communicators, repeats), each CTA policy, fp8 below sm_90, groups, capture, non-blocking
+ * staging, windows, and a launch issued later; also which facts each case asks for, in order.
+ * No GPU, no NCCL. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "debug.h"
+#include "harness.h"
+#include "param.h"
+#include "route.h"
+#include "tune_table.h" /* symmTunerResetForTests */
+#include "tuner.h"
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static float buffer[4];
+
+/* What gathering each group of facts finds: a 2-rank sm_90 NVLink communicator, blocking, set
+ * up, staging built, healthy, outside groups, nothing registered, nothing remembered. */
+static struct symmRouteFacts world(void) {
+  struct symmRouteFacts w;
+  memset(&w, 0, sizeof(w));
+  w.known = 1;
+  w.config = (struct symmCommConfig){.blocking = 1, .ctaPolicy = NCCL_CTA_POLICY_DEFAULT};
+  w.nranks = 2;
+  w.arch = 90;
+  w.link = SYMM_LINK_NVLINK;
+  w.hasTransport = 1;
+  w.stillOurs = 1;
+  w.peersLive = 1;
+  w.stagingBytes = 64 * MiB;
+  return w;
+}
+
+static struct symmTask task(enum symmColl coll, size_t count, ncclDataType_t dt, ncclRedOp_t op) {
+  return (struct symmTask){.coll = coll, .sendbuff = buffer, .recvbuff = buffer + 1,
+                           .count = count, .datatype = dt, .op = op, .root = -1};
+}
+
+static struct symmTask allReduce(size_t count) {
+  return task(SYMM_COLL_ALLREDUCE, count, ncclBfloat16, ncclSum);
+}
+
+static void settled(struct symmRouteFacts* f, const struct symmRouteFacts* w) {
+  f->nranks = w->nranks;
+  f->arch = w->arch;
+  f->link = w->link;
+  f->table = w->table;
+  f->parked = w->parked;
+  f->hasTransport = w->hasTransport;
+  f->failure = w->failure;
+}
+
+/* One group of facts, from `w`, as src/enqueue.c gathers it; its letter goes to `asked`. */
+static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, unsigned group,
+                   char* asked, int* n) {
+  f->have |= group;
+  if (!f->known && group != SYMM_NEED_COMM) { /* no communicator: nothing else to read */
+    asked[(*n)++] = '-';
+    return;
+  }
+  switch (group) {
+    case SYMM_NEED_COMM:
+      asked[(*n)++] = 'C';
+      f->known = w->known;
+      f->device = w->device;
+      if (!f->issuing) f->gone = w->gone;
+      f->jobRunning = w->jobRunning;
+      f->config = w->config;
+      break;
+    case SYMM_NEED_JOB:
+      asked[(*n)++] = 'J';
+      f->jobRunning = 0;
+      settled(f, w); /* what the job settled is read again */
+      break;
+    case SYMM_NEED_SETTLED:
+      asked[(*n)++] = 'S';
+      settled(f, w);
+      break;
+    case SYMM_NEED_PARKED:
+      asked[(*n)++] = 'P';
+      f->parked = 0;
+      f->parkedResult = w->parkedResult;
+      break;
+    case SYMM_NEED_LOCK:
+      asked[(*n)++] = 'L';
+      if (f->issuing) f->gone = w->gone;
+      f->stillOurs = w->stillOurs;
+      f->peersLive = w->peersLive;
+      f->needsStaging = w->needsStaging;
+      break;
+    case SYMM_NEED_HEALTH:
+      asked[(*n)++] = 'H';
+      f->health = w->health;
+      break;
+    case SYMM_NEED_REPEAT:
+      asked[(*n)++] = 'R';
+      f->repeat = w->repeat;
+      break;
+    case SYMM_NEED_WINDOW:
+      asked[(*n)++] = 'W';
+      f->registered = w->registered;
+      f->multicastReady = w->multicastReady;
+      f->stagingBytes = w->stagingBytes;
+      break;
+    case SYMM_NEED_CAPTURE:
+      asked[(*n)++] = 'K';
+      f->captured = w->captured;
+      break;
+    default:
+      CHECK(0);
+      break;
+  }
+}
+
+/* Hands the route the facts it asks for, from `w`, as src/enqueue.c gathers them; `asked`
+ * spells the groups in order (C comm, J job, S settled, P parked, L lock, H health, R repeat,
+ * W window, K capture; '-' a group with no communicator to read it from). */
+static struct symmRoute drive(const struct symmRouteFacts* w, const struct symmTask* t,
+                              char* asked) {
+  struct symmRouteFacts f;
+  memset(&f, 0, sizeof(f));
+  f.passthrough = w->passthrough;
+  f.realMissing = w->realMissing;
+  f.groupDepth = w->groupDepth;
+  f.issuing = w->issuing;
+  int n = 0;
+  for (int step = 0; step < 16; step++) {
+    const struct symmRoute r = symmRoute(&f, t);
+    if (r.kind != SYMM_ROUTE_NEED) {
+      asked[n] = '\0';
+      return r;
+    }
+    CHECK(r.need != 0);
+    CHECK_EQ_INT(f.have & r.need, 0); /* never the same group twice */
+    for (unsigned bit = 1; bit <= r.need; bit <<= 1)
+      if (r.need & bit) reveal(&f, w, bit, asked, &n);
+  }
+  CHECK(0); /* the route never settled */
+  asked[n] = '\0';
+  return (struct symmRoute){.kind = SYMM_ROUTE_NEED};
+}
+
+enum { K_REFUSE = SYMM_ROUTE_REFUSE, K_FWD = SYMM_ROUTE_FORWARD, K_FWD_STAGE = SYMM_ROUTE_FORWARD_STAGE,
+       K_STAGE = SYMM_ROUTE_STAGE_LAUNCH, K_LAUNCH = SYMM_ROUTE_LAUNCH };
+
+/* One expected outcome; -1 fields are not checked. */
+struct expect {
+  int kind;
+  int result;  /* REFUSE */
+  int failGroup;
+  int ordered; /* FORWARD */
+  int when;    /* LAUNCH, STAGE_LAUNCH, FORWARD_STAGE */
+  int remember;
+  int algo;
+  const char* asked;
+};
+
+static void expectRoute(const char* name, const struct symmRouteFacts* w, const struct symmTask* t,
+                        struct expect e) {
+  char asked[32];
+  const struct symmRoute r = drive(w, t, asked);
+  /* Pure: the same facts give the same route. */
+  char again[32];
+  const struct symmRoute r2 = drive(w, t, again);
+  CHECK(memcmp(&r, &r2, sizeof(r)) == 0);
+  const int before = harnessFailures;
+  CHECK_EQ_INT(r.kind, e.kind);
+  if (e.result >= 0) CHECK_EQ_INT(r.result, e.result);
+  if (e.failGroup >= 0) CHECK_EQ_INT(r.failGroup, e.failGroup);
+  if (e.ordered >= 0) CHECK_EQ_INT(r.ordered, e.ordered);
+  if (e.when >= 0) CHECK_EQ_INT(r.when, e.when);
+  if (e.remember >= 0) CHECK_EQ_INT(r.remember, e.remember);
+  if (e.algo >= 0) CHECK_EQ_INT(r.algo, e.algo);
+  if (e.asked != NULL) CHECK_EQ_STR(asked, e.asked);
+  if (harnessFailures != before) fprintf(stderr, "  in case: %s\n", name);
+}
+
+#define X -1
+/* kind, result, failGroup, ordered, when, remember, algo, asked */
+#define LAUNCH_NOW(a, asked) {K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 1, a, asked}
+#define FWD_ORDERED(asked) {K_FWD, X, X, 1, X, X, SYMM_ALGO_NCCL, asked}
+#define FWD_PLAIN(asked) {K_FWD, X, X, 0, X, 0, X, asked}
+#define REFUSED(res, group, asked) {K_REFUSE, res, group, X, X, X, X, asked}
+
+static void testEntryAndCommunicator(void) {
+  struct symmRouteFacts w = world();
+  struct symmTask t = allReduce(1024);
+  expectRoute("the common case", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
+
+  w.passthrough = 1; /* a callback from the real NCCL, or SYMMCOLL_DISABLE */
+  char asked[32];
+  struct symmRoute r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.kind, SYMM_ROUTE_FORWARD);
+  CHECK_EQ_INT(r.untouched, 1);
+  CHECK_EQ_STR(asked, "");
+  w.realMissing = 1; /* no real NCCL: NCCL's system error, never the group's */
+  w.groupDepth = 1;
+  expectRoute("no real NCCL", &w, &t, (struct expect)REFUSED(ncclSystemError, 0, ""));
+
+  w = world();
+  w.known = 0; /* NULL, destroyed or foreign: the real NCCL's own answer, unordered */
+  expectRoute("unknown communicator", &w, &t, (struct expect)FWD_PLAIN("C-"));
+  w = world();
+  w.device = ncclUnhandledCudaError;
+  expectRoute("device", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 0, "CS"));
+  w.groupDepth = 2;
+  expectRoute("device in a group", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 1, "CS"));
+  w = world();
+  w.gone = 1;
+  w.jobRunning = 1;
+  expectRoute("gone", &w, &t, (struct expect)REFUSED(ncclInvalidUsage, 0, "CS"));
+  w = world();
+  w.jobRunning = 1; /* waited for, then as usual */
+  expectRoute("setup job", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSJLHRW"));
+
+  /* Never ours: plain forward, or its failure. */
+  w = world();
+  w.hasTransport = 0;
+  expectRoute("never ours", &w, &t, (struct expect)FWD_PLAIN("CS"));
+  w.failure = ncclRemoteError;
+  w.groupDepth = 1;
+  expectRoute("never ours, failed", &w, &t, (struct expect)REFUSED(ncclRemoteError, 1, "CS"));
+  /* Failed since (health, under the lock). */
+  w = world();
+  w.health = ncclRemoteError;
+  expectRoute("failed", &w, &t, (struct expect)REFUSED(ncclRemoteError, 0, "CSLHR"));
+  /* Detached by a teardown between the first look and the lock. */
+  w = world();
+  w.stillOurs = 0;
+  w.peersLive = 0;
+  expectRoute("detached", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCL, "CSLHR"});
+}
+
+static void testArguments(void) {
+  struct symmRouteFacts w = world();
+  struct symmTask t = allReduce(1024);
+  t.datatype = (ncclDataType_t)ncclNumTypes;
+  expectRoute("datatype", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+  w.groupDepth = 1;
+  expectRoute("datatype in a group", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 1, "CS"));
+  w = world();
+  /* Operator range: negative invalid; user-defined (PreMulSum) the real NCCL's, ordered. */
+  t = task(SYMM_COLL_REDUCESCATTER, 4, ncclFloat32, (ncclRedOp_t)-1);
+  expectRoute("negative op", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+  t = task(SYMM_COLL_ALLREDUCE, 4, ncclFloat32, (ncclRedOp_t)(ncclNumOps + 1));
+  expectRoute("user-defined op", &w, &t, (struct expect)FWD_ORDERED("CS"));
+  t = task(SYMM_COLL_ALLGATHER, 4, ncclFloat32, (ncclRedOp_t)-1); /* all-gather has no op */
+  expectRoute("all-gather op", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
+  /* Empty calls and NULL buffers are NCCL's to judge. */
+  t = allReduce(0);
+  expectRoute("count 0", &w, &t, (struct expect)FWD_ORDERED("CS"));
+  t = allReduce(4);
+  t.recvbuff = NULL;
+  expectRoute("NULL buffer", &w, &t, (struct expect)FWD_ORDERED("CS"));
+  t = task(SYMM_COLL_ALLGATHER, SIZE_MAX / 4, ncclInt8, ncclSum);
+  w.nranks = 8;
+  expectRoute("overflow", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+
+  /* fp8 reductions: refused below sm_90, left to NCCL on mixed architectures (0), ours from
+   * sm_90; an fp8 all-gather runs anywhere. */
+  w = world();
+  t = task(SYMM_COLL_ALLREDUCE, 1024, ncclFloat8e4m3, ncclSum);
+  w.arch = 80;
+  expectRoute("fp8 sm_80", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+  w.arch = 0;
+  expectRoute("fp8 mixed", &w, &t, (struct expect){K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCL, "CSLHRW"});
+  w.arch = 90;
+  expectRoute("fp8 sm_90", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
+  t = task(SYMM_COLL_REDUCESCATTER, 1024, ncclFloat8e5m2, ncclMax);
+  w.arch = 86;
+  expectRoute("fp8 reduce-scatter sm_86", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+  t = task(SYMM_COLL_ALLGATHER, 1024, ncclFloat8e4m3, ncclSum);
+  w.arch = 80;
+  expectRoute("fp8 all-gather sm_80", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
+}
+
+static void testParked(void) {
+  struct symmRouteFacts w = world();
+  struct symmTask t = allReduce(1024);
+  w.parked = 1; /* run first, then as usual */
+  expectRoute("parked ran", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSPLHRW"));
+  w.parkedResult = ncclInProgress; /* NCCL's group still launching: this call came too early */
+  char asked[32];
+  struct symmRoute r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.kind, SYMM_ROUTE_REFUSE);
+  CHECK_EQ_INT(r.result, ncclInvalidArgument);
+  CHECK_EQ_INT(r.note, SYMM_NOTE_PARKED_BUSY);
+  w.parkedResult = ncclUnhandledCudaError;
+  w.groupDepth = 1;
+  expectRoute("parked failed", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 1, "CSP"));
+  /* Arguments are judged before anything parked runs. */
+  t.datatype = (ncclDataType_t)-1;
+  expectRoute("arguments first", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 1, "CS"));
+}
+
+static void testRepeatsAndGroups(void) {
+  struct symmRouteFacts w = world();
+  struct symmTask t = allReduce(1024);
+  char asked[32];
+  /* What a call gets is what an identical call gets again, without the tuner. */
+  const struct symmRoute first = drive(&w, &t, asked);
+  CHECK_EQ_INT(first.remember, 1);
+  w.repeat = &first;
+  struct symmRoute again = drive(&w, &t, asked);
+  CHECK_EQ_STR(asked, "CSLHR");
+  CHECK_EQ_INT(again.kind, SYMM_ROUTE_LAUNCH);
+  CHECK_EQ_INT(again.repeated, 1);
+  CHECK_EQ_INT(again.remember, 0);
+  CHECK_EQ_INT(again.algo, first.algo);
+  /* A remembered forward (sizes above the table's last step, say) forwards again. */
+  const struct symmRoute fwd = {.kind = SYMM_ROUTE_FORWARD, .ordered = 1, .remember = 1};
+  w.repeat = &fwd;
+  again = drive(&w, &t, asked);
+  CHECK_EQ_INT(again.kind, SYMM_ROUTE_FORWARD);
+  CHECK_EQ_INT(again.ordered, 1);
+  CHECK_EQ_INT(again.repeated, 1);
+  /* Inside a group nothing is remembered or repeated; ours run at the outermost end. */
+  w.groupDepth = 1;
+  expectRoute("group", &w, &t, (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_GROUP_END, 0,
+                                               SYMM_ALGO_LAMPORT, "CSLHW"});
+  /* Our kernels cannot run now (aborted, revoked): decided here, issued after the lock. */
+  w = world();
+  w.peersLive = 0;
+  t = allReduce(1024);
+  expectRoute("not live", &w, &t, (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_ISSUE, 0,
+                                                  SYMM_ALGO_LAMPORT, "CSLHRW"});
+  /* Forwards outside the table's range are remembered where ours could run. */
+  w = world();
+  w.nranks = 6;
+  t = allReduce(1 << 20);
+  expectRoute("untimed row", &w, &t, (struct expect){K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCL, "CSLHRW"});
+  w.groupDepth = 1;
+  expectRoute("untimed row, group", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCL, "CSLHW"});
+}
+
+static void testStaging(void) {
+  struct symmRouteFacts w = world();
+  struct symmTask t = allReduce(1024);
+  w.peersLive = 0;
+  w.needsStaging = 1;
+  expectRoute("first call", &w, &t, (struct expect){K_STAGE, X, X, X, SYMM_WHEN_NOW, 0,
+                                                    SYMM_ALGO_LAMPORT, "CSLHRWK"});
+  w.groupDepth = 1;
+  expectRoute("first call in a group", &w, &t, (struct expect){K_STAGE, X, X, X, SYMM_WHEN_GROUP_END,
+                                                               0, SYMM_ALGO_LAMPORT, "CSLHWK"});
+  w.config.blocking = 0; /* non-blocking: forward, staging job afterwards */
+  expectRoute("non-blocking in a group", &w, &t, (struct expect){K_FWD_STAGE, X, X, X,
+                                                                 SYMM_WHEN_GROUP_END, 0, X, "CSLHWK"});
+  w.groupDepth = 0;
+  expectRoute("non-blocking", &w, &t, (struct expect){K_FWD_STAGE, X, X, X, SYMM_WHEN_NOW, 0, X,
+                                                      "CSLHRWK"});
+  w.captured = 1; /* captured: forwards, staging waits for an uncaptured call */
+  char asked[32];
+  const struct symmRoute r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.kind, SYMM_ROUTE_FORWARD);
+  CHECK_EQ_INT(r.ordered, 1);
+  CHECK_EQ_INT(r.remember, 0);
+  CHECK_EQ_INT(r.note, SYMM_NOTE_CAPTURED_FIRST);
+  w.config.blocking = 1;
+  expectRoute("captured", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, X, "CSLHRWK"});
+  /* A call the tuner forwards never builds staging, nor asks about the capture. */
+  w.nranks = 6;
+  t = allReduce(1 << 20);
+  expectRoute("forward before staging", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCL,
+                                                                 "CSLHRW"});
+}
+
+static void testPolicies(void) {
+  struct symmRouteFacts w = world();
+  struct symmTask t = allReduce(1024);
+  char asked[32];
+  struct symmRoute r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.maxBlocks, 0);
+  CHECK_EQ_INT(r.minBlocks, 0);
+  /* Efficiency: the same algorithm, fewer blocks. */
+  w.config.ctaPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.algo, SYMM_ALGO_LAMPORT);
+  CHECK_EQ_INT(r.maxBlocks, SYMM_EFFICIENCY_BLOCKS);
+  w.config = (struct symmCommConfig){.blocking = 1, .maxCTAs = 16, .minCTAs = 4};
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.maxBlocks, 16);
+  CHECK_EQ_INT(r.minBlocks, 4);
+  /* Zero: no SM kernel of ours. The copy engines take every all-gather on NVLink (or one GPU),
+   * at any size; all-reduce and reduce-scatter forward; so do PCIe peers. */
+  w = world();
+  w.config.ctaPolicy = NCCL_CTA_POLICY_ZERO;
+  for (size_t count = 1; count <= ((size_t)1 << 28); count <<= 9) {
+    t = allReduce(count);
+    expectRoute("zero all-reduce", &w, &t, (struct expect){K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCL, NULL});
+    t = task(SYMM_COLL_REDUCESCATTER, count, ncclBfloat16, ncclSum);
+    expectRoute("zero reduce-scatter", &w, &t, (struct expect){K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCL, NULL});
+    t = task(SYMM_COLL_ALLGATHER, count, ncclBfloat16, ncclSum);
+    expectRoute("zero all-gather", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_COPYENGINE, NULL));
+    w.link = SYMM_LINK_SAME_GPU;
+    expectRoute("zero all-gather, one GPU", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_COPYENGINE, NULL));
+    w.link = SYMM_LINK_PCIE;
+    expectRoute("zero all-gather, PCIe", &w, &t, (struct expect){K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCL, NULL});
+    w.link = SYMM_LINK_NVLINK;
+  }
+  /* An override cannot bring an SM kernel back; it can force the copy engine (also on PCIe). */
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "oneshot", 1);
+  setenv("SYMMCOLL_ALLGATHER_ALGO", "ce", 1);
+  symmParamResetAll();
+  symmTunerResetForTests();
+  w.config.ctaPolicy = NCCL_CTA_POLICY_ZERO | NCCL_CTA_POLICY_EFFICIENCY;
+  t = allReduce(1024);
+  expectRoute("zero, forced one-shot", &w, &t, (struct expect){K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCL, NULL});
+  w.link = SYMM_LINK_PCIE;
+  t = task(SYMM_COLL_ALLGATHER, 1024, ncclBfloat16, ncclSum);
+  expectRoute("zero, forced ce on PCIe", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_COPYENGINE, NULL));
+  w.config.ctaPolicy = NCCL_CTA_POLICY_DEFAULT; /* forced one-shot without the policy */
+  t = allReduce(1024);
+  expectRoute("forced one-shot", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_ONESHOT, NULL));
+  unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
+  unsetenv("SYMMCOLL_ALLGATHER_ALGO");
+  symmParamResetAll();
+  symmTunerResetForTests();
+  /* The policy itself, algorithm by algorithm. */
+  for (int a = 0; a < SYMM_NALGOS; a++) {
+    CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_DEFAULT, (enum symmAlgo)a), 1);
+    CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_EFFICIENCY, (enum symmAlgo)a), 1);
+    CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_ZERO, (enum symmAlgo)a),
+                 a == SYMM_ALGO_NCCL || a == SYMM_ALGO_COPYENGINE);
+  }
+}
+
+static void testLaunchDetails(void) {
+  /* Windows: a registered all-gather output that the table (here an override) gives to push is
+   * written in place; a registered all-reduce input is read in place by the two-shot up to
+   * SYMMCOLL_ZERO_COPY_MAX_BYTES; unregistered inputs exchange ncclCommRegister descriptors. */
+  struct symmRouteFacts w = world();
+  setenv("SYMMCOLL_ALLGATHER_ALGO", "push", 1);
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
+  symmParamResetAll();
+  struct symmTask t = task(SYMM_COLL_ALLGATHER, 1024, ncclBfloat16, ncclSum);
+  char asked[32];
+  w.registered = 1;
+  struct symmRoute r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.algo, SYMM_ALGO_PUSH);
+  CHECK_EQ_INT(r.zeroCopy, 1);
+  w.registered = 0;
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.zeroCopy, 0);
+  t = allReduce(1 << 20);
+  w.registered = 1;
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.algo, SYMM_ALGO_TWOSHOT);
+  CHECK_EQ_INT(r.zeroCopy, 1);
+  CHECK_EQ_INT(r.exchangeDescs, 0);
+  w.registered = 0;
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.zeroCopy, 0);
+  CHECK_EQ_INT(r.exchangeDescs, 1);
+  t = allReduce(4 << 20); /* 8 MiB of bf16 */
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.exchangeDescs, 0);
+  unsetenv("SYMMCOLL_ALLGATHER_ALGO");
+  unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
+  symmParamResetAll();
+  symmTunerResetForTests();
+  /* All-gather's op is ncclSum; multimem is emulated unless multicast is mapped; programmatic
+   * dependent launch from sm_90 on, unless SYMMCOLL_PDL=0. */
+  t = task(SYMM_COLL_ALLGATHER, 1024, ncclBfloat16, ncclMax);
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.op, ncclSum);
+  CHECK_EQ_INT(r.emulateMultimem, 1);
+  CHECK_EQ_INT(r.pdl, 1);
+  w.multicastReady = 1;
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.emulateMultimem, 0);
+  w.arch = 80;
+  t = allReduce(1024);
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.algo, SYMM_ALGO_LAMPORT); /* the untimed row */
+  CHECK_EQ_INT(r.pdl, 0);
+  w.arch = 90;
+  setenv("SYMMCOLL_PDL", "0", 1);
+  symmParamResetAll();
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.pdl, 0);
+  unsetenv("SYMMCOLL_PDL");
+  symmParamResetAll();
+}
+
+/* A launch decided earlier, issued at the group's end (or after staging, or parked): it runs,
+ * is refused, or forwards plainly; never the group's failure. */
+static void testIssued(void) {
+  struct symmRouteFacts w = world();
+  w.issuing = 1;
+  w.groupDepth = 1;
+  struct symmTask t = allReduce(1024);
+  expectRoute("issued", &w, &t, (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 0, X, "CLH"});
+  w.device = ncclUnhandledCudaError;
+  expectRoute("issued, device", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 0, "C"));
+  w = world();
+  w.issuing = 1;
+  w.gone = 1; /* read under the lock */
+  expectRoute("issued, gone", &w, &t, (struct expect)REFUSED(ncclInvalidUsage, 0, "CL"));
+  w.gone = 0;
+  w.health = ncclRemoteError;
+  expectRoute("issued, failed", &w, &t, (struct expect)REFUSED(ncclRemoteError, 0, "CLH"));
+  w.health = ncclSuccess;
+  w.peersLive = 0; /* staging failed, or aborted or revoked since */
+  expectRoute("issued, not live", &w, &t, (struct expect)FWD_PLAIN("CLH"));
+}
+
+static void testLargestStaged(void) {
+  struct symmTuneInput in;
+  memset(&in, 0, sizeof(in));
+  in.nranks = 2;
+  in.arch = 90;
+  in.link = SYMM_LINK_NVLINK;
+  in.stagingBytes = 64 * MiB;
+  CHECK_EQ_INT(symmRouteLargestStaged(&in, NCCL_CTA_POLICY_DEFAULT), SIZE_MAX); /* two-shot */
+  in.arch = 80;
+  CHECK_EQ_INT(symmRouteLargestStaged(&in, NCCL_CTA_POLICY_DEFAULT), 32 * KiB);
+  /* Zero: the copy-engine all-gather runs any size where it runs at all. */
+  CHECK_EQ_INT(symmRouteLargestStaged(&in, NCCL_CTA_POLICY_ZERO), SIZE_MAX);
+  in.link = SYMM_LINK_SAME_GPU;
+  CHECK_EQ_INT(symmRouteLargestStaged(&in, NCCL_CTA_POLICY_ZERO), SIZE_MAX);
+  in.link = SYMM_LINK_PCIE;
+  CHECK_EQ_INT(symmRouteLargestStaged(&in, NCCL_CTA_POLICY_ZERO), 0);
+  /* A forced SM kernel counts only where the policy allows it. */
+  setenv("SYMMCOLL_REDUCESCATTER_ALGO", "pull", 1);
+  symmParamResetAll();
+  CHECK_EQ_INT(symmRouteLargestStaged(&in, NCCL_CTA_POLICY_DEFAULT), SIZE_MAX);
+  CHECK_EQ_INT(symmRouteLargestStaged(&in, NCCL_CTA_POLICY_ZERO), 0);
+  unsetenv("SYMMCOLL_REDUCESCATTER_ALGO");
+  symmParamResetAll();
+}
+
+int main(void) {
+  for (const char* const* k = (const char* const[]){"SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO",
+                                                    "SYMMCOLL_REDUCESCATTER_ALGO", "SYMMCOLL_PDL",
+                                                    "SYMMCOLL_MULTIMEM", "SYMMCOLL_MULTIMEM_EMULATE",
+                                                    "SYMMCOLL_ZERO_COPY_MAX_BYTES",
+                                                    "SYMMCOLL_TUNING_FILE", NULL};
+       *k != NULL; k++)
+    unsetenv(*k);
+  symmParamResetAll();
+  (void)symmLogLevel();
+  testEntryAndCommunicator();
+  testArguments();
+  testParked();
+  testRepeatsAndGroups();
+  testStaging();
+  testPolicies();
+  testLaunchDetails();
+  testIssued();
+  testLargestStaged();
+  return harnessReport("core_route");
+}
