@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../transport/cudriver.h"
+#include "cudriver.h"
 #include "checks.h"
 #include "debug.h"
 #include "param.h"

@@ -11,7 +11,7 @@
 #include "primitives.cuh"
 
 extern "C" {
-#include "../transport/cudriver.h"
+#include "cudriver.h"
 #include "debug.h"
 #include "param.h"
 }

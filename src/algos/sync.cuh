@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Cross-GPU signalling for the kernels: system-scope release/acquire flags, 64-bit device-side
- * epochs, abort- and failure-aware spinning (rules: shared/CORRECTNESS.md; layout: README.md). */
+ * epochs, abort- and failure-aware spinning (rules and layout: README.md). */
 #ifndef SYMMCOLL_SYNC_CUH
 #define SYMMCOLL_SYNC_CUH
 
