@@ -287,34 +287,34 @@ static void mcGuardEachAlone(void) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-static int usage(void) {
-  fprintf(stderr, "usage: test_peer_security nonmember|squat|mcguard\n");
-  return 2;
+static int nonMemberMode(const char* arg) {
+  (void)arg;
+  runSecurity(1);
+  return 0;
+}
+
+static int squatMode(const char* arg) {
+  (void)arg;
+  runSecurity(2);
+  return 0;
+}
+
+/* World sizes that would qualify for multicast by size; the variables must keep it off. */
+static int mcGuardMode(const char* arg) {
+  (void)arg;
+  CHECK(getenv("NCCL_NVLS_ENABLE") && getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST") &&
+        getenv("NVSHMEM_DISABLE_NVLS"));
+  mcGuardEachAlone(); /* first: its children must fork from a process without CUDA state */
+  for (int nranks = 4; nranks <= SYMM_MAX_RANKS; nranks++) runThreads(nranks, mcGuardBody, NULL);
+  CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
+  return 0;
 }
 
 int main(int argc, char** argv) {
-  watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-  harnessManyStreamsPerGpu();
-  const char* mode = argc > 1 ? argv[1] : "";
-  if (argc < 2) return usage();
-  char name[96];
-  snprintf(name, sizeof(name), "peer_security %s", mode);
-  const int mcguard = strcmp(mode, "mcguard") == 0;
-  const int start = peerMainStart("test_peer_security", mode, mcguard ? 1 : 2, mcguard, mcguard, name);
-  if (start >= 0) return start;
-  if (strcmp(mode, "nonmember") == 0) {
-    runSecurity(1);
-  } else if (strcmp(mode, "squat") == 0) {
-    runSecurity(2);
-  } else if (mcguard) {
-    /* World sizes that would qualify for multicast by size; the variables must keep it off. */
-    CHECK(getenv("NCCL_NVLS_ENABLE") && getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST") &&
-          getenv("NVSHMEM_DISABLE_NVLS"));
-    mcGuardEachAlone(); /* first: its children must fork from a process without CUDA state */
-    for (int nranks = 4; nranks <= SYMM_MAX_RANKS; nranks++) runThreads(nranks, mcGuardBody, NULL);
-    CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
-  } else {
-    return usage();
-  }
-  return harnessReport(name);
+  static const struct peerMode modes[] = {{"nonmember", 2, PEER_FORKED, nonMemberMode},
+                                          {"squat", 2, PEER_FORKED, squatMode},
+                                          {"mcguard", 1, PEER_BOOTSTRAP, mcGuardMode}};
+  static const struct peerTest test = {"peer_security", "nonmember|squat|mcguard", 0, modes,
+                                       sizeof(modes) / sizeof(modes[0])};
+  return peerMain(&test, argc, argv);
 }
