@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BUILD=${BUILD:-build}
 SOAK=${SOAK:-0}
-. test/prereqs.sh
+. build-aux/prereqs.sh
 if [ ! -f "$BUILD/build.ninja" ]; then meson setup "$BUILD" -Dgpu_archs=90a >/dev/null || exit 1; fi
 ninja -C "$BUILD" >/dev/null || { echo "build failed"; exit 1; }
 BIN=$BUILD/test/algos/test_allreduce
