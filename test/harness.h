@@ -9,8 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The counters of a binary. A test of one file has them here; a test of several files defines
+ * HARNESS_SHARED_COUNTERS before including this header (its own header does that) and defines
+ * the two counters in the file with main(). */
+#ifdef HARNESS_SHARED_COUNTERS
+extern int harnessFailures;
+extern int harnessChecks;
+#else
 static int harnessFailures;
 static int harnessChecks;
+#endif
 
 /* Entries of a /proc directory (open fds: "/proc/self/fd"; mapped ranges: "/proc/self/map_files"),
  * not counting the descriptor that reads it; -1 when it cannot be read. Leak checks compare two. */
