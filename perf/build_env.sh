@@ -6,7 +6,7 @@
 # repository's build/; absolute, or relative to the directory the script was started from).
 # Sets PERF_BIN (directory of the binaries), NCCL_LIB_FILE, NCCL_INCLUDE_DIR, NGPUS.
 
-# Multicast stays off wherever our perf runs (the lent GPU machines forbid it).
+# Multicast stays off wherever our perf runs (README.md, "NVLink multicast").
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 perf_die() { echo "perf: $*" >&2; exit 1; }

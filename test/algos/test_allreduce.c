@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
   harnessManyStreamsPerGpu();
   /* Logging first: src/param.c logs under its lock, which deadlocks if the first param read
-   * (with the variable set) also has to initialise logging. Reported to the lead. */
+   * (with the variable set) also has to initialise logging. */
   (void)symmLogLevel();
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];

@@ -13,7 +13,7 @@
 
 int main(int argc, char** argv) {
   /* Logging first: src/param.c logs under its lock, which deadlocks if the first param read
-   * (with the variable set) also has to initialise logging. Reported to the lead. */
+   * (with the variable set) also has to initialise logging. */
   (void)symmLogLevel();
   if (argc < 2) {
     fprintf(stderr, "usage: test_argcheck /path/fake_nccl.so\n");

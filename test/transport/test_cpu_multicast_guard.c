@@ -39,7 +39,7 @@ static void setOne(const char* name, const char* value) {
 
 int main(void) {
   /* Initialise logging before any parameter is read: param.c logs while holding its lock, and
-   * the first log reads SYMMCOLL_DEBUG through that same lock (reported to the lead). */
+   * the first log reads SYMMCOLL_DEBUG through that same lock. */
   (void)symmLogLevel();
   /* Off unless asked for: the knob's default is 0, and the guard wants an explicit 1. */
   unsetenv("SYMMCOLL_MULTIMEM");
@@ -63,7 +63,7 @@ int main(void) {
     CHECK_EQ_INT(symmTransportMulticastReady(NULL), 0);
     if (symmMulticastEnvAllows() != 0) fprintf(stderr, "  switch %s ignored\n", switches[i][0]);
   }
-  /* All of them together, as the lent GPU machines set them. */
+  /* All of them together, as every script of this repository sets them. */
   clearAll();
   for (int i = 0; i < NSWITCHES; i++) setOne(switches[i][0], switches[i][1]);
   CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
