@@ -92,6 +92,21 @@ static inline void harnessRecord(int ok, const char* file, int line, const char*
     }                                                                                \
   } while (0)
 
+/* The same with a printf-style message: "FAIL file:line: message" (stderr held for the line). */
+#define HARNESS_TCHECKF(cond, ...)                                                   \
+  do {                                                                               \
+    const int tcheckOk_ = (cond) ? 1 : 0;                                            \
+    __atomic_add_fetch(&harnessChecks, 1, __ATOMIC_RELAXED);                         \
+    if (!tcheckOk_) {                                                                \
+      __atomic_add_fetch(&harnessFailures, 1, __ATOMIC_RELAXED);                     \
+      flockfile(stderr);                                                             \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
+      fprintf(stderr, __VA_ARGS__);                                                  \
+      fputc('\n', stderr);                                                           \
+      funlockfile(stderr);                                                           \
+    }                                                                                \
+  } while (0)
+
 /* Before any CUDA call in tests that put several ranks on one GPU: CUDA maps streams onto
  * CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and two streams sharing a queue
  * run in one order. Ranks that queue several spinning kernels each then deadlock: rank A's call

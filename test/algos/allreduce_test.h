@@ -31,41 +31,23 @@ struct arOptions {
 };
 extern struct arOptions opt;
 
-extern pthread_mutex_t checkLock;
-/* Thread-safe CHECK for threads mode. `cond` is evaluated BEFORE the lock is taken: it is often
- * a blocking call (syncAll, a collective) that waits for another rank thread, and that thread
- * must not be stuck behind the lock meanwhile (its next CHECK would wait for our sync, which
- * waits for its kernel: a stall until the kernels time out, then skewed epochs). */
-#define TCHECK(cond, ...)                                      \
-  do {                                                         \
-    const int tcheckOk_ = (cond) ? 1 : 0;                      \
-    pthread_mutex_lock(&checkLock);                            \
-    harnessChecks++;                                           \
-    if (!tcheckOk_) {                                          \
-      harnessFailures++;                                       \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
-      fprintf(stderr, __VA_ARGS__);                            \
-      fprintf(stderr, "\n");                                   \
-    }                                                          \
-    pthread_mutex_unlock(&checkLock);                          \
-  } while (0)
+/* Thread-safe CHECK for threads mode, with a message (test/harness.h). `cond` is evaluated
+ * before anything is counted: it is often a blocking call (syncAll, a collective) that waits for
+ * another rank thread. */
+#define TCHECK(cond, ...) HARNESS_TCHECKF(cond, __VA_ARGS__)
 
-#define CUDA_OR_DIE(cmd)                                                                  \
-  do {                                                                                    \
-    cudaError_t e_ = (cmd);                                                               \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #cmd, cudaGetErrorString(e_)); \
-      exit(2);                                                                            \
-    }                                                                                     \
+/* A CUDA or NCCL call that must succeed: else its text and error, and exit 2. */
+#define CUDA_OR_DIE(cmd)                                                        \
+  do {                                                                          \
+    const cudaError_t e_ = (cmd);                                               \
+    if (e_ != cudaSuccess) arDie(__FILE__, __LINE__, #cmd, cudaGetErrorString(e_)); \
   } while (0)
-#define NCCL_OR_DIE(cmd)                                                                  \
-  do {                                                                                    \
-    ncclResult_t r_ = (cmd);                                                              \
-    if (r_ != ncclSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #cmd, ncclGetErrorString(r_)); \
-      exit(2);                                                                            \
-    }                                                                                     \
+#define NCCL_OR_DIE(cmd)                                                        \
+  do {                                                                          \
+    const ncclResult_t r_ = (cmd);                                              \
+    if (r_ != ncclSuccess) arDie(__FILE__, __LINE__, #cmd, ncclGetErrorString(r_)); \
   } while (0)
+void arDie(const char* file, int line, const char* call, const char* error) __attribute__((noreturn));
 
 /* ---- ranks (allreduce_ranks.c) ------------------------------------------------------------- */
 

@@ -30,10 +30,14 @@ int harnessFailures, harnessChecks;
 struct arOptions opt = {MODE_DIRECT, 2, 0, 0, 0, 0, 1, 1, 0, 20000, 1000, 64u << 20, 256u << 20, 12345,
                         (1u << SYMM_ALGO_ONESHOT) | (1u << SYMM_ALGO_TWOSHOT) |
                             (1u << SYMM_ALGO_MULTIMEM) | (1u << SYMM_ALGO_LAMPORT)};
-pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
 int nranksWorld, ngpus;
 pthread_barrier_t threadBarrier;
 struct rankCtx* allRanks;
+
+void arDie(const char* file, int line, const char* call, const char* error) {
+  fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, error);
+  exit(2);
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Drivers */

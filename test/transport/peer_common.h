@@ -46,33 +46,13 @@
 
 /* ---- checks from several threads; counts from child processes ---------------------------- */
 
-/* The checked expression is evaluated BEFORE the lock is taken: it is often a blocking call
- * (cudaStreamSynchronize behind a spinning kernel, ncclCommWindowRegister, a collective) that
- * waits for another rank thread, which must not be stuck behind the lock meanwhile. */
+/* test/harness.h's thread-safe checks: the checked expression is evaluated before anything is
+ * counted, as it is often a blocking call (cudaStreamSynchronize behind a spinning kernel,
+ * ncclCommWindowRegister, a collective) that waits for another rank thread. checkLock keeps a
+ * report of several lines in one piece. */
 static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
-#define TCHECK(cond)                                                              \
-  do {                                                                            \
-    const int tcheckOk_ = (cond) ? 1 : 0;                                         \
-    pthread_mutex_lock(&checkLock);                                               \
-    harnessChecks++;                                                              \
-    if (!tcheckOk_) {                                                             \
-      harnessFailures++;                                                          \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);    \
-    }                                                                             \
-    pthread_mutex_unlock(&checkLock);                                             \
-  } while (0)
-#define TCHECK_EQ_INT(a, b)                                                       \
-  do {                                                                            \
-    const long long tcheckA_ = (long long)(a), tcheckB_ = (long long)(b);         \
-    pthread_mutex_lock(&checkLock);                                               \
-    harnessChecks++;                                                              \
-    if (tcheckA_ != tcheckB_) {                                                   \
-      harnessFailures++;                                                          \
-      fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, \
-              tcheckA_, tcheckB_);                                                \
-    }                                                                             \
-    pthread_mutex_unlock(&checkLock);                                             \
-  } while (0)
+#define TCHECK(cond) HARNESS_TCHECK(cond)
+#define TCHECK_EQ_INT(a, b) HARNESS_TCHECK_EQ_INT(a, b)
 #define CUDA_OK(call) TCHECK_EQ_INT((call), cudaSuccess)
 
 static int ndev;
@@ -203,7 +183,7 @@ static PEER_UNUSED int attach(struct rankCtx* c) {
     pthread_mutex_lock(&checkLock);
     fprintf(stderr, "rank %d/%d: communicator is NOT eligible (transport NULL); run with "
             "SYMMCOLL_DEBUG=INFO for the reason\n", c->rank, c->nranks);
-    CHECK(c->peers != NULL);
+    TCHECK(c->peers != NULL);
     pthread_mutex_unlock(&checkLock);
     return 0;
   }
@@ -439,9 +419,12 @@ static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
-/* runProcesses: called in each rank process before it creates its communicator (a setting
- * that differs between ranks, such as an environment variable set on one rank only). */
+/* runProcesses' hooks, in each rank process: before it creates its communicator (a setting
+ * that differs between ranks, such as an environment variable set on one rank only; a spy), and
+ * after it destroyed it. ranksExitClean: each rank process must exit 0. */
 static PEER_UNUSED void (*beforeRankInit)(int rank);
+static PEER_UNUSED void (*afterRankDestroy)(int rank);
+static PEER_UNUSED int ranksExitClean = 1;
 
 /* Two processes, one GPU each, the real NCCL: rank 0 makes the id and pipes it to rank 1. Each
  * child sends back its check counts. The parent never touches CUDA. */
@@ -486,13 +469,14 @@ static PEER_UNUSED void runProcesses(rankBody body, void* arg) {
           CHECK_EQ_INT(ncclCommDestroy(c.comm), ncclSuccess);
         }
       }
+      if (afterRankDestroy != NULL) afterRankDestroy(r);
       int counts[2] = {harnessChecks, harnessFailures};
       (void)procsWriteAll(resultPipe[1], counts, sizeof(counts));
       close(resultPipe[1]);
       _exit(0);
     }
   }
-  collectRanks(idPipe, resultPipe, pids, 1);
+  collectRanks(idPipe, resultPipe, pids, ranksExitClean);
 }
 
 /* ---- main(): one runner, each test binary a table of modes --------------------------------- */

@@ -195,44 +195,20 @@ static void installSpy(int rank) {
   }
 }
 
-/* Like runProcesses, but the spy goes in before ncclCommInitRank. */
+/* Every rank's handle server is gone once its communicator is. */
+static void noSocketsLeft(int rank) {
+  (void)rank;
+  CHECK_EQ_INT(ourSocketsLeft(), 0);
+}
+
+/* runProcesses with the spy in before ncclCommInitRank. */
 static void runSecurity(int mode) {
   spyMode = mode;
   snprintf(squatLog, sizeof(squatLog), "/tmp/symmcoll-squat-%d.log", (int)getpid());
-  int idPipe[2], resultPipe[2];
-  if (pipe(idPipe) != 0 || pipe(resultPipe) != 0) {
-    CHECK(0);
-    return;
-  }
-  pid_t pids[2];
-  for (int r = 0; r < 2; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      close(resultPipe[0]);
-      ncclUniqueId id;
-      installSpy(r);
-      int ok;
-      if (r == 0) ok = ncclGetUniqueId(&id) == ncclSuccess && procsWriteAll(idPipe[1], &id, sizeof(id)) == 0;
-      else ok = procsReadAll(idPipe[0], &id, sizeof(id)) == 0;
-      close(idPipe[0]);
-      close(idPipe[1]);
-      CHECK(ok);
-      struct rankCtx c = {.rank = r, .nranks = 2, .dev = r};
-      CUDA_OK(cudaSetDevice(r));
-      if (ok && ncclCommInitRank(&c.comm, 2, id, r) == ncclSuccess) {
-        CHECK_EQ_INT(usingBootstrap(), 0);
-        securityBody(&c, 1, squatLog);
-        CHECK_EQ_INT(ncclCommDestroy(c.comm), ncclSuccess);
-      } else {
-        CHECK(!"ncclCommInitRank failed");
-      }
-      CHECK_EQ_INT(ourSocketsLeft(), 0);
-      int counts[2] = {harnessChecks, harnessFailures};
-      (void)procsWriteAll(resultPipe[1], counts, sizeof(counts));
-      _exit(0);
-    }
-  }
-  collectRanks(idPipe, resultPipe, pids, 0);
+  beforeRankInit = installSpy;
+  afterRankDestroy = noSocketsLeft;
+  ranksExitClean = 0;
+  runProcesses(securityBody, squatLog);
   if (mode == 2) {
     /* Show what rank 1 logged (its check failures too), then clean up. */
     FILE* f = fopen(squatLog, "r");
