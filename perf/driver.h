@@ -20,37 +20,26 @@
   fprintf(stderr, "perf: NCCL error '%s' at %s:%d: %s (%s)\n", ncclGetErrorString(r), __FILE__, __LINE__, \
           call, ncclGetLastError(NULL))
 
-#define CUDA_TRY(call)                  \
-  do {                                  \
-    cudaError_t e_ = (call);            \
-    if (e_ != cudaSuccess) {            \
-      PERF_LOG_CUDA(e_, #call);         \
-      return PERF_EXIT_FAILURE;         \
-    }                                   \
+/* A call whose result r_ must pass `ok`, else `log` names it and `onError` runs: CUDA_TRY and
+ * NCCL_TRY return PERF_EXIT_FAILURE from the caller (ncclInProgress, from a non-blocking
+ * communicator, is no error); the _WARN forms, for cleanup paths, log and go on. */
+#define PERF_CALL(type, call, ok, log, onError) \
+  do {                                          \
+    const type r_ = (call);                     \
+    if (!(ok)) {                                \
+      log(r_, #call);                           \
+      onError;                                  \
+    }                                           \
   } while (0)
-#define NCCL_TRY(call)                                       \
-  do {                                                       \
-    ncclResult_t r_ = (call);                                \
-    if (r_ != ncclSuccess && r_ != ncclInProgress) {         \
-      PERF_LOG_NCCL(r_, #call);                              \
-      return PERF_EXIT_FAILURE;                              \
-    }                                                        \
-  } while (0)
-#define PERF_TRY(call)     \
-  do {                     \
-    int rc_ = (call);      \
+#define CUDA_TRY(call) PERF_CALL(cudaError_t, call, r_ == cudaSuccess, PERF_LOG_CUDA, return PERF_EXIT_FAILURE)
+#define NCCL_TRY(call) \
+  PERF_CALL(ncclResult_t, call, r_ == ncclSuccess || r_ == ncclInProgress, PERF_LOG_NCCL, return PERF_EXIT_FAILURE)
+#define CUDA_WARN(call) PERF_CALL(cudaError_t, call, r_ == cudaSuccess, PERF_LOG_CUDA, (void)0)
+#define NCCL_WARN(call) PERF_CALL(ncclResult_t, call, r_ == ncclSuccess, PERF_LOG_NCCL, (void)0)
+#define PERF_TRY(call)        \
+  do {                        \
+    int rc_ = (call);         \
     if (rc_ != 0) return rc_; \
-  } while (0)
-/* Cleanup-path variant: logs and goes on. */
-#define CUDA_WARN(call)                     \
-  do {                                      \
-    cudaError_t e_ = (call);                \
-    if (e_ != cudaSuccess) PERF_LOG_CUDA(e_, #call); \
-  } while (0)
-#define NCCL_WARN(call)                     \
-  do {                                      \
-    ncclResult_t r_ = (call);               \
-    if (r_ != ncclSuccess) PERF_LOG_NCCL(r_, #call); \
   } while (0)
 
 struct perfGpu {
