@@ -4,6 +4,7 @@
 #define SYMMCOLL_TEST_HARNESS_H
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,24 @@ static inline int harnessCountEntries(const char* path) {
     if (e->d_name[0] != '.') n++;
   closedir(d);
   return n - (strcmp(path, "/proc/self/fd") == 0 ? 1 : 0);
+}
+
+/* For a test against a stand-in NCCL named by argv[1] (else `usage` and exit 2): makes it the
+ * NCCL libsymmcoll forwards to (SYMMCOLL_NCCL_LIB) and opens it here too, so that the test can
+ * read what it recorded. NULL, a failed check, when it does not load. */
+static inline void* harnessUseFakeNccl(int argc, char** argv, const char* usage) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s\n", usage);
+    exit(2);
+  }
+  setenv("SYMMCOLL_NCCL_LIB", argv[1], 1);
+  void* fake = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (fake == NULL) {
+    harnessChecks++;
+    harnessFailures++;
+    fprintf(stderr, "dlopen(%s): %s\n", argv[1], dlerror());
+  }
+  return fake;
 }
 
 /* Exit code meson reads as "skipped". */

@@ -650,13 +650,7 @@ static void testDisabledRank(void) {
 
 int main(int argc, char** argv) {
   (void)symmLogLevel();
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_fake_paths /path/fake/libnccl.so.2 [abort cycles]\n");
-    return 2;
-  }
-  setenv("SYMMCOLL_NCCL_LIB", argv[1], 1);
-  void* fake = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  CHECK(fake != NULL);
+  void* fake = harnessUseFakeNccl(argc, argv, "test_fake_paths /path/fake/libnccl.so.2 [abort cycles]");
   if (fake == NULL) return harnessReport("core_fake_paths");
   *(void**)&callCount = dlsym(fake, "fakeNcclCallCount");
   *(void**)&callAt = dlsym(fake, "fakeNcclCall");

@@ -64,6 +64,18 @@ static struct symmFdServer* serveText(const struct symmFdRendezvous* rv, const c
   return server;
 }
 
+/* A stranger's socket under rank 0's abstract name for `rv`, listening: its fd, or -1. */
+static int listenAsRank0(const struct symmFdRendezvous* rv) {
+  int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  int len = symmFdSocketName(rv, 0, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
+  socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+  if (s < 0 || bind(s, (struct sockaddr*)&addr, alen) != 0 || listen(s, 4) != 0) return -1;
+  return s;
+}
+
 /* What the parent tells a forked fetcher once every pid is known. */
 struct gateMessage {
   struct symmFdRendezvous rv;
@@ -180,13 +192,8 @@ static void testSquatted(void) {
   if (squatter == 0) {
     close(ready[0]);
     close(release[1]);
-    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    int len = symmFdSocketName(&rv, 0, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
-    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
-    if (s < 0 || bind(s, (struct sockaddr*)&addr, alen) != 0 || listen(s, 4) != 0) _exit(2);
+    int s = listenAsRank0(&rv);
+    if (s < 0) _exit(2);
     char c = 1;
     if (write(ready[1], &c, 1) != 1) _exit(3);
     if (read(release[0], &c, 1) != 1) _exit(4);
@@ -224,13 +231,8 @@ static void testUnexpectedDescriptors(void) {
   pid_t rogue = fork();
   if (rogue == 0) {
     close(ready[0]);
-    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    int len = symmFdSocketName(&rv, 0, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
-    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
-    if (s < 0 || bind(s, (struct sockaddr*)&addr, alen) != 0 || listen(s, 4) != 0) _exit(2);
+    int s = listenAsRank0(&rv);
+    if (s < 0) _exit(2);
     char c = 1;
     if (write(ready[1], &c, 1) != 1) _exit(3);
     int conn = accept(s, NULL, NULL);

@@ -68,21 +68,18 @@ int main(void) {
   for (int i = 0; i < NSWITCHES; i++) setOne(switches[i][0], switches[i][1]);
   CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
 
-  /* Values that do not switch it off. */
-  clearAll();
-  setOne("NCCL_NVLS_ENABLE", "1");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
-  setOne("NCCL_NVLS_ENABLE", "2");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
-  clearAll();
-  setOne("TORCH_SYMM_MEM_DISABLE_MULTICAST", "0");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
-  clearAll();
-  setOne("SYMMCOLL_MULTIMEM", "1");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
-  clearAll();
-  setOne("NVSHMEM_DISABLE_NVLS", "true");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
+  /* Values that do not switch it off, and "true", which does. */
+  static const struct {
+    const char *name, *value;
+    int allows;
+  } values[] = {{"NCCL_NVLS_ENABLE", "1", 1},  {"NCCL_NVLS_ENABLE", "2", 1},
+                {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "0", 1}, {"SYMMCOLL_MULTIMEM", "1", 1},
+                {"NVSHMEM_DISABLE_NVLS", "true", 0}};
+  for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+    clearAll();
+    setOne(values[i].name, values[i].value);
+    CHECK_EQ_INT(symmMulticastEnvAllows(), values[i].allows);
+  }
 
   /* Decisions use what setup agreed. The knob is read once per process: set later, and even
    * after what ncclResetDebugInit does, it keeps its first value on this rank. */
