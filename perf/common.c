@@ -102,6 +102,19 @@ static int allocBuffers(struct perfRun* run) {
   return 0;
 }
 
+/* 0, or PERF_EXIT_FAILURE with a line naming `call` when r is an error. */
+static int ncclRc(ncclResult_t r, const char* call) {
+  if (r == ncclSuccess) return 0;
+  PERF_LOG_NCCL(r, call);
+  return PERF_EXIT_FAILURE;
+}
+
+/* Ends a group of calls that returned rc: rc, or the group's own failure when rc was 0. */
+static int endGroup(int rc, const char* what) {
+  const ncclResult_t end = ncclGroupEnd();
+  return rc != 0 ? rc : ncclRc(end, what);
+}
+
 static int registerBuffers(struct perfRun* run) {
   if (run->opt.registration == PERF_REG_NONE) return 0;
   NCCL_TRY(ncclGroupStart());
@@ -117,17 +130,9 @@ static int registerBuffers(struct perfRun* run) {
       r = ncclCommRegister(g->comm, g->sendAlloc, run->allocBytes, &g->sendHandle);
       if (r == ncclSuccess) r = ncclCommRegister(g->comm, g->recvAlloc, run->allocBytes, &g->recvHandle);
     }
-    if (r != ncclSuccess) {
-      PERF_LOG_NCCL(r, run->opt.registration == PERF_REG_SYMMETRIC ? "ncclCommWindowRegister" : "ncclCommRegister");
-      rc = PERF_EXIT_FAILURE;
-    }
+    rc = ncclRc(r, run->opt.registration == PERF_REG_SYMMETRIC ? "ncclCommWindowRegister" : "ncclCommRegister");
   }
-  ncclResult_t end = ncclGroupEnd();
-  if (end != ncclSuccess && rc == 0) {
-    PERF_LOG_NCCL(end, "ncclGroupEnd (registration)");
-    rc = PERF_EXIT_FAILURE;
-  }
-  return rc;
+  return endGroup(rc, "ncclGroupEnd (registration)");
 }
 
 static void teardown(struct perfRun* run) {
@@ -173,18 +178,9 @@ static int initComms(struct perfRun* run, const ncclUniqueId* id) {
       rc = PERF_EXIT_FAILURE;
       break;
     }
-    ncclResult_t r = ncclCommInitRankConfig(&g->comm, run->nranks, *id, g->rank, &config);
-    if (r != ncclSuccess) {
-      PERF_LOG_NCCL(r, "ncclCommInitRankConfig");
-      rc = PERF_EXIT_FAILURE;
-    }
+    rc = ncclRc(ncclCommInitRankConfig(&g->comm, run->nranks, *id, g->rank, &config), "ncclCommInitRankConfig");
   }
-  ncclResult_t end = ncclGroupEnd();
-  if (end != ncclSuccess && rc == 0) {
-    PERF_LOG_NCCL(end, "ncclGroupEnd (communicator creation)");
-    rc = PERF_EXIT_FAILURE;
-  }
-  return rc;
+  return endGroup(rc, "ncclGroupEnd (communicator creation)");
 }
 
 /* Runs this process's share of the ranks (all of them unless -P or MPI split them). */
@@ -247,13 +243,7 @@ static int runProcess(struct perfRun* run) {
 
   ncclUniqueId id;
   memset(&id, 0, sizeof(id));
-  if (isMainProc) {
-    ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) {
-      PERF_LOG_NCCL(r, "ncclGetUniqueId");
-      rc = PERF_EXIT_FAILURE;
-    }
-  }
+  if (isMainProc) rc = ncclRc(ncclGetUniqueId(&id), "ncclGetUniqueId");
   double idFailed = rc;
   if (w->ops->allreduce(w->impl, &idFailed, PERF_RED_MAX) != 0 || idFailed != 0) return PERF_EXIT_FAILURE;
   if (w->ops->bcast(w->impl, &id, sizeof(id)) != 0) return PERF_EXIT_FAILURE;

@@ -109,6 +109,12 @@ static void setErr(char* err, size_t len, const char* fmt, ...) {
   va_end(ap);
 }
 
+/* -1, with "invalid WHAT 'NAME' (HINT)" in err. */
+static int unknownName(char* err, size_t len, const char* what, const char* name, const char* hint) {
+  setErr(err, len, "invalid %s '%s' (%s)", what, name, hint);
+  return -1;
+}
+
 void perfPrintUsage(FILE* out, const char* prog) {
   fprintf(out,
           "USAGE: %s\n"
@@ -225,17 +231,11 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
       case 'c': bad = parseInt(arg, 0, INT_MAX, &opt->check); break;
       case 'o':
         opt->op = perfOpFromName(arg);
-        if (opt->op == -2) {
-          setErr(err, errLen, "invalid op '%s' (sum, prod, max, min, avg, mulsum or all)", arg);
-          return -1;
-        }
+        if (opt->op == -2) return unknownName(err, errLen, "op", arg, "sum, prod, max, min, avg, mulsum or all");
         break;
       case 'd':
         opt->type = perfTypeFromName(arg);
-        if (opt->type == -2) {
-          setErr(err, errLen, "invalid datatype '%s' (see -h for the list, or all)", arg);
-          return -1;
-        }
+        if (opt->type == -2) return unknownName(err, errLen, "datatype", arg, "see -h for the list, or all");
         break;
       case 'r': bad = parseInt(arg, 0, INT_MAX, &opt->root); break;
       case 'z': bad = parseInt(arg, 0, 3, &opt->blocking); break;
