@@ -317,30 +317,38 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
   return 0;
 }
 
-size_t perfSweepSizes(const struct perfOptions* opt, size_t* sizes, size_t cap) {
-  size_t n = 0;
-  size_t size = opt->minBytes;
-  for (;;) {
+/* minBytes, then each `next` of the one before until it says 0 (no size after the last): how
+ * many there are; the first `cap` go into sizes (when not NULL). */
+static size_t listSizes(const struct perfOptions* opt, size_t (*next)(const struct perfOptions*, size_t),
+                        size_t* sizes, size_t cap) {
+  size_t n = 0, size = opt->minBytes;
+  do {
     if (sizes && n < cap) sizes[n] = size;
     n++;
-    size_t next = opt->stepFactor > 1 ? size * opt->stepFactor : size + opt->stepBytes;
-    /* stop at max, on no progress (only a zero-size sweep) and on overflow */
-    if (next <= size || next > opt->maxBytes) break;
-    if (opt->stepFactor > 1 && next / opt->stepFactor != size) break;
-    size = next;
-  }
+    size = next(opt, size);
+  } while (size != 0);
   return n;
 }
 
+/* The sweep: -f factor or -i step; it stops at maxBytes, on no progress (only a zero-size
+ * sweep) and on overflow. */
+static size_t sweepNext(const struct perfOptions* opt, size_t size) {
+  size_t next = opt->stepFactor > 1 ? size * opt->stepFactor : size + opt->stepBytes;
+  if (next <= size || next > opt->maxBytes) return 0;
+  if (opt->stepFactor > 1 && next / opt->stepFactor != size) return 0;
+  return next;
+}
+
+size_t perfSweepSizes(const struct perfOptions* opt, size_t* sizes, size_t cap) {
+  return listSizes(opt, sweepNext, sizes, cap);
+}
+
+/* Warm-up: powers of two from minBytes (1 after 0) up to maxBytes. */
+static size_t warmupNext(const struct perfOptions* opt, size_t size) {
+  size_t next = size ? size * 2 : 1;
+  return next > opt->maxBytes || next < size ? 0 : next;
+}
+
 size_t perfWarmupSizes(const struct perfOptions* opt, size_t* sizes, size_t cap) {
-  size_t n = 0;
-  size_t size = opt->minBytes;
-  for (;;) {
-    if (sizes && n < cap) sizes[n] = size;
-    n++;
-    size_t next = size ? size * 2 : 1;
-    if (next > opt->maxBytes || next < size) break;
-    size = next;
-  }
-  return n;
+  return listSizes(opt, warmupNext, sizes, cap);
 }
