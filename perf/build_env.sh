@@ -6,7 +6,7 @@
 # repository's build/; absolute, or relative to the directory the script was started from).
 # Sets PERF_BIN (directory of the binaries), NCCL_LIB_FILE, NCCL_INCLUDE_DIR, NGPUS.
 
-# Multicast stays off wherever our perf runs (the lent GPU machines forbid it).
+# Multicast stays off wherever our perf runs (README.md, "NVLink multicast").
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 perf_die() { echo "perf: $*" >&2; exit 1; }
@@ -47,7 +47,7 @@ perf_find_build_tools() {
     chmod +x "$shim/ninja"
     PATH="$PATH:$shim"
   fi
-  # test/prereqs.sh wants pkg-config; our configuration needs it only for -Dmpi=enabled. On a
+  # build-aux/prereqs.sh wants pkg-config; our configuration needs it only for -Dmpi=enabled. On a
   # machine without it (and without network for apt), a stand-in that finds nothing will do.
   if ! command -v pkg-config >/dev/null 2>&1; then
     printf '#!/bin/sh\nexit 1\n' >"$shim/pkg-config"
@@ -71,13 +71,13 @@ perf_find_python() {
   export PERF_PYTHON SYMMCOLL_PERF_PYTHON=$PERF_PYTHON
 }
 
-# NCCL: test/find_nccl.py decides, as meson does (NCCL_HOME, the CUDA toolkit, the compiler's
+# NCCL: build-aux/find_nccl.py decides, as meson does (NCCL_HOME, the CUDA toolkit, the compiler's
 # system paths, pkg-config, the nvidia-nccl wheel of python3 or of the torch venv).
 perf_find_nccl() {
   local out py=python3
   [ -x /opt/torch/.venv/bin/python3 ] && ! python3 -c "import nvidia.nccl" >/dev/null 2>&1 &&
     py=/opt/torch/.venv/bin/python3
-  out=$("$py" "$(dirname "${BASH_SOURCE[0]}")/../test/find_nccl.py" --format shell \
+  out=$("$py" "$(dirname "${BASH_SOURCE[0]}")/../build-aux/find_nccl.py" --format shell \
         --cuda-include "$(dirname "$(dirname "$(command -v nvcc)")")/include") || perf_die "$out"
   eval "$out"
   export NCCL_SOURCE NCCL_INCLUDE_DIR NCCL_LIB_FILE
@@ -110,7 +110,7 @@ perf_build() {
   cd "$repo" || perf_die "cannot cd to $repo"
   perf_find_build_tools
   # shellcheck source=/dev/null
-  . test/prereqs.sh
+  . build-aux/prereqs.sh
   perf_find_nccl
   perf_count_gpus
   BUILD_DIR=$(perf_build_dir "$repo")

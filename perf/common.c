@@ -1,21 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The perf driver (nccl-tests' common.cu, rewritten in C): ranks, communicators, buffers,
- * warm-up, timed loops (eager or one CUDA graph per replay), data checks, and the table. */
+ * warm-up, timed loops (eager or one CUDA graph per replay), data checks, and the table.
+ * This file: the process (devices, buffers, communicators, threads); driver.h lists the rest. */
 #define _GNU_SOURCE
-#include <cuda_runtime.h>
-#include <nccl.h>
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#define PERF_HAVE_CUDA 1
-#include "common.h"
 #include "compare.h"
-#include "world.h"
+#include "driver.h"
 
 _Static_assert((int)ncclInt8 == PERF_INT8 && (int)ncclUint64 == PERF_UINT64 && (int)ncclFloat16 == PERF_HALF &&
                    (int)ncclFloat32 == PERF_FLOAT && (int)ncclFloat64 == PERF_DOUBLE &&
@@ -25,543 +19,6 @@ _Static_assert((int)ncclInt8 == PERF_INT8 && (int)ncclUint64 == PERF_UINT64 && (
 _Static_assert((int)ncclSum == PERF_SUM && (int)ncclProd == PERF_PROD && (int)ncclMax == PERF_MAX &&
                    (int)ncclMin == PERF_MIN && (int)ncclAvg == PERF_AVG,
                "perfOp codes must equal ncclRedOp_t");
-
-#define PERF_LOG_CUDA(e, call) \
-  fprintf(stderr, "perf: CUDA error '%s' at %s:%d: %s\n", cudaGetErrorString(e), __FILE__, __LINE__, call)
-#define PERF_LOG_NCCL(r, call)                                                                         \
-  fprintf(stderr, "perf: NCCL error '%s' at %s:%d: %s (%s)\n", ncclGetErrorString(r), __FILE__, __LINE__, \
-          call, ncclGetLastError(NULL))
-
-#define CUDA_TRY(call)                  \
-  do {                                  \
-    cudaError_t e_ = (call);            \
-    if (e_ != cudaSuccess) {            \
-      PERF_LOG_CUDA(e_, #call);         \
-      return PERF_EXIT_FAILURE;         \
-    }                                   \
-  } while (0)
-#define NCCL_TRY(call)                                       \
-  do {                                                       \
-    ncclResult_t r_ = (call);                                \
-    if (r_ != ncclSuccess && r_ != ncclInProgress) {         \
-      PERF_LOG_NCCL(r_, #call);                              \
-      return PERF_EXIT_FAILURE;                              \
-    }                                                        \
-  } while (0)
-#define PERF_TRY(call)     \
-  do {                     \
-    int rc_ = (call);      \
-    if (rc_ != 0) return rc_; \
-  } while (0)
-/* Cleanup-path variant: logs and goes on. */
-#define CUDA_WARN(call)                     \
-  do {                                      \
-    cudaError_t e_ = (call);                \
-    if (e_ != cudaSuccess) PERF_LOG_CUDA(e_, #call); \
-  } while (0)
-#define NCCL_WARN(call)                     \
-  do {                                      \
-    ncclResult_t r_ = (call);               \
-    if (r_ != ncclSuccess) PERF_LOG_NCCL(r_, #call); \
-  } while (0)
-
-struct perfGpu {
-  int dev, rank;
-  ncclComm_t comm;
-  cudaStream_t stream;
-  void *sendAlloc, *recvAlloc; /* as allocated */
-  char *send, *recv;           /* shifted by -u */
-  void *sendHandle, *recvHandle;
-  ncclWindow_t sendWin, recvWin;
-  unsigned long long* wrongDev;
-  ncclRedOp_t op;
-  int opCreated;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-};
-
-struct perfRun {
-  const struct perfColl* coll;
-  struct perfOptions opt;
-  struct perfWorld world;
-  const char* prog;
-  int nranks, nLocal, firstRank;
-  int nDevices; /* visible GPUs (--share_gpus wraps local ranks onto them) */
-  size_t allocBytes;
-  int ncclVersion;
-  FILE* csv;
-  struct perfGpu* gpus;
-};
-
-struct perfThread {
-  struct perfRun* run;
-  int index, nGpus, isMain;
-  struct perfGpu* gpus;
-  pthread_t tid;
-  int rc;
-  double bwSum;
-  int bwCount, errors;
-  uint64_t rep;
-  /* the test being timed */
-  int type, op;
-  struct perfCounts counts;
-};
-
-static double nowSec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int isMainPrinter(const struct perfThread* t) { return t->isMain; }
-
-/* ---- launching and completing ------------------------------------------------------------ */
-
-static int launchOne(struct perfThread* t, struct perfGpu* g, int inPlace, size_t shift) {
-  const struct perfCounts* c = &t->counts;
-  size_t elt = (size_t)perfTypeSize(t->type);
-  char* recv = g->recv + shift;
-  char* send = inPlace ? recv + c->sendInplaceOffset * elt * (size_t)g->rank : g->send + shift;
-  char* out = recv + (inPlace ? c->recvInplaceOffset * elt * (size_t)g->rank : 0);
-  ncclDataType_t dt = (ncclDataType_t)t->type;
-  switch (t->run->coll->kind) {
-    case PERF_ALLREDUCE: NCCL_TRY(ncclAllReduce(send, out, c->paramCount, dt, g->op, g->comm, g->stream)); break;
-    case PERF_ALLGATHER: NCCL_TRY(ncclAllGather(send, out, c->paramCount, dt, g->comm, g->stream)); break;
-    case PERF_REDUCESCATTER:
-      NCCL_TRY(ncclReduceScatter(send, out, c->paramCount, dt, g->op, g->comm, g->stream));
-      break;
-    default: return PERF_EXIT_FAILURE;
-  }
-  return 0;
-}
-
-/* Waits for all of this thread's streams, watching NCCL's async errors, -T and a failed peer. */
-static int completeColl(struct perfThread* t) {
-  const struct perfOptions* opt = &t->run->opt;
-  double start = nowSec();
-  int remaining = t->nGpus;
-  int done[t->nGpus];
-  memset(done, 0, sizeof(done));
-  while (remaining > 0) {
-    int progressed = 0;
-    for (int i = 0; i < t->nGpus; i++) {
-      if (done[i]) continue;
-      cudaError_t e = cudaStreamQuery(t->gpus[i].stream);
-      if (e == cudaSuccess) {
-        done[i] = 1;
-        remaining--;
-        progressed = 1;
-        continue;
-      }
-      if (e != cudaErrorNotReady) {
-        PERF_LOG_CUDA(e, "cudaStreamQuery");
-        return PERF_EXIT_FAILURE;
-      }
-      ncclResult_t async = ncclSuccess;
-      NCCL_TRY(ncclCommGetAsyncError(t->gpus[i].comm, &async));
-      int timedOut = opt->timeout > 0 && nowSec() - start > opt->timeout;
-      if (async != ncclSuccess || timedOut || perfWorldAborted(&t->run->world)) {
-        if (async != ncclSuccess)
-          fprintf(stderr, "perf: rank %d: NCCL async error '%s', aborting\n", t->gpus[i].rank,
-                  ncclGetErrorString(async));
-        else if (timedOut)
-          fprintf(stderr, "perf: rank %d: test timeout (%d s), aborting\n", t->gpus[i].rank, opt->timeout);
-        for (int k = 0; k < t->nGpus; k++) NCCL_WARN(ncclCommAbort(t->gpus[k].comm));
-        for (int k = 0; k < t->nGpus; k++) t->gpus[k].comm = NULL;
-        return PERF_EXIT_FAILURE;
-      }
-    }
-    if (!progressed) sched_yield();
-  }
-  return 0;
-}
-
-static int startColl(struct perfThread* t, int inPlace, int iter) {
-  const struct perfOptions* opt = &t->run->opt;
-  size_t elt = (size_t)perfTypeSize(t->type);
-  /* Move through the buffer from one iteration to the next (nccl-tests does, against caches). */
-  size_t total = (t->counts.sendCount > t->counts.recvCount ? t->counts.sendCount : t->counts.recvCount) * elt;
-  size_t steps = total ? opt->maxBytes / total : 1;
-  if (steps == 0) steps = 1;
-  size_t shift = total * ((size_t)iter % steps);
-  if (t->nGpus > 1) NCCL_TRY(ncclGroupStart());
-  for (int i = 0; i < t->nGpus; i++) {
-    int rc = launchOne(t, &t->gpus[i], inPlace, shift);
-    if (rc) {
-      if (t->nGpus > 1) NCCL_WARN(ncclGroupEnd());
-      return rc;
-    }
-  }
-  if (t->nGpus > 1) NCCL_TRY(ncclGroupEnd());
-  if (opt->blocking == 1 || opt->blocking == 2) PERF_TRY(completeColl(t));
-  if (opt->blocking == 1) PERF_TRY(perfBarrier(&t->run->world, t->index));
-  return 0;
-}
-
-/* ---- data ------------------------------------------------------------------------------ */
-
-/* Poisons the outputs (0xff: NaN in every float type) and writes the inputs for `seed`. */
-static int initData(struct perfThread* t, int inPlace, uint64_t seed) {
-  const struct perfCounts* c = &t->counts;
-  const struct perfColl* coll = t->run->coll;
-  size_t elt = (size_t)perfTypeSize(t->type);
-  for (int i = 0; i < t->nGpus; i++) {
-    struct perfGpu* g = &t->gpus[i];
-    CUDA_TRY(cudaSetDevice(g->dev));
-    CUDA_TRY(cudaMemsetAsync(g->recv, 0xff, c->recvCount * elt, g->stream));
-    char* in = inPlace ? g->recv + c->sendInplaceOffset * elt * (size_t)g->rank : g->send;
-    CUDA_TRY(perfFillDevice(in, c->sendCount, coll->kind, t->type, t->op, t->run->nranks, g->rank, seed, g->stream));
-    CUDA_TRY(cudaStreamSynchronize(g->stream));
-  }
-  return 0;
-}
-
-static int checkData(struct perfThread* t, int inPlace, uint64_t seed, int64_t* wrong) {
-  const struct perfCounts* c = &t->counts;
-  const struct perfColl* coll = t->run->coll;
-  size_t elt = (size_t)perfTypeSize(t->type);
-  size_t block = coll->kind == PERF_ALLGATHER ? c->sendCount : c->recvCount;
-  *wrong = 0;
-  for (int i = 0; i < t->nGpus; i++) {
-    struct perfGpu* g = &t->gpus[i];
-    CUDA_TRY(cudaSetDevice(g->dev));
-    const char* out = g->recv + (inPlace ? c->recvInplaceOffset * elt * (size_t)g->rank : 0);
-    CUDA_TRY(cudaMemsetAsync(g->wrongDev, 0, sizeof(*g->wrongDev), g->stream));
-    CUDA_TRY(perfCheckDevice(out, c->recvCount, coll->kind, t->type, t->op, t->run->nranks, g->rank, seed, block,
-                             g->wrongDev, g->stream));
-    unsigned long long n = 0;
-    CUDA_TRY(cudaMemcpyAsync(&n, g->wrongDev, sizeof(n), cudaMemcpyDeviceToHost, g->stream));
-    CUDA_TRY(cudaStreamSynchronize(g->stream));
-    *wrong += (int64_t)n;
-  }
-  return 0;
-}
-
-/* ---- graphs ---------------------------------------------------------------------------- */
-
-static int beginCapture(struct perfThread* t, enum cudaStreamCaptureMode mode) {
-  for (int i = 0; i < t->nGpus; i++) CUDA_TRY(cudaStreamBeginCapture(t->gpus[i].stream, mode));
-  return 0;
-}
-
-static int endCapture(struct perfThread* t) {
-  int rc = 0;
-  for (int i = 0; i < t->nGpus; i++) {
-    cudaError_t e = cudaStreamEndCapture(t->gpus[i].stream, &t->gpus[i].graph);
-    if (e != cudaSuccess) {
-      PERF_LOG_CUDA(e, "cudaStreamEndCapture");
-      rc = PERF_EXIT_FAILURE;
-    }
-  }
-  for (int i = 0; i < t->nGpus && rc == 0; i++) {
-    CUDA_TRY(cudaSetDevice(t->gpus[i].dev));
-    CUDA_TRY(cudaGraphInstantiate(&t->gpus[i].exec, t->gpus[i].graph, 0));
-    /* Uploaded before any replay: without it, cudaGraphLaunch sometimes blocked every rank
-     * thread of a process holding several ranks (test/core/README.md, "Graph uploads"). */
-    CUDA_TRY(cudaGraphUpload(t->gpus[i].exec, t->gpus[i].stream));
-    CUDA_TRY(cudaStreamSynchronize(t->gpus[i].stream));
-  }
-  return rc;
-}
-
-static void destroyGraphs(struct perfThread* t) {
-  for (int i = 0; i < t->nGpus; i++) {
-    if (t->gpus[i].exec) CUDA_WARN(cudaGraphExecDestroy(t->gpus[i].exec));
-    if (t->gpus[i].graph) CUDA_WARN(cudaGraphDestroy(t->gpus[i].graph));
-    t->gpus[i].exec = NULL;
-    t->gpus[i].graph = NULL;
-  }
-}
-
-static int launchGraphs(struct perfThread* t) {
-  for (int i = 0; i < t->nGpus; i++) CUDA_TRY(cudaGraphLaunch(t->gpus[i].exec, t->gpus[i].stream));
-  return 0;
-}
-
-/* ---- one measurement (nccl-tests' BenchTime) --------------------------------------------- */
-
-struct perfMeasure {
-  double usec, algBw, busBw;
-  int64_t wrong; /* -1: not checked */
-};
-
-static int timedLoop(struct perfThread* t, int inPlace, double* deltaSec, double* cpuSec) {
-  const struct perfOptions* opt = &t->run->opt;
-  struct perfWorld* w = &t->run->world;
-  int graph = opt->graphLaunches > 0;
-  if (graph) PERF_TRY(beginCapture(t, cudaStreamCaptureModeThreadLocal));
-  double collOnly = 0;
-  double start = nowSec();
-  for (int iter = 0; iter < opt->iters; iter++) {
-    double t0 = nowSec();
-    int rc = startColl(t, inPlace, iter);
-    if (rc) {
-      if (graph) (void)endCapture(t), destroyGraphs(t);
-      return rc;
-    }
-    if (opt->blocking == 3) {
-      PERF_TRY(completeColl(t));
-      collOnly += nowSec() - t0;
-      PERF_TRY(perfBarrier(w, t->index));
-    }
-  }
-  if (graph) {
-    int rc = endCapture(t);
-    if (rc == 0) rc = perfBarrier(w, t->index);
-    start = nowSec();
-    for (int l = 0; l < opt->graphLaunches && rc == 0; l++) rc = launchGraphs(t);
-    if (rc) {
-      destroyGraphs(t);
-      return rc;
-    }
-  }
-  double ops = (double)opt->iters * (graph ? opt->graphLaunches : 1);
-  *cpuSec = (opt->blocking == 3 ? collOnly : nowSec() - start) / ops;
-  int rc = completeColl(t);
-  *deltaSec = (opt->blocking == 3 ? collOnly : nowSec() - start) / ops;
-  if (graph) destroyGraphs(t);
-  return rc;
-}
-
-static int checkOnce(struct perfThread* t, int inPlace, int64_t* wrong) {
-  const struct perfOptions* opt = &t->run->opt;
-  uint64_t seed = ++t->rep;
-  PERF_TRY(initData(t, inPlace, seed));
-  if (opt->graphLaunches > 0) {
-    /* check what a replay computes: one op captured, then launched */
-    PERF_TRY(beginCapture(t, t->run->opt.nThreads > 1 ? cudaStreamCaptureModeThreadLocal
-                                                       : cudaStreamCaptureModeGlobal));
-    int rc = startColl(t, inPlace, 0);
-    int rcEnd = endCapture(t);
-    if (rc == 0) rc = rcEnd;
-    if (rc == 0) rc = launchGraphs(t);
-    if (rc == 0) rc = completeColl(t);
-    destroyGraphs(t);
-    PERF_TRY(rc);
-  } else {
-    PERF_TRY(startColl(t, inPlace, 0));
-    PERF_TRY(completeColl(t));
-  }
-  return checkData(t, inPlace, seed, wrong);
-}
-
-static int benchTime(struct perfThread* t, int inPlace, struct perfMeasure* m) {
-  struct perfRun* run = t->run;
-  const struct perfOptions* opt = &run->opt;
-  struct perfWorld* w = &run->world;
-  if (opt->check) PERF_TRY(initData(t, inPlace, 99)); /* realistic data while timing */
-  PERF_TRY(startColl(t, inPlace, 0));
-  PERF_TRY(completeColl(t));
-  PERF_TRY(perfBarrier(w, t->index));
-
-  double deltaSec = 0, cpuSec = 0;
-  PERF_TRY(timedLoop(t, inPlace, &deltaSec, &cpuSec));
-  double reported = opt->reportCputime ? cpuSec : deltaSec;
-  static const int modes[] = {PERF_RED_FIRST, PERF_RED_SUM, PERF_RED_MIN, PERF_RED_MAX};
-  PERF_TRY(perfAllreduce(w, t->index, &deltaSec, modes[opt->average]));
-  PERF_TRY(perfAllreduce(w, t->index, &reported, modes[opt->average]));
-  if (opt->average == PERF_AVG_MEAN) {
-    deltaSec /= (double)w->nProcs * w->nThreads;
-    reported /= (double)w->nProcs * w->nThreads;
-  }
-  run->coll->getBw(t->counts.paramCount, perfTypeSize(t->type), deltaSec, run->nranks, &m->algBw, &m->busBw);
-  m->usec = reported * 1e6;
-  PERF_TRY(perfBarrier(w, t->index));
-
-  m->wrong = opt->check ? 0 : -1;
-  for (int c = 0; c < opt->check; c++) {
-    int64_t mine = 0;
-    PERF_TRY(checkOnce(t, inPlace, &mine));
-    double total = (double)mine;
-    PERF_TRY(perfAllreduce(w, t->index, &total, PERF_RED_SUM));
-    m->wrong = (int64_t)total;
-    if (m->wrong) break;
-  }
-  if (m->wrong > 0) t->errors++;
-  t->bwSum += m->busBw;
-  t->bwCount++;
-  return 0;
-}
-
-/* ---- one (type, op) sweep (nccl-tests' TimeTest) ----------------------------------------- */
-
-static void setupCounts(struct perfThread* t, size_t bytes) {
-  int elt = perfTypeSize(t->type);
-  t->run->coll->getCounts(bytes / (size_t)elt, elt, t->run->nranks, &t->counts);
-}
-
-static int createOps(struct perfThread* t) {
-  for (int i = 0; i < t->nGpus; i++) {
-    struct perfGpu* g = &t->gpus[i];
-    g->opCreated = 0;
-    if (t->op != PERF_MULSUM) {
-      g->op = t->run->coll->hasOp ? (ncclRedOp_t)t->op : ncclSum;
-      continue;
-    }
-    uint64_t scalar = perfEncode(t->type, (double)perfMulsumScalar(g->rank));
-    NCCL_TRY(ncclRedOpCreatePreMulSum(&g->op, &scalar, (ncclDataType_t)t->type, ncclScalarHostImmediate, g->comm));
-    g->opCreated = 1;
-  }
-  return 0;
-}
-
-static void destroyOps(struct perfThread* t) {
-  for (int i = 0; i < t->nGpus; i++)
-    if (t->gpus[i].opCreated && t->gpus[i].comm) NCCL_WARN(ncclRedOpDestroy(t->gpus[i].op, t->gpus[i].comm));
-}
-
-/* 1 when the NCCL in use refuses this type/op with ncclInvalidArgument (one call of one element
- * on every local GPU; the same answer on every rank, so no rank is left waiting). Otherwise the
- * call ran; it is completed here. -d all -o all then covers exactly what that NCCL accepts. */
-static int refusedByNccl(struct perfThread* t, int* refused) {
-  ncclDataType_t dt = (ncclDataType_t)t->type;
-  ncclResult_t first = ncclSuccess;
-  *refused = 0;
-  if (t->nGpus > 1) NCCL_TRY(ncclGroupStart());
-  for (int i = 0; i < t->nGpus; i++) {
-    struct perfGpu* g = &t->gpus[i];
-    CUDA_TRY(cudaSetDevice(g->dev));
-    ncclResult_t r = ncclSuccess;
-    switch (t->run->coll->kind) {
-      case PERF_ALLREDUCE: r = ncclAllReduce(g->send, g->recv, 1, dt, g->op, g->comm, g->stream); break;
-      case PERF_ALLGATHER: r = ncclAllGather(g->send, g->recv, 1, dt, g->comm, g->stream); break;
-      case PERF_REDUCESCATTER: r = ncclReduceScatter(g->send, g->recv, 1, dt, g->op, g->comm, g->stream); break;
-      default: return PERF_EXIT_FAILURE;
-    }
-    if (first == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first = r;
-  }
-  if (t->nGpus > 1) {
-    ncclResult_t r = ncclGroupEnd();
-    if (first == ncclSuccess && r != ncclSuccess && r != ncclInProgress) first = r;
-  }
-  if (first == ncclInvalidArgument) {
-    *refused = 1;
-    return 0;
-  }
-  if (first != ncclSuccess) {
-    PERF_LOG_NCCL(first, "probe call");
-    return PERF_EXIT_FAILURE;
-  }
-  return completeColl(t);
-}
-
-static int timeTest(struct perfThread* t, int type, int op) {
-  struct perfRun* run = t->run;
-  const struct perfOptions* opt = &run->opt;
-  t->type = type;
-  t->op = op;
-  PERF_TRY(perfBarrier(&run->world, t->index));
-  size_t shiftBytes = (size_t)opt->unalign * (size_t)perfTypeSize(type);
-  for (int i = 0; i < t->nGpus; i++) {
-    t->gpus[i].send = (char*)t->gpus[i].sendAlloc + shiftBytes;
-    t->gpus[i].recv = (char*)t->gpus[i].recvAlloc + shiftBytes;
-  }
-  PERF_TRY(createOps(t));
-  int rc = 0, refused = 0;
-  if (opt->type == PERF_ALL || opt->op == PERF_ALL) {
-    rc = refusedByNccl(t, &refused);
-    if (rc == 0 && refused) {
-      if (isMainPrinter(t))
-        printf("# %s %s %s: skipped, the NCCL in use refuses it (ncclInvalidArgument)\n", run->coll->name,
-               perfTypeName(type), run->coll->hasOp ? perfOpName(op) : "none");
-      goto destroy_ops;
-    }
-    if (rc) goto destroy_ops;
-  }
-  size_t nWarm = perfWarmupSizes(opt, NULL, 0);
-  size_t* sizes = malloc(sizeof(size_t) * (nWarm > 0 ? nWarm : 1));
-  if (sizes == NULL) {
-    rc = PERF_EXIT_FAILURE;
-    goto destroy_ops;
-  }
-  perfWarmupSizes(opt, sizes, nWarm);
-  for (size_t s = 0; s < nWarm && rc == 0; s++) {
-    setupCounts(t, sizes[s]);
-    for (int iter = 0; iter < opt->warmupIters && rc == 0; iter++) rc = startColl(t, 0, iter);
-    if (rc == 0) rc = completeColl(t);
-  }
-  free(sizes);
-  if (rc) goto destroy_ops;
-
-  size_t nSizes = perfSweepSizes(opt, NULL, 0);
-  sizes = malloc(sizeof(size_t) * nSizes);
-  if (sizes == NULL) {
-    rc = PERF_EXIT_FAILURE;
-    goto destroy_ops;
-  }
-  perfSweepSizes(opt, sizes, nSizes);
-  const char* opName = run->coll->hasOp ? perfOpName(op) : "none";
-  for (int cycle = 0; cycle < opt->runCycles && rc == 0; cycle++) {
-    for (size_t s = 0; s < nSizes && rc == 0; s++) {
-      setupCounts(t, sizes[s]);
-      size_t elt = (size_t)perfTypeSize(type);
-      size_t shown = (t->counts.sendCount > t->counts.recvCount ? t->counts.sendCount : t->counts.recvCount) * elt;
-      if (isMainPrinter(t)) perfPrintLinePreamble(stdout, shown, t->counts.paramCount, perfTypeName(type), opName, -1);
-      struct perfMeasure m[2];
-      for (int inPlace = 0; inPlace < 2 && rc == 0; inPlace++) {
-        rc = benchTime(t, inPlace, &m[inPlace]);
-        if (rc == 0 && isMainPrinter(t))
-          perfPrintLineBody(stdout, m[inPlace].usec, m[inPlace].algBw, m[inPlace].busBw, opt->check > 0,
-                            m[inPlace].wrong);
-      }
-      if (rc) break;
-      if (isMainPrinter(t)) {
-        printf("\n");
-        fflush(stdout);
-        if (run->csv) {
-          struct perfResult r;
-          memset(&r, 0, sizeof(r));
-          snprintf(r.coll, sizeof(r.coll), "%s", run->coll->name);
-          snprintf(r.library, sizeof(r.library), "%s", opt->library ? opt->library : "libsymmcoll");
-          snprintf(r.type, sizeof(r.type), "%s", perfTypeName(type));
-          snprintf(r.op, sizeof(r.op), "%s", opName);
-          r.bytes = shown;
-          r.count = t->counts.paramCount;
-          r.root = -1;
-          for (int k = 0; k < 2; k++) {
-            r.usec[k] = m[k].usec;
-            r.algBw[k] = m[k].algBw;
-            r.busBw[k] = m[k].busBw;
-            r.wrong[k] = m[k].wrong;
-          }
-          perfCsvRow(run->csv, &r);
-          fflush(run->csv);
-        }
-      }
-    }
-  }
-  free(sizes);
-destroy_ops:
-  destroyOps(t);
-  return rc;
-}
-
-static int runTests(struct perfThread* t) {
-  const struct perfOptions* opt = &t->run->opt;
-  int firstType = opt->type == PERF_ALL ? 0 : opt->type;
-  int lastType = opt->type == PERF_ALL ? PERF_NUM_TYPES - 1 : opt->type;
-  int hasOp = t->run->coll->hasOp;
-  int firstOp = !hasOp ? PERF_SUM : opt->op == PERF_ALL ? 0 : opt->op;
-  int lastOp = !hasOp ? PERF_SUM : opt->op == PERF_ALL ? PERF_NUM_OPS - 1 : opt->op;
-  CUDA_TRY(cudaSetDevice(t->gpus[0].dev));
-  for (int type = firstType; type <= lastType; type++) {
-    /* fp8 needs Hopper or later, as in nccl-tests */
-    if ((type == PERF_FP8E4M3 || type == PERF_FP8E5M2) && opt->type == PERF_ALL) {
-      int major = 0;
-      CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, t->gpus[0].dev));
-      if (major < 9) continue;
-    }
-    for (int op = firstOp; op <= lastOp; op++) PERF_TRY(timeTest(t, type, op));
-  }
-  return 0;
-}
-
-static void* threadMain(void* arg) {
-  struct perfThread* t = arg;
-  t->rc = runTests(t);
-  if (t->rc) perfWorldAbort(&t->run->world);
-  return NULL;
-}
 
 /* ---- process setup --------------------------------------------------------------------- */
 
@@ -645,6 +102,19 @@ static int allocBuffers(struct perfRun* run) {
   return 0;
 }
 
+/* 0, or PERF_EXIT_FAILURE with a line naming `call` when r is an error. */
+static int ncclRc(ncclResult_t r, const char* call) {
+  if (r == ncclSuccess) return 0;
+  PERF_LOG_NCCL(r, call);
+  return PERF_EXIT_FAILURE;
+}
+
+/* Ends a group of calls that returned rc: rc, or the group's own failure when rc was 0. */
+static int endGroup(int rc, const char* what) {
+  const ncclResult_t end = ncclGroupEnd();
+  return rc != 0 ? rc : ncclRc(end, what);
+}
+
 static int registerBuffers(struct perfRun* run) {
   if (run->opt.registration == PERF_REG_NONE) return 0;
   NCCL_TRY(ncclGroupStart());
@@ -660,17 +130,9 @@ static int registerBuffers(struct perfRun* run) {
       r = ncclCommRegister(g->comm, g->sendAlloc, run->allocBytes, &g->sendHandle);
       if (r == ncclSuccess) r = ncclCommRegister(g->comm, g->recvAlloc, run->allocBytes, &g->recvHandle);
     }
-    if (r != ncclSuccess) {
-      PERF_LOG_NCCL(r, run->opt.registration == PERF_REG_SYMMETRIC ? "ncclCommWindowRegister" : "ncclCommRegister");
-      rc = PERF_EXIT_FAILURE;
-    }
+    rc = ncclRc(r, run->opt.registration == PERF_REG_SYMMETRIC ? "ncclCommWindowRegister" : "ncclCommRegister");
   }
-  ncclResult_t end = ncclGroupEnd();
-  if (end != ncclSuccess && rc == 0) {
-    PERF_LOG_NCCL(end, "ncclGroupEnd (registration)");
-    rc = PERF_EXIT_FAILURE;
-  }
-  return rc;
+  return endGroup(rc, "ncclGroupEnd (registration)");
 }
 
 static void teardown(struct perfRun* run) {
@@ -716,18 +178,9 @@ static int initComms(struct perfRun* run, const ncclUniqueId* id) {
       rc = PERF_EXIT_FAILURE;
       break;
     }
-    ncclResult_t r = ncclCommInitRankConfig(&g->comm, run->nranks, *id, g->rank, &config);
-    if (r != ncclSuccess) {
-      PERF_LOG_NCCL(r, "ncclCommInitRankConfig");
-      rc = PERF_EXIT_FAILURE;
-    }
+    rc = ncclRc(ncclCommInitRankConfig(&g->comm, run->nranks, *id, g->rank, &config), "ncclCommInitRankConfig");
   }
-  ncclResult_t end = ncclGroupEnd();
-  if (end != ncclSuccess && rc == 0) {
-    PERF_LOG_NCCL(end, "ncclGroupEnd (communicator creation)");
-    rc = PERF_EXIT_FAILURE;
-  }
-  return rc;
+  return endGroup(rc, "ncclGroupEnd (communicator creation)");
 }
 
 /* Runs this process's share of the ranks (all of them unless -P or MPI split them). */
@@ -790,13 +243,7 @@ static int runProcess(struct perfRun* run) {
 
   ncclUniqueId id;
   memset(&id, 0, sizeof(id));
-  if (isMainProc) {
-    ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) {
-      PERF_LOG_NCCL(r, "ncclGetUniqueId");
-      rc = PERF_EXIT_FAILURE;
-    }
-  }
+  if (isMainProc) rc = ncclRc(ncclGetUniqueId(&id), "ncclGetUniqueId");
   double idFailed = rc;
   if (w->ops->allreduce(w->impl, &idFailed, PERF_RED_MAX) != 0 || idFailed != 0) return PERF_EXIT_FAILURE;
   if (w->ops->bcast(w->impl, &id, sizeof(id)) != 0) return PERF_EXIT_FAILURE;
@@ -844,7 +291,7 @@ static int runProcess(struct perfRun* run) {
   }
   int started = 1;
   for (int t = 1; t < opt->nThreads; t++) {
-    if (pthread_create(&threads[t].tid, NULL, threadMain, &threads[t]) != 0) {
+    if (pthread_create(&threads[t].tid, NULL, perfThreadMain, &threads[t]) != 0) {
       fprintf(stderr, "%s: pthread_create failed\n", run->prog);
       perfWorldAbort(w);
       rc = PERF_EXIT_FAILURE;
@@ -852,7 +299,7 @@ static int runProcess(struct perfRun* run) {
     }
     started++;
   }
-  if (rc == 0) threadMain(&threads[0]);
+  if (rc == 0) perfThreadMain(&threads[0]);
   for (int t = 1; t < started; t++) pthread_join(threads[t].tid, NULL);
 
   int errors = 0;

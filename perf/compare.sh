@@ -16,7 +16,7 @@
 #        results-dir), NCCL_HOME (NCCL root), GPU_ARCHS, EXTRA_ARGS (more perf flags)
 # Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x 2 = 24 runs of a perf binary; with the
 # defaults and GRAPH=20 about 2-3 minutes on 2 GPUs besides the build (an estimate from the
-# acceptance sweeps' 24 runs to 1 GiB in about 3 minutes on 2x H200); MAX_BYTES=1G adds the
+# reference sweeps' 24 runs to 1 GiB in about 3 minutes on 2x H200); MAX_BYTES=1G adds the
 # largest sizes for about a minute more.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -109,6 +109,12 @@ static void setErr(char* err, size_t len, const char* fmt, ...) {
   va_end(ap);
 }
 
+/* -1, with "invalid WHAT 'NAME' (HINT)" in err. */
+static int unknownName(char* err, size_t len, const char* what, const char* name, const char* hint) {
+  setErr(err, len, "invalid %s '%s' (%s)", what, name, hint);
+  return -1;
+}
+
 void perfPrintUsage(FILE* out, const char* prog) {
   fprintf(out,
           "USAGE: %s\n"
@@ -225,17 +231,11 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
       case 'c': bad = parseInt(arg, 0, INT_MAX, &opt->check); break;
       case 'o':
         opt->op = perfOpFromName(arg);
-        if (opt->op == -2) {
-          setErr(err, errLen, "invalid op '%s' (sum, prod, max, min, avg, mulsum or all)", arg);
-          return -1;
-        }
+        if (opt->op == -2) return unknownName(err, errLen, "op", arg, "sum, prod, max, min, avg, mulsum or all");
         break;
       case 'd':
         opt->type = perfTypeFromName(arg);
-        if (opt->type == -2) {
-          setErr(err, errLen, "invalid datatype '%s' (see -h for the list, or all)", arg);
-          return -1;
-        }
+        if (opt->type == -2) return unknownName(err, errLen, "datatype", arg, "see -h for the list, or all");
         break;
       case 'r': bad = parseInt(arg, 0, INT_MAX, &opt->root); break;
       case 'z': bad = parseInt(arg, 0, 3, &opt->blocking); break;
@@ -317,30 +317,38 @@ int perfParseArgs(int argc, char** argv, struct perfOptions* opt, int collHasOp,
   return 0;
 }
 
-size_t perfSweepSizes(const struct perfOptions* opt, size_t* sizes, size_t cap) {
-  size_t n = 0;
-  size_t size = opt->minBytes;
-  for (;;) {
+/* minBytes, then each `next` of the one before until it says 0 (no size after the last): how
+ * many there are; the first `cap` go into sizes (when not NULL). */
+static size_t listSizes(const struct perfOptions* opt, size_t (*next)(const struct perfOptions*, size_t),
+                        size_t* sizes, size_t cap) {
+  size_t n = 0, size = opt->minBytes;
+  do {
     if (sizes && n < cap) sizes[n] = size;
     n++;
-    size_t next = opt->stepFactor > 1 ? size * opt->stepFactor : size + opt->stepBytes;
-    /* stop at max, on no progress (only a zero-size sweep) and on overflow */
-    if (next <= size || next > opt->maxBytes) break;
-    if (opt->stepFactor > 1 && next / opt->stepFactor != size) break;
-    size = next;
-  }
+    size = next(opt, size);
+  } while (size != 0);
   return n;
 }
 
+/* The sweep: -f factor or -i step; it stops at maxBytes, on no progress (only a zero-size
+ * sweep) and on overflow. */
+static size_t sweepNext(const struct perfOptions* opt, size_t size) {
+  size_t next = opt->stepFactor > 1 ? size * opt->stepFactor : size + opt->stepBytes;
+  if (next <= size || next > opt->maxBytes) return 0;
+  if (opt->stepFactor > 1 && next / opt->stepFactor != size) return 0;
+  return next;
+}
+
+size_t perfSweepSizes(const struct perfOptions* opt, size_t* sizes, size_t cap) {
+  return listSizes(opt, sweepNext, sizes, cap);
+}
+
+/* Warm-up: powers of two from minBytes (1 after 0) up to maxBytes. */
+static size_t warmupNext(const struct perfOptions* opt, size_t size) {
+  size_t next = size ? size * 2 : 1;
+  return next > opt->maxBytes || next < size ? 0 : next;
+}
+
 size_t perfWarmupSizes(const struct perfOptions* opt, size_t* sizes, size_t cap) {
-  size_t n = 0;
-  size_t size = opt->minBytes;
-  for (;;) {
-    if (sizes && n < cap) sizes[n] = size;
-    n++;
-    size_t next = size ? size * 2 : 1;
-    if (next > opt->maxBytes || next < size) break;
-    size = next;
-  }
-  return n;
+  return listSizes(opt, warmupNext, sizes, cap);
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The acceptance sweeps on a 2-GPU node: the three binaries from 8 B to 1 GiB with -c 1, in
+# The reference sweeps on a 2-GPU node: the three binaries from 8 B to 1 GiB with -c 1, in
 # single-process -g 2 mode (float, like sweep_summary.py's first reference tables) and
 # two-process -P 2 mode (bfloat16, like its last ones), eager and -G 20, each with
 # SYMMCOLL_DISABLE=1 (NCCL alone) and without (libsymmcoll). Logs and CSVs go to <out>; a

@@ -9,9 +9,9 @@ import os
 import sys
 
 K, M, G = 1 << 10, 1 << 20, 1 << 30
-# Reference times of NCCL 2.28.9 alone on 2x H200 (NV18), "BASELINE.md" in the printed table:
+# Reference times of NCCL 2.28.9 alone on 2x H200 (NV18), "base" in the printed table:
 # (mode, graph, collective) -> {bytes: time in us}
-BASELINE = {
+REFERENCE = {
     ("g2", "eager", "all_reduce"): {K: 12.65, 16 * K: 12.67, 256 * K: 14.14, M: 15.01, 4 * M: 35.39, 16 * M: 78.24,
                                     64 * M: 249.05, 256 * M: 890.44, G: 3233.1},
     ("g2", "G20", "all_reduce"): {K: 5.99, 16 * K: 7.05, 64 * K: 7.21, 256 * K: 8.46, M: 14.11, 4 * M: 33.62,
@@ -69,7 +69,7 @@ def main():
     for mode, dtype in (("g2", "float"), ("N2", "bfloat16")):
         for graph in ("eager", "G20"):
             print(f"\n== {mode} ({'1 process, -g 2' if mode == 'g2' else '2 processes, -P 2'}), {graph}, {dtype}: "
-                  "out-of-place time (us); base = BASELINE.md NCCL, d% = NCCL alone vs base")
+                  "out-of-place time (us); base = reference NCCL time, d% = NCCL alone vs base")
             hdr = f"{'bytes':>6}"
             for c in COLLS:
                 s = SHORT[c]
@@ -82,7 +82,7 @@ def main():
                     o = runs.get((c, mode, graph, "symmcoll"), {}).get(size)
                     tn = float(n["oop_time_us"]) if n else None
                     to = float(o["oop_time_us"]) if o else None
-                    b = BASELINE.get((mode, graph, c), {}).get(size)
+                    b = REFERENCE.get((mode, graph, c), {}).get(size)
                     sp = f"{tn / to:5.2f}" if tn and to else f"{'-':>5}"
                     dp = "-"
                     if tn and b:
@@ -110,7 +110,7 @@ def main():
         if tuple(name.rsplit("_", 3)) not in runs:
             print(f"{name:40s} rc={open(rc_path).read().strip():>3} no CSV  <-- CHECK (see {name}.log)")
             bad += 1
-    print(f"\nNCCL alone within 10% of BASELINE.md: {within} of {total} points; runs needing a look: {bad}")
+    print(f"\nNCCL alone within 10% of the reference times: {within} of {total} points; runs needing a look: {bad}")
     return 1 if bad else 0
 
 

@@ -4,13 +4,22 @@
 #define SYMMCOLL_TEST_HARNESS_H
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The counters of a binary. A test of one file has them here; a test of several files defines
+ * HARNESS_SHARED_COUNTERS before including this header (its own header does that) and defines
+ * the two counters in the file with main(). */
+#ifdef HARNESS_SHARED_COUNTERS
+extern int harnessFailures;
+extern int harnessChecks;
+#else
 static int harnessFailures;
 static int harnessChecks;
+#endif
 
 /* Entries of a /proc directory (open fds: "/proc/self/fd"; mapped ranges: "/proc/self/map_files"),
  * not counting the descriptor that reads it; -1 when it cannot be read. Leak checks compare two. */
@@ -23,6 +32,24 @@ static inline int harnessCountEntries(const char* path) {
     if (e->d_name[0] != '.') n++;
   closedir(d);
   return n - (strcmp(path, "/proc/self/fd") == 0 ? 1 : 0);
+}
+
+/* For a test against a stand-in NCCL named by argv[1] (else `usage` and exit 2): makes it the
+ * NCCL libsymmcoll forwards to (SYMMCOLL_NCCL_LIB) and opens it here too, so that the test can
+ * read what it recorded. NULL, a failed check, when it does not load. */
+static inline void* harnessUseFakeNccl(int argc, char** argv, const char* usage) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s\n", usage);
+    exit(2);
+  }
+  setenv("SYMMCOLL_NCCL_LIB", argv[1], 1);
+  void* fake = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (fake == NULL) {
+    harnessChecks++;
+    harnessFailures++;
+    fprintf(stderr, "dlopen(%s): %s\n", argv[1], dlerror());
+  }
+  return fake;
 }
 
 /* Exit code meson reads as "skipped". */
@@ -81,6 +108,21 @@ static inline void harnessRecord(int ok, const char* file, int line, const char*
       __atomic_add_fetch(&harnessFailures, 1, __ATOMIC_RELAXED);                     \
       fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, \
               tcheckA_, tcheckB_);                                                   \
+    }                                                                                \
+  } while (0)
+
+/* The same with a printf-style message: "FAIL file:line: message" (stderr held for the line). */
+#define HARNESS_TCHECKF(cond, ...)                                                   \
+  do {                                                                               \
+    const int tcheckOk_ = (cond) ? 1 : 0;                                            \
+    __atomic_add_fetch(&harnessChecks, 1, __ATOMIC_RELAXED);                         \
+    if (!tcheckOk_) {                                                                \
+      __atomic_add_fetch(&harnessFailures, 1, __ATOMIC_RELAXED);                     \
+      flockfile(stderr);                                                             \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                           \
+      fprintf(stderr, __VA_ARGS__);                                                  \
+      fputc('\n', stderr);                                                           \
+      funlockfile(stderr);                                                           \
     }                                                                                \
   } while (0)
 

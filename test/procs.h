@@ -11,29 +11,20 @@
 #include <unistd.h>
 
 /* All n bytes, retrying on EINTR: 0, or -1 when the pipe failed or was closed early. */
+static inline int procsMoveAll(int fd, char* p, size_t n, int writing) {
+  while (n > 0) {
+    const ssize_t k = writing ? write(fd, p, n) : read(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
 static inline int procsWriteAll(int fd, const void* buf, size_t n) {
-  const char* p = (const char*)buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
+  return procsMoveAll(fd, (char*)buf, n, 1);
 }
-
-static inline int procsReadAll(int fd, void* buf, size_t n) {
-  char* p = (char*)buf;
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    p += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
+static inline int procsReadAll(int fd, void* buf, size_t n) { return procsMoveAll(fd, (char*)buf, n, 0); }
 
 /* The number of GPUs (at most 100), asked in a forked child. */
 static inline int procsCountGpus(void) {

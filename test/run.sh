@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "test/run.sh: builds libsymmcoll twice (plain, and ASan+UBSan) and runs the CPU suite, then the" \
      "GPU suite when GPUs are present; about 10 minutes on 16 cores, 12 on 2 without a GPU"
-. test/prereqs.sh
-# Multicast stays off wherever our tests run (see README: the lent GPU machines forbid it).
+. build-aux/prereqs.sh
+# Multicast stays off wherever our tests run (README.md, "NVLink multicast").
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 setup() { # dir, options...: meson's own output shows when it fails

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# All-reduce GPU checks for the lead, in one go: builds, runs the meson GPU tests of test/algos, the
+# All-reduce GPU checks in one go: builds, runs the meson GPU tests of test/algos, the
 # disassembly check, world sizes 3..8 (test-built peers; and through the test bootstrap when it is
 # built), thread-mode ranks, and an optional long soak. Prints a compact table last.
 #   test/algos/run_gpu.sh                 # default (a few minutes at most on 2x H200)
@@ -8,11 +8,11 @@
 #   BUILD=build test/algos/run_gpu.sh     # build directory (default: build)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-# Multicast is forbidden on the lent machines: never let anything create it.
+# Multicast stays off (README.md, "NVLink multicast"): nothing here may create it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BUILD=${BUILD:-build}
 SOAK=${SOAK:-0}
-. test/prereqs.sh
+. build-aux/prereqs.sh
 if [ ! -f "$BUILD/build.ninja" ]; then meson setup "$BUILD" -Dgpu_archs=90a >/dev/null || exit 1; fi
 ninja -C "$BUILD" >/dev/null || { echo "build failed"; exit 1; }
 BIN=$BUILD/test/algos/test_allreduce

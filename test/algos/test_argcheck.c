@@ -13,15 +13,9 @@
 
 int main(int argc, char** argv) {
   /* Logging first: src/param.c logs under its lock, which deadlocks if the first param read
-   * (with the variable set) also has to initialise logging. Reported to the lead. */
+   * (with the variable set) also has to initialise logging. */
   (void)symmLogLevel();
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_argcheck /path/fake_nccl.so\n");
-    return 2;
-  }
-  setenv("SYMMCOLL_NCCL_LIB", argv[1], 1);
-  void* fake = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  CHECK(fake != NULL);
+  void* fake = harnessUseFakeNccl(argc, argv, "test_argcheck /path/fake_nccl.so");
   if (fake == NULL) return harnessReport("test_argcheck");
   int* calls = dlsym(fake, "fakeAllReduceCalls");
   CHECK(calls != NULL);

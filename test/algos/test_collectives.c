@@ -80,6 +80,19 @@ static void setAlgo(const struct rank* r, const char* knob, const char* value) {
   pthread_barrier_wait(&barrier);
 }
 
+/* What rank r's all-gather (coll 0) or reduce-scatter (coll 1) of `count` elements per rank
+ * must output, from every rank's input in r->peerIn, into r->ref. */
+static void expectedOutput(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t op, size_t count) {
+  const size_t es = symmTypeSize(dt);
+  if (coll == 0) {
+    for (int q = 0; q < nranks; q++) memcpy(r->ref + (size_t)q * count * es, r->peerIn[q], count * es);
+  } else {
+    const void* slices[8];
+    for (int q = 0; q < nranks; q++) slices[q] = r->peerIn[q] + (size_t)r->rank * count * es;
+    arHostReference(dt, op, nranks, slices, r->ref, count);
+  }
+}
+
 /* One all-gather (coll 0) or reduce-scatter (coll 1) of `count` elements per rank, checked
  * against the host reference; `expectOurs`: one launch of ours must be counted. Buffers start
  * `shift` elements into the allocations (shift 1: not 16-byte aligned). */
@@ -104,13 +117,7 @@ static void runCaseAt(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t o
   CUDA_OK(cudaStreamSynchronize(r->stream));
   if (expectOurs && count > 0) TCHECK_EQ_INT(ours(r->comm) - before, 1);
   CUDA_OK(cudaMemcpy(r->hostOut, out, outCount * es, cudaMemcpyDeviceToHost));
-  if (coll == 0) {
-    for (int q = 0; q < nranks; q++) memcpy(r->ref + (size_t)q * count * es, r->peerIn[q], count * es);
-  } else {
-    const void* slices[8];
-    for (int q = 0; q < nranks; q++) slices[q] = r->peerIn[q] + (size_t)r->rank * count * es;
-    arHostReference(dt, op, nranks, slices, r->ref, count);
-  }
+  expectedOutput(r, coll, dt, op, count);
   char label[160];
   snprintf(label, sizeof(label), "rank %d %s %s %s %s count %zu %s%s", r->rank,
            coll == 0 ? "all-gather" : "reduce-scatter", algo, arTypeName(dt),
@@ -250,13 +257,7 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
     CUDA_OK(cudaGraphLaunch(exec, r->stream));
     CUDA_OK(cudaStreamSynchronize(r->stream));
     CUDA_OK(cudaMemcpy(r->hostOut, r->recv, outCount * es, cudaMemcpyDeviceToHost));
-    if (coll == 0) {
-      for (int q = 0; q < nranks; q++) memcpy(r->ref + (size_t)q * count * es, r->peerIn[q], count * es);
-    } else {
-      const void* slices[8];
-      for (int q = 0; q < nranks; q++) slices[q] = r->peerIn[q] + (size_t)r->rank * count * es;
-      arHostReference(dt, ncclSum, nranks, slices, r->ref, count);
-    }
+    expectedOutput(r, coll, dt, ncclSum, count);
     TCHECK_EQ_INT(arCompare(dt, r->ref, r->hostOut, outCount, -1.0, "graph replay"), 0);
     pthread_barrier_wait(&barrier); /* every rank checked before the next input is written */
   }

@@ -8,7 +8,7 @@
 #undef SYMM_FAIL_RESULT
 #define SYMM_FAIL_RESULT ncclInvalidUsage
 
-/* bootstrap.c defines the supported calls strongly; the linker keeps those. */
+/* bootstrap.c and boot_split.c define the supported calls strongly; the linker keeps those. */
 #define BOOT_STUB(ret, name, params, args, fail)                                       \
   SYMM_EXPORT ret name params;                                                         \
   __attribute__((weak)) ret name params {                                              \

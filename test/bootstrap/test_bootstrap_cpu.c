@@ -109,6 +109,25 @@ struct splitArg {
   int childRank, childCount;
 };
 
+/* After a split or shrink on `parent`: waits until the parent is no longer in progress (*state),
+ * then takes the child it left in *slot, if any, and asks it its rank and size and runs a first
+ * collective on it. Returns the child. */
+static ncclComm_t awaitChild(ncclComm_t parent, ncclComm_t* slot, ncclResult_t* state, int* rank,
+                             int* count, ncclResult_t* op) {
+  *state = ncclInProgress;
+  while (*state == ncclInProgress) {
+    CHECK_EQ_INT(ncclCommGetAsyncError(parent, state), ncclSuccess);
+    if (*state == ncclInProgress) usleep(100);
+  }
+  ncclComm_t child = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (child != NULL) {
+    CHECK_EQ_INT(ncclCommUserRank(child, rank), ncclSuccess);
+    CHECK_EQ_INT(ncclCommCount(child, count), ncclSuccess);
+    *op = ncclAllReduce(NULL, NULL, 0, ncclInt32, ncclSum, child, NULL);
+  }
+  return child;
+}
+
 /* Odd and even ranks apart, in reverse order; rank 0 takes no part (NCCL_SPLIT_NOCOLOR). */
 static void* splitThread(void* p) {
   struct splitArg* a = p;
@@ -119,17 +138,7 @@ static void* splitThread(void* p) {
   if (parent == NULL) return NULL;
   const int color = a->rank == 0 ? NCCL_SPLIT_NOCOLOR : a->rank % 2;
   a->splitRes = ncclCommSplit(parent, color, -a->rank, &a->child, NULL);
-  a->state = ncclInProgress;
-  while (a->state == ncclInProgress) {
-    CHECK_EQ_INT(ncclCommGetAsyncError(parent, &a->state), ncclSuccess);
-    if (a->state == ncclInProgress) usleep(100);
-  }
-  ncclComm_t child = __atomic_load_n(&a->child, __ATOMIC_ACQUIRE);
-  if (child != NULL) {
-    CHECK_EQ_INT(ncclCommUserRank(child, &a->childRank), ncclSuccess);
-    CHECK_EQ_INT(ncclCommCount(child, &a->childCount), ncclSuccess);
-    a->childOp = ncclAllReduce(NULL, NULL, 0, ncclInt32, ncclSum, child, NULL);
-  }
+  ncclComm_t child = awaitChild(parent, &a->child, &a->state, &a->childRank, &a->childCount, &a->childOp);
   pthread_barrier_wait(a->barrier);
   if (child != NULL) CHECK_EQ_INT(ncclCommDestroy(child), ncclSuccess);
   CHECK_EQ_INT(ncclCommDestroy(parent), ncclSuccess);
@@ -186,17 +195,7 @@ static void* shrinkThread(void* p) {
   if (a->rank != gone) {
     int exclude[1] = {gone};
     a->res = ncclCommShrink(a->parent, exclude, 1, &a->child, NULL, NCCL_SHRINK_ABORT);
-    a->state = ncclInProgress;
-    while (a->state == ncclInProgress) {
-      CHECK_EQ_INT(ncclCommGetAsyncError(a->parent, &a->state), ncclSuccess);
-      if (a->state == ncclInProgress) usleep(100);
-    }
-    ncclComm_t child = __atomic_load_n(&a->child, __ATOMIC_ACQUIRE);
-    if (child != NULL) {
-      CHECK_EQ_INT(ncclCommUserRank(child, &a->childRank), ncclSuccess);
-      CHECK_EQ_INT(ncclCommCount(child, &a->childCount), ncclSuccess);
-      a->childOp = ncclAllReduce(NULL, NULL, 0, ncclInt32, ncclSum, child, NULL);
-    }
+    (void)awaitChild(a->parent, &a->child, &a->state, &a->childRank, &a->childCount, &a->childOp);
   }
   pthread_barrier_wait(a->barrier);
   if (a->child != NULL) CHECK_EQ_INT(ncclCommDestroy(a->child), ncclSuccess);

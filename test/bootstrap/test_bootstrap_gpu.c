@@ -71,14 +71,23 @@ static void storeValue(void* p, size_t i, ncclDataType_t t, double v) {
   }
 }
 
-static double loadValue(const void* p, size_t i, ncclDataType_t t) {
+static int isUnsigned(ncclDataType_t t) { return t == ncclUint8 || t == ncclUint32 || t == ncclUint64; }
+static int isInt(ncclDataType_t t) { return t <= ncclUint64; }
+
+static int64_t loadInt(const void* p, size_t i, ncclDataType_t t) {
   switch (t) {
     case ncclInt8: return ((const int8_t*)p)[i];
     case ncclUint8: return ((const uint8_t*)p)[i];
     case ncclInt32: return ((const int32_t*)p)[i];
     case ncclUint32: return ((const uint32_t*)p)[i];
-    case ncclInt64: return (double)((const int64_t*)p)[i];
-    case ncclUint64: return (double)((const uint64_t*)p)[i];
+    default: return ((const int64_t*)p)[i];
+  }
+}
+
+static double loadValue(const void* p, size_t i, ncclDataType_t t) {
+  if (t == ncclUint64) return (double)((const uint64_t*)p)[i];
+  if (isInt(t)) return (double)loadInt(p, i, t);
+  switch (t) {
     case ncclFloat32: return ((const float*)p)[i];
     case ncclFloat64: return ((const double*)p)[i];
     case ncclFloat16: return decodeSmallFloat(((const uint16_t*)p)[i], 5, 10, 15);
@@ -88,8 +97,6 @@ static double loadValue(const void* p, size_t i, ncclDataType_t t) {
   }
 }
 
-static int isUnsigned(ncclDataType_t t) { return t == ncclUint8 || t == ncclUint32 || t == ncclUint64; }
-static int isInt(ncclDataType_t t) { return t <= ncclUint64; }
 
 /* An integer element as the type holds it: wrapped to its width, sign- or zero-extended. */
 static int64_t wrapInt(uint64_t v, ncclDataType_t t) {
@@ -119,16 +126,6 @@ static int64_t expectedInt(int nranks, size_t i, ncclDataType_t t, ncclRedOp_t o
   }
   if (op == ncclAvg) acc = isUnsigned(t) ? (int64_t)((uint64_t)acc / (uint64_t)nranks) : acc / nranks;
   return wrapInt((uint64_t)acc, t);
-}
-
-static int64_t loadInt(const void* p, size_t i, ncclDataType_t t) {
-  switch (t) {
-    case ncclInt8: return ((const int8_t*)p)[i];
-    case ncclUint8: return ((const uint8_t*)p)[i];
-    case ncclInt32: return ((const int32_t*)p)[i];
-    case ncclUint32: return ((const uint32_t*)p)[i];
-    default: return ((const int64_t*)p)[i];
-  }
 }
 
 /* The expected floating result of element i (exact but for avg). */

@@ -302,7 +302,7 @@ static void* issueNext(void* arg) {
 
 /* A watchdog's ncclCommGetAsyncError takes the parked operation and is held before it runs it:
  * the application's thread must neither hear ncclSuccess nor reach the real NCCL before it ran
- * (before the fix: both, so this rank launched its next call ahead of the parked one). */
+ * (if it did either, this rank would launch its next call ahead of the parked one). */
 static void testParkedRace(void) {
   struct symmComm* c = knownComm(0x400000, 0);
   if (c == NULL) return;
@@ -420,8 +420,8 @@ static ncclResult_t settled(ncclComm_t comm) {
 /* A split returns ncclInProgress on a non-blocking parent. Whether the real NCCL's thread has
  * stored the child by then (`early`) or stores it at completion (NCCL 2.28), every rank must do
  * the same: nothing known or handed out while the parent is in progress, then the child
- * registered (setting itself up in the background) before the caller gets it. Before the fix
- * the child was registered at once in the first case and never in the second. */
+ * registered (setting itself up in the background) before the caller gets it: registered at
+ * once in the first case, or never in the second, is the failure this catches. */
 static void testNonBlockingSplit(int early, int shrink) {
   const ncclComm_t expect = shrink ? FAKE_COMM_SHRINK : FAKE_COMM_SPLIT;
   struct symmComm* c = knownComm(0x600000 + (uintptr_t)(early * 2 + shrink) * 0x10000, 0);
@@ -650,13 +650,7 @@ static void testDisabledRank(void) {
 
 int main(int argc, char** argv) {
   (void)symmLogLevel();
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_fake_paths /path/fake/libnccl.so.2 [abort cycles]\n");
-    return 2;
-  }
-  setenv("SYMMCOLL_NCCL_LIB", argv[1], 1);
-  void* fake = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  CHECK(fake != NULL);
+  void* fake = harnessUseFakeNccl(argc, argv, "test_fake_paths /path/fake/libnccl.so.2 [abort cycles]");
   if (fake == NULL) return harnessReport("core_fake_paths");
   *(void**)&callCount = dlsym(fake, "fakeNcclCallCount");
   *(void**)&callAt = dlsym(fake, "fakeNcclCall");

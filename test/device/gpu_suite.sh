@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The whole GPU suite by hand on a lent GPU machine (every transport and all-reduce mode, the host
+# The whole GPU suite by hand on a GPU machine (every transport and all-reduce mode, the host
 # path's tests, 3-8 ranks through the test bootstrap, all-gather and reduce-scatter, the 10^6-call
 # soaks, disassembly):
 #   test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]     (or source it and call run_gpu_suite)
@@ -57,7 +57,7 @@ run_gpu_suite() {
   for n in 3 4 5 6 7 8; do run ar_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" $T --mode nccl --threads --ranks $n --quick --no-nccl-compare --soak 1000 --replays 50 --max-mb 4; done
   run ar_soak_1e6     120 $T --mode nccl --procs 2 --quick --soak 1000000 --replays 0 --max-mb 1
   # All-gather and reduce-scatter: every algorithm (multimem emulated), type, op, size and
-  # placement, graph replays, then the mixed soak of all three collectives (issue 14: 10^6 calls).
+  # placement, graph replays, then the mixed soak of all three collectives (10^6 calls).
   local TC=$B/test/algos/test_collectives
   for n in 2 3 4 5 6 7 8; do run coll_$n 300 env SYMMCOLL_NCCL_LIB="$BOOT" $TC $n; done
   run coll_soak_1e6 600 env SYMMCOLL_NCCL_LIB="$BOOT" $TC 2 --quick --soak 1000000

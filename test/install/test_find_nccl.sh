@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# test/find_nccl.py finds NCCL in each layout users have, in the documented order, and says what
+# build-aux/find_nccl.py finds NCCL in each layout users have, in the documented order, and says what
 # it tried when there is none; meson setup stops with that line. Usage: FIND_NCCL SOURCE_ROOT
 set -uo pipefail
 find=$1 src=$2

@@ -11,15 +11,8 @@ if [ "$sanitize" != none ]; then
        "sanitizer runtime; the plain build runs this test"
   exit 77
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 checks=0
-check() { # description, command...: the command must succeed
-  local what=$1
-  shift
-  checks=$((checks + 1))
-  if ! "$@"; then echo "FAIL $what"; fails=$((fails + 1)); fi
-}
+# shellcheck source=../checks.sh
+. "$(dirname "$0")/../checks.sh"
 if ! DESTDIR="$tmp/root" meson install -C "$build" --no-rebuild --quiet >"$tmp/install.log" 2>&1; then
   cat "$tmp/install.log"
   echo "install: meson install failed"
@@ -90,5 +83,4 @@ print(sum(1 for l in buf.raw[:n].decode().splitlines() if l.startswith('SYMMCOLL
 check "symmcoll-run --print-params lists every knob ($listed of $every)" test "$listed" -eq "$every" -a "$listed" -gt 10
 out=$("$root/bin/symmcoll-run" SYMMCOLL_DISABLE=1 sh -c 'echo "$LD_PRELOAD $SYMMCOLL_DISABLE"')
 check "symmcoll-run sets LD_PRELOAD and knobs ($out)" grep -q "libsymmcoll.so.0.* 1$" <<<"$out"
-echo "install: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+checks_done install

@@ -10,17 +10,11 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks  # beside this file
+
 HEADER = ("collective,library,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,"
           "ip_time_us,ip_algbw,ip_busbw,ip_wrong")
-checks = failed = 0
-
-
-def check(name, ok, detail=""):
-    global checks, failed
-    checks += 1
-    if not ok:
-        failed += 1
-        print(f"FAILED: {name}: {detail}", file=sys.stderr)
+check = Checks("test_compare_table")
 
 
 def write(path, coll, rows):
@@ -101,8 +95,7 @@ def run(perf, d, empty):
     check("markdown", r.returncode == 0 and "## All-reduce, bfloat16" in md
           and "| 1 MiB | 20.00 | 18.00 | 24.00 | 15.00 | 0.75x | 1.20x | 0 |" in md
           and "all_reduce: ours vs NCCL's best: worst 0.75x" in md, md + r.stderr)
-    print(f"test_compare_table: {checks} checks, {failed} failed")
-    return 1 if failed else 0
+    return check.report()
 
 
 if __name__ == "__main__":

@@ -49,33 +49,28 @@ static void testBandwidth(void) {
   CHECK_NEAR(bus, alg * 7.0 / 8.0);
 }
 
-static void testCounts(void) {
+/* coll's buffer counts for `count` elements of `elt` bytes on `nranks` ranks: every field. */
+static void checkCounts(const struct perfColl* coll, size_t count, int elt, int nranks, struct perfCounts want) {
   struct perfCounts c;
-  perfAllReduce.getCounts(1000, 4, 2, &c);
-  CHECK_EQ_INT(c.sendCount, 1000);
-  CHECK_EQ_INT(c.recvCount, 1000);
-  CHECK_EQ_INT(c.paramCount, 1000);
-  CHECK_EQ_INT(c.sendInplaceOffset, 0);
-  CHECK_EQ_INT(c.recvInplaceOffset, 0);
+  coll->getCounts(count, elt, nranks, &c);
+  CHECK_EQ_INT(c.sendCount, want.sendCount);
+  CHECK_EQ_INT(c.recvCount, want.recvCount);
+  CHECK_EQ_INT(c.paramCount, want.paramCount);
+  CHECK_EQ_INT(c.sendInplaceOffset, want.sendInplaceOffset);
+  CHECK_EQ_INT(c.recvInplaceOffset, want.recvInplaceOffset);
+}
+
+static void testCounts(void) {
+  /* fields: send, recv, param, in-place offset of the input, of the output */
+  checkCounts(&perfAllReduce, 1000, 4, 2, (struct perfCounts){1000, 1000, 1000, 0, 0});
   /* all-gather of 1000 floats on 3 ranks: 333 per rank, rounded down to 16 bytes = 332 */
-  perfAllGather.getCounts(1000, 4, 3, &c);
-  CHECK_EQ_INT(c.sendCount, 332);
-  CHECK_EQ_INT(c.recvCount, 996);
-  CHECK_EQ_INT(c.paramCount, 332);
-  CHECK_EQ_INT(c.sendInplaceOffset, 332);
-  CHECK_EQ_INT(c.recvInplaceOffset, 0);
+  checkCounts(&perfAllGather, 1000, 4, 3, (struct perfCounts){332, 996, 332, 332, 0});
   /* 8 bytes of floats on 2 ranks: nothing left after rounding (as in nccl-tests) */
-  perfAllGather.getCounts(2, 4, 2, &c);
-  CHECK_EQ_INT(c.paramCount, 0);
+  checkCounts(&perfAllGather, 2, 4, 2, (struct perfCounts){0, 0, 0, 0, 0});
   /* bf16: 16-byte multiples are 8 elements */
-  perfReduceScatter.getCounts(100, 2, 2, &c);
-  CHECK_EQ_INT(c.recvCount, 48);
-  CHECK_EQ_INT(c.sendCount, 96);
-  CHECK_EQ_INT(c.sendInplaceOffset, 0);
-  CHECK_EQ_INT(c.recvInplaceOffset, 48);
+  checkCounts(&perfReduceScatter, 100, 2, 2, (struct perfCounts){96, 48, 48, 0, 48});
   /* doubles: multiples of 2 */
-  perfReduceScatter.getCounts(1 << 27, 8, 2, &c);
-  CHECK_EQ_INT(c.recvCount, 1 << 26);
+  checkCounts(&perfReduceScatter, 1 << 27, 8, 2, (struct perfCounts){1 << 27, 1 << 26, 1 << 26, 0, 1 << 26});
   CHECK_EQ_STR(perfAllReduce.name, "AllReduce");
   CHECK_EQ_STR(perfAllGather.name, "AllGather");
   CHECK_EQ_STR(perfReduceScatter.name, "ReduceScatter");

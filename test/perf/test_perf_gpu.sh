@@ -10,9 +10,8 @@ command -v nvidia-smi >/dev/null 2>&1 && ngpus=$(nvidia-smi -L 2>/dev/null | gre
 [ "$ngpus" -ge 1 ] || { echo "no GPU: skipped"; exit 77; }
 n=$(( ngpus >= 2 ? 2 : 1 ))
 ar=$1 ag=$2 rs=$3
-checks=0 failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=../checks.sh
+. "$(dirname "$0")/../checks.sh"
 
 run() { # name, command...
   local name=$1; shift
@@ -21,8 +20,7 @@ run() { # name, command...
   timeout 120 "$@" >"$tmp/out" 2>&1
   local rc=$?
   if [ $rc != 0 ] || ! grep -q "Out of bounds values : 0 OK" "$tmp/out"; then
-    failed=$((failed + 1))
-    echo "FAILED ($rc): $name: $*" >&2
+    check_failed "($rc) $name: $*"
     tail -40 "$tmp/out" >&2
   else
     echo "ok: $name ($((SECONDS - t0)) s)"
@@ -57,10 +55,8 @@ if [ $n = 2 ]; then
      grep -q "libsymmcoll vs nccl" "$tmp/out" && [ "$(grep -c '^AllReduce,' "$tmp/cmp.csv")" = 6 ]; then
     echo "ok: compare mode"
   else
-    failed=$((failed + 1))
-    echo "FAILED: compare mode" >&2
+    check_failed "compare mode"
     tail -40 "$tmp/out" >&2
   fi
 fi
-echo "test_perf_gpu: $checks checks, $failed failed"
-[ "$failed" = 0 ]
+checks_done test_perf_gpu

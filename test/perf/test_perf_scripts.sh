@@ -12,9 +12,9 @@ tmp=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 # The scripts run from a copy of their part of the tree: nothing here writes into the sources.
 src=$tmp/repo
-mkdir -p "$src/test"
+mkdir -p "$src/build-aux"
 cp -r "$1/perf" "$src/perf"
-cp "$1/test/prereqs.sh" "$1/test/find_nccl.py" "$src/test/"
+cp "$1/build-aux/prereqs.sh" "$1/build-aux/find_nccl.py" "$src/build-aux/"
 export TMPDIR=$tmp
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 checks=0 failed=0

@@ -9,15 +9,9 @@ import subprocess
 import sys
 import tempfile
 
-checks = failed = 0
+from checks import Checks  # beside this file
 
-
-def check(name, ok, detail=""):
-    global checks, failed
-    checks += 1
-    if not ok:
-        failed += 1
-        print(f"FAILED: {name}: {detail}", file=sys.stderr)
+check = Checks("test_torch_bench_report")
 
 
 def write(path, text):
@@ -55,8 +49,7 @@ def run(script, d):
     os.remove(os.path.join(d, "allreduce.libsymmcoll.csv"))
     r = subprocess.run([sys.executable, script, "--report", d, "nccl", "libsymmcoll"], capture_output=True, text=True)
     check("exit missing", r.returncode == 1 and "     1 KiB     10.00         -" in r.stdout, f"exit {r.returncode}\n{r.stdout}")
-    print(f"test_torch_bench_report: {checks} checks, {failed} failed")
-    return 1 if failed else 0
+    return check.report()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The rank harness of the peer-memory GPU tests (test_peer_*.c): thread-safe checks, the rank
- * view, world barriers, and the ways of creating ranks (threads, ncclCommInitAll, two processes,
- * non-blocking communicators). Header-only, included once per test binary, so that each binary is
- * one translation unit and test/harness.h's counters count every check. */
+ * view, world barriers, the ways of creating ranks (threads, ncclCommInitAll, two processes,
+ * non-blocking communicators) and main()'s runner (each binary passes peerMain a table of its
+ * modes). Header-only, included once per test binary, so that each binary is one translation
+ * unit and test/harness.h's counters count every check. */
 #ifndef SYMMCOLL_TEST_PEER_COMMON_H
 #define SYMMCOLL_TEST_PEER_COMMON_H
 
@@ -45,33 +46,13 @@
 
 /* ---- checks from several threads; counts from child processes ---------------------------- */
 
-/* The checked expression is evaluated BEFORE the lock is taken: it is often a blocking call
- * (cudaStreamSynchronize behind a spinning kernel, ncclCommWindowRegister, a collective) that
- * waits for another rank thread, which must not be stuck behind the lock meanwhile. */
+/* test/harness.h's thread-safe checks: the checked expression is evaluated before anything is
+ * counted, as it is often a blocking call (cudaStreamSynchronize behind a spinning kernel,
+ * ncclCommWindowRegister, a collective) that waits for another rank thread. checkLock keeps a
+ * report of several lines in one piece. */
 static pthread_mutex_t checkLock = PTHREAD_MUTEX_INITIALIZER;
-#define TCHECK(cond)                                                              \
-  do {                                                                            \
-    const int tcheckOk_ = (cond) ? 1 : 0;                                         \
-    pthread_mutex_lock(&checkLock);                                               \
-    harnessChecks++;                                                              \
-    if (!tcheckOk_) {                                                             \
-      harnessFailures++;                                                          \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);    \
-    }                                                                             \
-    pthread_mutex_unlock(&checkLock);                                             \
-  } while (0)
-#define TCHECK_EQ_INT(a, b)                                                       \
-  do {                                                                            \
-    const long long tcheckA_ = (long long)(a), tcheckB_ = (long long)(b);         \
-    pthread_mutex_lock(&checkLock);                                               \
-    harnessChecks++;                                                              \
-    if (tcheckA_ != tcheckB_) {                                                   \
-      harnessFailures++;                                                          \
-      fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, \
-              tcheckA_, tcheckB_);                                                \
-    }                                                                             \
-    pthread_mutex_unlock(&checkLock);                                             \
-  } while (0)
+#define TCHECK(cond) HARNESS_TCHECK(cond)
+#define TCHECK_EQ_INT(a, b) HARNESS_TCHECK_EQ_INT(a, b)
 #define CUDA_OK(call) TCHECK_EQ_INT((call), cudaSuccess)
 
 static int ndev;
@@ -202,7 +183,7 @@ static PEER_UNUSED int attach(struct rankCtx* c) {
     pthread_mutex_lock(&checkLock);
     fprintf(stderr, "rank %d/%d: communicator is NOT eligible (transport NULL); run with "
             "SYMMCOLL_DEBUG=INFO for the reason\n", c->rank, c->nranks);
-    CHECK(c->peers != NULL);
+    TCHECK(c->peers != NULL);
     pthread_mutex_unlock(&checkLock);
     return 0;
   }
@@ -438,9 +419,12 @@ static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
-/* runProcesses: called in each rank process before it creates its communicator (a setting
- * that differs between ranks, such as an environment variable set on one rank only). */
+/* runProcesses' hooks, in each rank process: before it creates its communicator (a setting
+ * that differs between ranks, such as an environment variable set on one rank only; a spy), and
+ * after it destroyed it. ranksExitClean: each rank process must exit 0. */
 static PEER_UNUSED void (*beforeRankInit)(int rank);
+static PEER_UNUSED void (*afterRankDestroy)(int rank);
+static PEER_UNUSED int ranksExitClean = 1;
 
 /* Two processes, one GPU each, the real NCCL: rank 0 makes the id and pipes it to rank 1. Each
  * child sends back its check counts. The parent never touches CUDA. */
@@ -485,20 +469,62 @@ static PEER_UNUSED void runProcesses(rankBody body, void* arg) {
           CHECK_EQ_INT(ncclCommDestroy(c.comm), ncclSuccess);
         }
       }
+      if (afterRankDestroy != NULL) afterRankDestroy(r);
       int counts[2] = {harnessChecks, harnessFailures};
       (void)procsWriteAll(resultPipe[1], counts, sizeof(counts));
       close(resultPipe[1]);
       _exit(0);
     }
   }
-  collectRanks(idPipe, resultPipe, pids, 1);
+  collectRanks(idPipe, resultPipe, pids, ranksExitClean);
 }
 
-/* Every binary's main starts here: multicast forbidden (set, never unset), logging before
- * parameters, enough GPUs (else exit 77), the intended NCCL (bootstrap or real) unless the
- * ranks are processes. Returns -1 to go on, else the exit code. */
-static PEER_UNUSED int peerMainStart(const char* what, const char* mode, int needed, int rankIsThisProcess,
-                                     int wantBootstrap, const char* name) {
+/* ---- main(): one runner, each test binary a table of modes --------------------------------- */
+
+/* Where a mode's ranks live, which says what the runner checks before it runs them. */
+enum peerRanks {
+  PEER_FORKED,    /* rank processes (runProcesses): this process only forks and counts */
+  PEER_REAL,      /* rank threads of this process over the real NCCL */
+  PEER_BOOTSTRAP, /* rank threads of this process over the test bootstrap */
+};
+
+struct peerMode {
+  const char* name; /* argv[1] */
+  int gpus;         /* fewer: exit 77 with one line */
+  enum peerRanks ranks;
+  int (*run)(const char* arg); /* arg: argv[2] or NULL; returns 0, or -1 when arg is wrong */
+};
+
+struct peerTest {
+  const char* name;  /* "peer_mem": the binary test_peer_mem, reports "peer_mem MODE [ARG]" */
+  const char* usage; /* the arguments, for the usage line */
+  /* The rank processes arm their own watchdog and have a GPU each: this process arms none and
+   * leaves CUDA_DEVICE_MAX_CONNECTIONS alone. */
+  int ranksOwnWatchdog;
+  const struct peerMode* modes;
+  int nmodes;
+};
+
+static PEER_UNUSED int peerUsage(const struct peerTest* t) {
+  fprintf(stderr, "usage: test_%s %s\n", t->name, t->usage);
+  return 2;
+}
+
+/* The whole main() of a test binary: the mode, multicast forbidden (set, never unset), logging
+ * before parameters, enough GPUs (else exit 77), the intended NCCL (bootstrap or real) where
+ * this process is a rank, then the mode and the report. */
+static PEER_UNUSED int peerMain(const struct peerTest* t, int argc, char** argv) {
+  if (!t->ranksOwnWatchdog) {
+    watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
+    harnessManyStreamsPerGpu();
+  }
+  const struct peerMode* m = NULL;
+  for (int i = 0; argc > 1 && i < t->nmodes; i++)
+    if (strcmp(argv[1], t->modes[i].name) == 0) m = &t->modes[i];
+  if (m == NULL) return peerUsage(t);
+  const char* arg = argc > 2 ? argv[2] : NULL;
+  char name[96];
+  snprintf(name, sizeof(name), "%s %s%s%s", t->name, m->name, arg ? " " : "", arg ? arg : "");
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
@@ -506,15 +532,16 @@ static PEER_UNUSED int peerMainStart(const char* what, const char* mode, int nee
   (void)symmLogLevel(); /* logging initialised before parameters are re-read (param.c's lock) */
   symmParamResetAll();
   ndev = procsCountGpus();
-  if (ndev < needed) {
-    printf("%s %s: needs %d GPU(s), found %d: skipped\n", what, mode, needed, ndev);
+  if (ndev < m->gpus) {
+    printf("test_%s %s: needs %d GPU(s), found %d: skipped\n", t->name, m->name, m->gpus, ndev);
     return TEST_SKIP_CODE;
   }
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   runSeed = (uint32_t)ts.tv_nsec ^ (uint32_t)getpid();
-  if (rankIsThisProcess) {
+  if (m->ranks != PEER_FORKED) {
     /* This process is a rank (or several): the NCCL it forwards to must be the intended one. */
+    const int wantBootstrap = m->ranks == PEER_BOOTSTRAP;
     CHECK_EQ_INT(symmRealLoad(), ncclSuccess);
     CHECK_EQ_INT(usingBootstrap(), wantBootstrap);
     if (usingBootstrap() != wantBootstrap) {
@@ -522,7 +549,8 @@ static PEER_UNUSED int peerMainStart(const char* what, const char* mode, int nee
       return harnessReport(name);
     }
   }
-  return -1;
+  if (m->run(arg) != 0) return peerUsage(t);
+  return harnessReport(name);
 }
 
 #endif

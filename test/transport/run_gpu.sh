@@ -8,10 +8,10 @@
 #                                 venv's nvidia-nccl wheel when python3 can import it)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-# Multicast is forbidden on the lent GPU machines: these stay set for everything below.
+# Multicast stays off (README.md, "NVLink multicast"): these stay set for everything below.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUDA_MODULE_LOADING=EAGER
-. test/prereqs.sh
+. build-aux/prereqs.sh
 
 if [ -z "${NCCL_LIB:-}" ]; then
   NCCL_LIB=$(python3 - 2>/dev/null <<'PY'

@@ -18,6 +18,7 @@
 
 #include "fdpass.h"
 #include "harness.h"
+#include "sendfds.h"
 #include "vmm.h"
 
 static int countFds(void) { return harnessCountEntries("/proc/self/fd"); }
@@ -34,6 +35,7 @@ static int socketListed(const char* name) {
   return found;
 }
 
+/* A rendezvous of rank 0 (the caller sets another rank and the members' pids). */
 static void freshRendezvous(struct symmFdRendezvous* rv, int nranks, int timeoutMs) {
   memset(rv, 0, sizeof(*rv));
   if (getrandom(rv->secret, sizeof(rv->secret), 0) != (ssize_t)sizeof(rv->secret)) abort();
@@ -48,6 +50,30 @@ static int makeMemfd(const char* content) {
   if (fd < 0) return -1;
   if (write(fd, content, strlen(content)) != (ssize_t)strlen(content)) return -1;
   return fd;
+}
+
+/* Rank 0 serves a memfd holding `text` to the ranks in `mask`; symmFdServerStart must return
+ * `want`. The server holds its own duplicate of the memfd. */
+static struct symmFdServer* serveText(const struct symmFdRendezvous* rv, const char* text, unsigned mask,
+                                      ncclResult_t want) {
+  int memfd = makeMemfd(text);
+  CHECK(memfd >= 0);
+  struct symmFdServer* server = NULL;
+  CHECK_EQ_INT(symmFdServerStart(rv, memfd, mask, &server), want);
+  close(memfd);
+  return server;
+}
+
+/* A stranger's socket under rank 0's abstract name for `rv`, listening: its fd, or -1. */
+static int listenAsRank0(const struct symmFdRendezvous* rv) {
+  int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  int len = symmFdSocketName(rv, 0, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
+  socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+  if (s < 0 || bind(s, (struct sockaddr*)&addr, alen) != 0 || listen(s, 4) != 0) return -1;
+  return s;
 }
 
 /* What the parent tells a forked fetcher once every pid is known. */
@@ -114,18 +140,13 @@ static void testPassAndCleanup(void) {
   int fdsBefore = countFds();
   struct symmFdRendezvous rv;
   freshRendezvous(&rv, 3, 10000);
-  rv.rank = 0;
-  int memfd = makeMemfd("hello from rank 0");
-  CHECK(memfd >= 0);
   int gate1, gate2;
   pid_t c1 = spawnFetcher("hello from rank 0", &gate1);
   pid_t c2 = spawnFetcher("hello from rank 0", &gate2);
   rv.pids[0] = getpid();
   rv.pids[1] = c1;
   rv.pids[2] = c2;
-  struct symmFdServer* server = NULL;
-  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, (1u << 1) | (1u << 2), &server), ncclSuccess);
-  close(memfd); /* the server holds its own duplicate */
+  struct symmFdServer* server = serveText(&rv, "hello from rank 0", (1u << 1) | (1u << 2), ncclSuccess);
   char name[108];
   symmFdSocketName(&rv, 0, name, sizeof(name));
   CHECK_EQ_INT(socketListed(name), 1);
@@ -145,16 +166,12 @@ static void testNonMemberRejected(void) {
   int fdsBefore = countFds();
   struct symmFdRendezvous rv;
   freshRendezvous(&rv, 2, 10000);
-  rv.rank = 0;
-  int memfd = makeMemfd("member only");
   int gateIntruder, gateMember;
   pid_t intruder = spawnFetcher("member only", &gateIntruder);
   pid_t member = spawnFetcher("member only", &gateMember);
   rv.pids[0] = getpid();
   rv.pids[1] = member;
-  struct symmFdServer* server = NULL;
-  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, 1u << 1, &server), ncclSuccess);
-  close(memfd);
+  struct symmFdServer* server = serveText(&rv, "member only", 1u << 1, ncclSuccess);
   openGate(gateIntruder, &rv, 1, 0);
   CHECK_EQ_INT(waitExit(intruder), 1); /* no descriptor for a non-member */
   openGate(gateMember, &rv, 1, 1);
@@ -169,20 +186,14 @@ static void testSquatted(void) {
   int fdsBefore = countFds();
   struct symmFdRendezvous rv;
   freshRendezvous(&rv, 2, 1000);
-  rv.rank = 0;
   int ready[2], release[2];
   CHECK(pipe(ready) == 0 && pipe(release) == 0);
   pid_t squatter = fork();
   if (squatter == 0) {
     close(ready[0]);
     close(release[1]);
-    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    int len = symmFdSocketName(&rv, 0, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
-    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
-    if (s < 0 || bind(s, (struct sockaddr*)&addr, alen) != 0 || listen(s, 4) != 0) _exit(2);
+    int s = listenAsRank0(&rv);
+    if (s < 0) _exit(2);
     char c = 1;
     if (write(ready[1], &c, 1) != 1) _exit(3);
     if (read(release[0], &c, 1) != 1) _exit(4);
@@ -193,12 +204,9 @@ static void testSquatted(void) {
   char c;
   CHECK(read(ready[0], &c, 1) == 1);
   close(ready[0]);
-  int memfd = makeMemfd("never served");
   rv.pids[0] = getpid();
   rv.pids[1] = squatter + 100000; /* irrelevant */
-  struct symmFdServer* server = NULL;
-  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, 1u << 1, &server), ncclSystemError);
-  CHECK(server == NULL);
+  CHECK(serveText(&rv, "never served", 1u << 1, ncclSystemError) == NULL);
   /* Client side: rank 0 is recorded with our pid, but the squatter listens there. */
   struct symmFdRendezvous client = rv;
   client.rank = 1;
@@ -210,7 +218,6 @@ static void testSquatted(void) {
   CHECK(write(release[1], &c, 1) == 1);
   close(release[1]);
   CHECK_EQ_INT(waitExit(squatter), 0);
-  close(memfd);
   CHECK_EQ_INT(countFds(), fdsBefore);
 }
 
@@ -224,13 +231,8 @@ static void testUnexpectedDescriptors(void) {
   pid_t rogue = fork();
   if (rogue == 0) {
     close(ready[0]);
-    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-    struct sockaddr_un addr;
-    memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    int len = symmFdSocketName(&rv, 0, addr.sun_path + 1, sizeof(addr.sun_path) - 1);
-    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
-    if (s < 0 || bind(s, (struct sockaddr*)&addr, alen) != 0 || listen(s, 4) != 0) _exit(2);
+    int s = listenAsRank0(&rv);
+    if (s < 0) _exit(2);
     char c = 1;
     if (write(ready[1], &c, 1) != 1) _exit(3);
     int conn = accept(s, NULL, NULL);
@@ -241,20 +243,7 @@ static void testUnexpectedDescriptors(void) {
       int32_t status;
     } reply = {0x53594d41u, 0};
     int fds[2] = {makeMemfd("a"), makeMemfd("b")};
-    union {
-      struct cmsghdr align;
-      char buf[CMSG_SPACE(sizeof(fds))];
-    } control;
-    memset(&control, 0, sizeof(control));
-    struct iovec iov = {.iov_base = &reply, .iov_len = sizeof(reply)};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                         .msg_controllen = sizeof(control.buf)};
-    struct cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(fds));
-    memcpy(CMSG_DATA(cm), fds, sizeof(fds));
-    if (sendmsg(conn, &msg, 0) < 0) _exit(5);
+    if (sendWithFds(conn, &reply, sizeof(reply), fds, 2) < 0) _exit(5);
     char wait;
     (void)!read(conn, &wait, 1); /* until the client closes */
     _exit(0);
@@ -293,10 +282,7 @@ static void testTimeouts(void) {
   const double waited = secondsSince(&t0);
   CHECK(waited >= 0.25 && waited < 3.0);
   rv.rank = 0;
-  int memfd = makeMemfd("nobody comes");
-  struct symmFdServer* server = NULL;
-  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, 1u << 1, &server), ncclSuccess);
-  close(memfd);
+  struct symmFdServer* server = serveText(&rv, "nobody comes", 1u << 1, ncclSuccess);
   CHECK_EQ_INT(symmFdServerFinish(server, 0), ncclSystemError);
   CHECK_EQ_INT(symmFdFetch(&rv, 0, &fd), ncclInternalError); /* from ourselves: a bug */
   CHECK_EQ_INT(countFds(), fdsBefore);
@@ -335,11 +321,8 @@ static void testStop(void) {
 
   stop = 0;
   rv.rank = 0;
-  int memfd = makeMemfd("nobody comes");
-  struct symmFdServer* server = NULL;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  CHECK_EQ_INT(symmFdServerStart(&rv, memfd, 1u << 1, &server), ncclSuccess);
-  close(memfd);
+  struct symmFdServer* server = serveText(&rv, "nobody comes", 1u << 1, ncclSuccess);
   CHECK(pthread_create(&raiser, NULL, raiseLater, &stop) == 0);
   CHECK_EQ_INT(symmFdServerFinish(server, 0), ncclSystemError);
   CHECK(secondsSince(&t0) < 2.0);

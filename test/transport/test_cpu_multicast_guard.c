@@ -39,7 +39,7 @@ static void setOne(const char* name, const char* value) {
 
 int main(void) {
   /* Initialise logging before any parameter is read: param.c logs while holding its lock, and
-   * the first log reads SYMMCOLL_DEBUG through that same lock (reported to the lead). */
+   * the first log reads SYMMCOLL_DEBUG through that same lock. */
   (void)symmLogLevel();
   /* Off unless asked for: the knob's default is 0, and the guard wants an explicit 1. */
   unsetenv("SYMMCOLL_MULTIMEM");
@@ -63,26 +63,23 @@ int main(void) {
     CHECK_EQ_INT(symmTransportMulticastReady(NULL), 0);
     if (symmMulticastEnvAllows() != 0) fprintf(stderr, "  switch %s ignored\n", switches[i][0]);
   }
-  /* All of them together, as the lent GPU machines set them. */
+  /* All of them together, as every script of this repository sets them. */
   clearAll();
   for (int i = 0; i < NSWITCHES; i++) setOne(switches[i][0], switches[i][1]);
   CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
 
-  /* Values that do not switch it off. */
-  clearAll();
-  setOne("NCCL_NVLS_ENABLE", "1");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
-  setOne("NCCL_NVLS_ENABLE", "2");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
-  clearAll();
-  setOne("TORCH_SYMM_MEM_DISABLE_MULTICAST", "0");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
-  clearAll();
-  setOne("SYMMCOLL_MULTIMEM", "1");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 1);
-  clearAll();
-  setOne("NVSHMEM_DISABLE_NVLS", "true");
-  CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
+  /* Values that do not switch it off, and "true", which does. */
+  static const struct {
+    const char *name, *value;
+    int allows;
+  } values[] = {{"NCCL_NVLS_ENABLE", "1", 1},  {"NCCL_NVLS_ENABLE", "2", 1},
+                {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "0", 1}, {"SYMMCOLL_MULTIMEM", "1", 1},
+                {"NVSHMEM_DISABLE_NVLS", "true", 0}};
+  for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+    clearAll();
+    setOne(values[i].name, values[i].value);
+    CHECK_EQ_INT(symmMulticastEnvAllows(), values[i].allows);
+  }
 
   /* Decisions use what setup agreed. The knob is read once per process: set later, and even
    * after what ncclResetDebugInit does, it keeps its first value on this rank. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "sendfds.h"
 #include "regchan.h"
 
 static int countFds(void) { return harnessCountEntries("/proc/self/fd"); }
@@ -79,116 +80,110 @@ static int receiveOne(int rx, const struct symmRegChanPeers* who, const char* ex
   return got;
 }
 
+/* One test's channel: the members, both ends, and how many descriptors were open before. */
+struct chan {
+  struct symmRegChanPeers who;
+  int rx, tx, fdsBefore;
+};
+
+static void chanOpen(struct chan* ch) {
+  ch->fdsBefore = countFds();
+  freshPeers(&ch->who);
+  ch->rx = ch->tx = -1;
+  CHECK_EQ_INT(symmRegChanCreate(&ch->rx, &ch->tx), ncclSuccess);
+}
+
+/* Both ends closed: every descriptor the test opened is gone. */
+static void chanClose(struct chan* ch) {
+  close(ch->rx);
+  close(ch->tx);
+  CHECK_EQ_INT(countFds(), ch->fdsBefore);
+}
+
 /* In-process members: MAP with its fd, ACK and UNMAP without; the channel has no name. */
 static void testMemberInProcess(void) {
-  int fdsBefore = countFds();
-  struct symmRegChanPeers who;
-  freshPeers(&who);
-  int rx = -1, tx = -1;
-  CHECK_EQ_INT(symmRegChanCreate(&rx, &tx), ncclSuccess);
+  struct chan ch;
+  chanOpen(&ch);
   struct sockaddr_un addr;
   socklen_t len = sizeof(addr);
-  CHECK(getsockname(rx, (struct sockaddr*)&addr, &len) == 0);
+  CHECK(getsockname(ch.rx, (struct sockaddr*)&addr, &len) == 0);
   CHECK_EQ_INT(len, sizeof(sa_family_t)); /* unnamed: nothing anyone could bind first */
   len = sizeof(addr);
-  CHECK(getsockname(tx, (struct sockaddr*)&addr, &len) == 0);
+  CHECK(getsockname(ch.tx, (struct sockaddr*)&addr, &len) == 0);
   CHECK_EQ_INT(len, sizeof(sa_family_t));
-  CHECK(fcntl(rx, F_GETFD) & FD_CLOEXEC);
-  CHECK(fcntl(tx, F_GETFD) & FD_CLOEXEC);
+  CHECK(fcntl(ch.rx, F_GETFD) & FD_CLOEXEC);
+  CHECK(fcntl(ch.tx, F_GETFD) & FD_CLOEXEC);
 
   struct symmRegMsg m;
   int memfd = makeMemfd("region of rank 1");
-  message(&who, SYMM_REGMSG_MAP, 1, &m);
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
+  message(&ch.who, SYMM_REGMSG_MAP, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, memfd), 1);
   close(memfd);
-  CHECK_EQ_INT(receiveOne(rx, &who, "region of rank 1"), SYMM_REGRECV_GOT);
-  message(&who, SYMM_REGMSG_ACK, 1, &m);
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
-  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_GOT);
-  message(&who, SYMM_REGMSG_UNMAP, 1, &m);
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
-  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_GOT);
-  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_EMPTY);
-  close(rx);
-  close(tx);
-  CHECK_EQ_INT(countFds(), fdsBefore);
+  CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, "region of rank 1"), SYMM_REGRECV_GOT);
+  message(&ch.who, SYMM_REGMSG_ACK, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
+  CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_GOT);
+  message(&ch.who, SYMM_REGMSG_UNMAP, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
+  CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_GOT);
+  CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_EMPTY);
+  chanClose(&ch);
 }
 
 /* Everything a member (our own pid) could get wrong: each dropped, each fd closed. */
 static void testMalformedDropped(void) {
-  int fdsBefore = countFds();
-  struct symmRegChanPeers who;
-  freshPeers(&who);
-  int rx = -1, tx = -1;
-  CHECK_EQ_INT(symmRegChanCreate(&rx, &tx), ncclSuccess);
+  struct chan ch;
+  chanOpen(&ch);
   struct symmRegMsg m;
   int memfd = makeMemfd("never accepted");
 
-  message(&who, SYMM_REGMSG_MAP, 1, &m);
+  message(&ch.who, SYMM_REGMSG_MAP, 1, &m);
   m.auth[3] ^= 0x40; /* wrong token */
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
-  message(&who, SYMM_REGMSG_MAP, 0, &m); /* claims the receiver's own rank */
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
-  message(&who, SYMM_REGMSG_MAP, 2, &m); /* rank 2's pid is not ours */
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
-  message(&who, SYMM_REGMSG_MAP, 7, &m); /* no such rank */
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
-  message(&who, SYMM_REGMSG_MAP, 1, &m); /* MAP without its fd */
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
-  message(&who, SYMM_REGMSG_ACK, 1, &m); /* ACK with an fd */
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, memfd), 1);
-  message(&who, SYMM_REGMSG_UNMAP, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, memfd), 1);
+  message(&ch.who, SYMM_REGMSG_MAP, 0, &m); /* claims the receiver's own rank */
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, memfd), 1);
+  message(&ch.who, SYMM_REGMSG_MAP, 2, &m); /* rank 2's pid is not ours */
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, memfd), 1);
+  message(&ch.who, SYMM_REGMSG_MAP, 7, &m); /* no such rank */
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, memfd), 1);
+  message(&ch.who, SYMM_REGMSG_MAP, 1, &m); /* MAP without its fd */
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
+  message(&ch.who, SYMM_REGMSG_ACK, 1, &m); /* ACK with an fd */
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, memfd), 1);
+  message(&ch.who, SYMM_REGMSG_UNMAP, 1, &m);
   m.slot = SYMM_USER_REG_SLOTS; /* out of range */
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
-  message(&who, 99, 1, &m); /* unknown type */
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
-  for (int i = 0; i < 8; i++) CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_DROPPED);
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
+  message(&ch.who, 99, 1, &m); /* unknown type */
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
+  for (int i = 0; i < 8; i++) CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_DROPPED);
 
   /* Raw datagrams: bad magic, too long (truncated), too short, and a MAP with 12 fds (more
    * than the receiver's control buffer: the kernel closes the excess, we close the rest). */
-  message(&who, SYMM_REGMSG_MAP, 1, &m);
+  message(&ch.who, SYMM_REGMSG_MAP, 1, &m);
   struct symmRegMsg raw = m;
   raw.magic = 0x12345678u;
-  CHECK(send(tx, &raw, sizeof(raw), 0) == (ssize_t)sizeof(raw));
+  CHECK(send(ch.tx, &raw, sizeof(raw), 0) == (ssize_t)sizeof(raw));
   char big[sizeof(m) + 16];
   memset(big, 0, sizeof(big));
-  CHECK(send(tx, big, sizeof(big), 0) == (ssize_t)sizeof(big));
-  CHECK(send(tx, &raw, sizeof(raw) - 4, 0) == (ssize_t)sizeof(raw) - 4);
+  CHECK(send(ch.tx, big, sizeof(big), 0) == (ssize_t)sizeof(big));
+  CHECK(send(ch.tx, &raw, sizeof(raw) - 4, 0) == (ssize_t)sizeof(raw) - 4);
   {
     int fds[12];
     for (int i = 0; i < 12; i++) fds[i] = memfd;
     raw.magic = SYMM_REGCHAN_MAGIC;
-    union {
-      struct cmsghdr align;
-      char buf[CMSG_SPACE(sizeof(fds))];
-    } control;
-    memset(&control, 0, sizeof(control));
-    struct iovec iov = {.iov_base = &raw, .iov_len = sizeof(raw)};
-    struct msghdr hdr = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                         .msg_controllen = sizeof(control.buf)};
-    struct cmsghdr* c = CMSG_FIRSTHDR(&hdr);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(fds));
-    memcpy(CMSG_DATA(c), fds, sizeof(fds));
-    CHECK(sendmsg(tx, &hdr, 0) == (ssize_t)sizeof(raw));
+    CHECK(sendWithFds(ch.tx, &raw, sizeof(raw), fds, 12) == (ssize_t)sizeof(raw));
   }
-  for (int i = 0; i < 4; i++) CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_DROPPED);
-  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_EMPTY);
+  for (int i = 0; i < 4; i++) CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_DROPPED);
+  CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_EMPTY);
   close(memfd);
-  close(rx);
-  close(tx);
-  CHECK_EQ_INT(countFds(), fdsBefore);
+  chanClose(&ch);
 }
 
 /* Another process holding the sending end (a forked child inherits it): accepted only once its
  * pid is a member's; as a non-member its fd is closed unread. Exit codes: 0 sent, 1 not. */
 static void testOtherProcess(void) {
-  int fdsBefore = countFds();
-  struct symmRegChanPeers who;
-  freshPeers(&who);
-  int rx = -1, tx = -1;
-  CHECK_EQ_INT(symmRegChanCreate(&rx, &tx), ncclSuccess);
+  struct chan ch;
+  chanOpen(&ch);
   for (int asMember = 0; asMember < 2; asMember++) {
     int gate[2];
     CHECK(pipe(gate) == 0);
@@ -198,19 +193,19 @@ static void testOtherProcess(void) {
       char c;
       if (read(gate[0], &c, 1) != 1) _exit(3);
       struct symmRegMsg m;
-      message(&who, SYMM_REGMSG_MAP, 2, &m);
+      message(&ch.who, SYMM_REGMSG_MAP, 2, &m);
       int fd = makeMemfd(asMember ? "from member 2" : "from a stranger");
-      _exit(symmRegChanSend(tx, &m, fd) ? 0 : 1);
+      _exit(symmRegChanSend(ch.tx, &m, fd) ? 0 : 1);
     }
     close(gate[0]);
-    if (asMember) who.pids[2] = child;
+    if (asMember) ch.who.pids[2] = child;
     CHECK(write(gate[1], "g", 1) == 1);
     close(gate[1]);
     CHECK_EQ_INT(waitExit(child), 0);
-    CHECK_EQ_INT(receiveOne(rx, &who, asMember ? "from member 2" : NULL),
+    CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, asMember ? "from member 2" : NULL),
                  asMember ? SYMM_REGRECV_GOT : SYMM_REGRECV_DROPPED);
-    CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_EMPTY);
-    CHECK_EQ_INT(countFds(), fdsBefore + 2);
+    CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_EMPTY);
+    CHECK_EQ_INT(countFds(), ch.fdsBefore + 2);
   }
   /* Another uid, same pid as a member (only testable as root): dropped. */
   if (geteuid() == 0) {
@@ -218,16 +213,14 @@ static void testOtherProcess(void) {
     if (child == 0) {
       if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
       struct symmRegMsg m;
-      message(&who, SYMM_REGMSG_ACK, 1, &m);
-      _exit(symmRegChanSend(tx, &m, -1) ? 0 : 1);
+      message(&ch.who, SYMM_REGMSG_ACK, 1, &m);
+      _exit(symmRegChanSend(ch.tx, &m, -1) ? 0 : 1);
     }
-    who.pids[1] = child;
+    ch.who.pids[1] = child;
     CHECK_EQ_INT(waitExit(child), 0);
-    CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_DROPPED);
+    CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_DROPPED);
   }
-  close(rx);
-  close(tx);
-  CHECK_EQ_INT(countFds(), fdsBefore);
+  chanClose(&ch);
 }
 
 static double secondsSince(const struct timespec* t0) {
@@ -239,21 +232,18 @@ static double secondsSince(const struct timespec* t0) {
 /* Nobody reads: sends fill the queue and then report "not sent" at once, never block; what was
  * queued is delivered intact afterwards, fds included. */
 static void testQueueFull(void) {
-  int fdsBefore = countFds();
-  struct symmRegChanPeers who;
-  freshPeers(&who);
-  int rx = -1, tx = -1;
-  CHECK_EQ_INT(symmRegChanCreate(&rx, &tx), ncclSuccess);
+  struct chan ch;
+  chanOpen(&ch);
   int small = 4096;
-  CHECK(setsockopt(tx, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
+  CHECK(setsockopt(ch.tx, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
   int memfd = makeMemfd("queued");
   struct symmRegMsg m;
-  message(&who, SYMM_REGMSG_MAP, 1, &m);
+  message(&ch.who, SYMM_REGMSG_MAP, 1, &m);
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int sent = 0, refused = 0;
   for (int i = 0; i < 100000 && refused < 3; i++) {
-    if (symmRegChanSend(tx, &m, memfd)) sent++;
+    if (symmRegChanSend(ch.tx, &m, memfd)) sent++;
     else refused++;
   }
   CHECK(secondsSince(&t0) < 2.0);
@@ -261,15 +251,13 @@ static void testQueueFull(void) {
   CHECK_EQ_INT(refused, 3);
   close(memfd);
   int got = 0;
-  while (receiveOne(rx, &who, "queued") == SYMM_REGRECV_GOT) got++;
+  while (receiveOne(ch.rx, &ch.who, "queued") == SYMM_REGRECV_GOT) got++;
   CHECK_EQ_INT(got, sent);
   /* Room again. */
-  message(&who, SYMM_REGMSG_ACK, 1, &m);
-  CHECK_EQ_INT(symmRegChanSend(tx, &m, -1), 1);
-  CHECK_EQ_INT(receiveOne(rx, &who, NULL), SYMM_REGRECV_GOT);
-  close(rx);
-  close(tx);
-  CHECK_EQ_INT(countFds(), fdsBefore);
+  message(&ch.who, SYMM_REGMSG_ACK, 1, &m);
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
+  CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_GOT);
+  chanClose(&ch);
 }
 
 int main(void) {

@@ -184,27 +184,27 @@ static void agreeBody(struct rankCtx* local, int n, void* arg) {
   CUDA_OK(cudaStreamDestroy(b.stream));
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: test_peer_agree maxctas [N] | disable | same [N]\n");
-  return 2;
-}
-
-int main(int argc, char** argv) {
-  if (argc < 2) return usage();
-  if (strcmp(argv[1], "maxctas") == 0) mode = MODE_MAXCTAS;
-  else if (strcmp(argv[1], "disable") == 0) mode = MODE_DISABLE;
-  else if (strcmp(argv[1], "same") == 0) mode = MODE_SAME;
-  else return usage();
-  if (argc > 2) ctasValue = argv[2];
-  char name[96];
-  snprintf(name, sizeof(name), "peer_agree %s%s%s", argv[1], argc > 2 ? " " : "",
-           argc > 2 ? argv[2] : "");
-  /* The parent only forks and counts: it never touches CUDA or NCCL. */
-  const int start = peerMainStart("test_peer_agree", argv[1], 2, 0, 0, name);
-  if (start >= 0) return start;
+/* The parent only forks and counts: it never touches CUDA or NCCL. */
+static int runMode(enum agreeMode m, const char* arg) {
+  mode = m;
+  if (arg != NULL) ctasValue = arg;
   unsetenv("NCCL_MAX_CTAS");
   unsetenv("SYMMCOLL_DISABLE");
   beforeRankInit = rankEnvironment;
   runProcesses(agreeBody, NULL);
-  return harnessReport(name);
+  return 0;
+}
+
+static int maxCtasMode(const char* arg) { return runMode(MODE_MAXCTAS, arg); }
+static int disableMode(const char* arg) { return runMode(MODE_DISABLE, arg); }
+static int sameMode(const char* arg) { return runMode(MODE_SAME, arg); }
+
+int main(int argc, char** argv) {
+  static const struct peerMode modes[] = {{"maxctas", 2, PEER_FORKED, maxCtasMode},
+                                          {"disable", 2, PEER_FORKED, disableMode},
+                                          {"same", 2, PEER_FORKED, sameMode}};
+  static const struct peerTest test = {"peer_agree", "maxctas [N] | disable | same [N]",
+                                       1 /* rankEnvironment arms each rank's watchdog */, modes,
+                                       sizeof(modes) / sizeof(modes[0])};
+  return peerMain(&test, argc, argv);
 }

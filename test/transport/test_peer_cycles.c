@@ -191,37 +191,47 @@ static void cyclesSetupBody(struct rankCtx* local, int n, void* arg) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-static int usage(void) {
-  fprintf(stderr, "usage: test_peer_cycles bootstrap|procs|setup <count>\n       test_peer_cycles fault\n");
-  return 2;
+static int faultMode(const char* arg) {
+  (void)arg;
+  /* Rank 1 cannot stage any of its setup exchanges (as if device memory had run out). */
+  setenv("SYMMCOLL_FAULT_EXCHANGE_RANK", "1", 1);
+  symmParamResetAll();
+  runProcesses(faultExchangeBody, NULL);
+  return 0;
+}
+
+static int cycles;
+
+/* A small staging buffer keeps 1,000 cycles fast; a leak still shows (cycles x buffer). */
+static void cyclesKnobs(const char* arg) {
+  cycles = arg != NULL ? atoi(arg) : 1000;
+  setenv("SYMMCOLL_BUFFER_BYTES", "8388608", 0);
+  symmParamResetAll();
+}
+
+static int bootstrapMode(const char* arg) {
+  cyclesKnobs(arg);
+  cyclesInitAll(cycles);
+  return 0;
+}
+
+static int procsMode(const char* arg) {
+  cyclesKnobs(arg);
+  runProcesses(cyclesSplitBody, &cycles);
+  return 0;
+}
+
+static int setupMode(const char* arg) {
+  cyclesKnobs(arg);
+  runProcesses(cyclesSetupBody, &cycles);
+  return 0;
 }
 
 int main(int argc, char** argv) {
-  watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-  harnessManyStreamsPerGpu();
-  const char* mode = argc > 1 ? argv[1] : "";
-  if (argc < 2) return usage();
-  char name[96];
-  snprintf(name, sizeof(name), "peer_cycles %s%s%s", mode, argc > 2 ? " " : "", argc > 2 ? argv[2] : "");
-  const int boot = strcmp(mode, "bootstrap") == 0;
-  const int processes = strcmp(mode, "procs") == 0 || strcmp(mode, "setup") == 0 ||
-                        strcmp(mode, "fault") == 0;
-  const int start = peerMainStart("test_peer_cycles", mode, boot ? 1 : 2, !processes, boot, name);
-  if (start >= 0) return start;
-  if (strcmp(mode, "fault") == 0) {
-    /* Rank 1 cannot stage any of its setup exchanges (as if device memory had run out). */
-    setenv("SYMMCOLL_FAULT_EXCHANGE_RANK", "1", 1);
-    symmParamResetAll();
-    runProcesses(faultExchangeBody, NULL);
-    return harnessReport(name);
-  }
-  int cycles = argc > 2 ? atoi(argv[2]) : 1000;
-  /* A small staging buffer keeps 1,000 cycles fast; a leak still shows (cycles x buffer). */
-  setenv("SYMMCOLL_BUFFER_BYTES", "8388608", 0);
-  symmParamResetAll();
-  if (boot) cyclesInitAll(cycles);
-  else if (strcmp(mode, "procs") == 0) runProcesses(cyclesSplitBody, &cycles);
-  else if (strcmp(mode, "setup") == 0) runProcesses(cyclesSetupBody, &cycles);
-  else return usage();
-  return harnessReport(name);
+  static const struct peerMode modes[] = {
+      {"bootstrap", 1, PEER_BOOTSTRAP, bootstrapMode}, {"procs", 2, PEER_FORKED, procsMode},
+      {"setup", 2, PEER_FORKED, setupMode},            {"fault", 2, PEER_FORKED, faultMode}};
+  static const struct peerTest test = {"peer_cycles", "bootstrap|procs|setup <count> | fault", 0,
+                                       modes, sizeof(modes) / sizeof(modes[0])};
+  return peerMain(&test, argc, argv);
 }

@@ -227,38 +227,44 @@ static void peerBody(struct rankCtx* local, int n, void* arg) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-static int usage(void) {
-  fprintf(stderr, "usage: test_peer_mem procs|nonblocking|initall|threads|bootstrap [nranks]\n");
-  return 2;
+static int windows = 1;
+
+static int procsMode(const char* arg) {
+  (void)arg;
+  runProcesses(peerBody, &windows);
+  return 0;
+}
+
+static int nonBlockingMode(const char* arg) {
+  nonBlockingComms = 1;
+  return procsMode(arg);
+}
+
+static int initAllMode(const char* arg) {
+  (void)arg;
+  runInitAll(2, peerBody, &windows); /* one thread, both ranks: windows through a group */
+  return 0;
+}
+
+static int threadsMode(const char* arg) {
+  (void)arg;
+  runThreads(2, peerBody, &windows);
+  return 0;
+}
+
+static int bootstrapMode(const char* arg) {
+  const int nranks = arg != NULL ? atoi(arg) : 4;
+  if (nranks < 2 || nranks > SYMM_MAX_RANKS) return -1;
+  runThreads(nranks, peerBody, &windows);
+  return 0;
 }
 
 int main(int argc, char** argv) {
-  watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-  harnessManyStreamsPerGpu();
-  const char* mode = argc > 1 ? argv[1] : "";
-  if (argc < 2) return usage();
-  char name[96];
-  snprintf(name, sizeof(name), "peer_mem %s%s%s", mode, argc > 2 ? " " : "", argc > 2 ? argv[2] : "");
-  const int processes = strcmp(mode, "procs") == 0 || strcmp(mode, "nonblocking") == 0;
-  const int boot = strcmp(mode, "bootstrap") == 0;
-  const int start = peerMainStart("test_peer_mem", mode, boot ? 1 : 2, !processes, boot, name);
-  if (start >= 0) return start;
-  int windows = 1;
-  if (strcmp(mode, "procs") == 0) {
-    runProcesses(peerBody, &windows);
-  } else if (strcmp(mode, "nonblocking") == 0) {
-    nonBlockingComms = 1;
-    runProcesses(peerBody, &windows);
-  } else if (strcmp(mode, "initall") == 0) {
-    runInitAll(2, peerBody, &windows); /* one thread, both ranks: windows through a group */
-  } else if (strcmp(mode, "threads") == 0) {
-    runThreads(2, peerBody, &windows);
-  } else if (boot) {
-    int nranks = argc > 2 ? atoi(argv[2]) : 4;
-    if (nranks < 2 || nranks > SYMM_MAX_RANKS) return usage();
-    runThreads(nranks, peerBody, &windows);
-  } else {
-    return usage();
-  }
-  return harnessReport(name);
+  static const struct peerMode modes[] = {
+      {"procs", 2, PEER_FORKED, procsMode},       {"nonblocking", 2, PEER_FORKED, nonBlockingMode},
+      {"initall", 2, PEER_REAL, initAllMode},     {"threads", 2, PEER_REAL, threadsMode},
+      {"bootstrap", 1, PEER_BOOTSTRAP, bootstrapMode}};
+  static const struct peerTest test = {"peer_mem", "procs|nonblocking|initall|threads|bootstrap [nranks]",
+                                       0, modes, sizeof(modes) / sizeof(modes[0])};
+  return peerMain(&test, argc, argv);
 }

@@ -195,44 +195,20 @@ static void installSpy(int rank) {
   }
 }
 
-/* Like runProcesses, but the spy goes in before ncclCommInitRank. */
+/* Every rank's handle server is gone once its communicator is. */
+static void noSocketsLeft(int rank) {
+  (void)rank;
+  CHECK_EQ_INT(ourSocketsLeft(), 0);
+}
+
+/* runProcesses with the spy in before ncclCommInitRank. */
 static void runSecurity(int mode) {
   spyMode = mode;
   snprintf(squatLog, sizeof(squatLog), "/tmp/symmcoll-squat-%d.log", (int)getpid());
-  int idPipe[2], resultPipe[2];
-  if (pipe(idPipe) != 0 || pipe(resultPipe) != 0) {
-    CHECK(0);
-    return;
-  }
-  pid_t pids[2];
-  for (int r = 0; r < 2; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      close(resultPipe[0]);
-      ncclUniqueId id;
-      installSpy(r);
-      int ok;
-      if (r == 0) ok = ncclGetUniqueId(&id) == ncclSuccess && procsWriteAll(idPipe[1], &id, sizeof(id)) == 0;
-      else ok = procsReadAll(idPipe[0], &id, sizeof(id)) == 0;
-      close(idPipe[0]);
-      close(idPipe[1]);
-      CHECK(ok);
-      struct rankCtx c = {.rank = r, .nranks = 2, .dev = r};
-      CUDA_OK(cudaSetDevice(r));
-      if (ok && ncclCommInitRank(&c.comm, 2, id, r) == ncclSuccess) {
-        CHECK_EQ_INT(usingBootstrap(), 0);
-        securityBody(&c, 1, squatLog);
-        CHECK_EQ_INT(ncclCommDestroy(c.comm), ncclSuccess);
-      } else {
-        CHECK(!"ncclCommInitRank failed");
-      }
-      CHECK_EQ_INT(ourSocketsLeft(), 0);
-      int counts[2] = {harnessChecks, harnessFailures};
-      (void)procsWriteAll(resultPipe[1], counts, sizeof(counts));
-      _exit(0);
-    }
-  }
-  collectRanks(idPipe, resultPipe, pids, 0);
+  beforeRankInit = installSpy;
+  afterRankDestroy = noSocketsLeft;
+  ranksExitClean = 0;
+  runProcesses(securityBody, squatLog);
   if (mode == 2) {
     /* Show what rank 1 logged (its check failures too), then clean up. */
     FILE* f = fopen(squatLog, "r");
@@ -287,34 +263,34 @@ static void mcGuardEachAlone(void) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-static int usage(void) {
-  fprintf(stderr, "usage: test_peer_security nonmember|squat|mcguard\n");
-  return 2;
+static int nonMemberMode(const char* arg) {
+  (void)arg;
+  runSecurity(1);
+  return 0;
+}
+
+static int squatMode(const char* arg) {
+  (void)arg;
+  runSecurity(2);
+  return 0;
+}
+
+/* World sizes that would qualify for multicast by size; the variables must keep it off. */
+static int mcGuardMode(const char* arg) {
+  (void)arg;
+  CHECK(getenv("NCCL_NVLS_ENABLE") && getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST") &&
+        getenv("NVSHMEM_DISABLE_NVLS"));
+  mcGuardEachAlone(); /* first: its children must fork from a process without CUDA state */
+  for (int nranks = 4; nranks <= SYMM_MAX_RANKS; nranks++) runThreads(nranks, mcGuardBody, NULL);
+  CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
+  return 0;
 }
 
 int main(int argc, char** argv) {
-  watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-  harnessManyStreamsPerGpu();
-  const char* mode = argc > 1 ? argv[1] : "";
-  if (argc < 2) return usage();
-  char name[96];
-  snprintf(name, sizeof(name), "peer_security %s", mode);
-  const int mcguard = strcmp(mode, "mcguard") == 0;
-  const int start = peerMainStart("test_peer_security", mode, mcguard ? 1 : 2, mcguard, mcguard, name);
-  if (start >= 0) return start;
-  if (strcmp(mode, "nonmember") == 0) {
-    runSecurity(1);
-  } else if (strcmp(mode, "squat") == 0) {
-    runSecurity(2);
-  } else if (mcguard) {
-    /* World sizes that would qualify for multicast by size; the variables must keep it off. */
-    CHECK(getenv("NCCL_NVLS_ENABLE") && getenv("TORCH_SYMM_MEM_DISABLE_MULTICAST") &&
-          getenv("NVSHMEM_DISABLE_NVLS"));
-    mcGuardEachAlone(); /* first: its children must fork from a process without CUDA state */
-    for (int nranks = 4; nranks <= SYMM_MAX_RANKS; nranks++) runThreads(nranks, mcGuardBody, NULL);
-    CHECK_EQ_INT(symmTransportMulticastAttempts(), 0);
-  } else {
-    return usage();
-  }
-  return harnessReport(name);
+  static const struct peerMode modes[] = {{"nonmember", 2, PEER_FORKED, nonMemberMode},
+                                          {"squat", 2, PEER_FORKED, squatMode},
+                                          {"mcguard", 1, PEER_BOOTSTRAP, mcGuardMode}};
+  static const struct peerTest test = {"peer_security", "nonmember|squat|mcguard", 0, modes,
+                                       sizeof(modes) / sizeof(modes[0])};
+  return peerMain(&test, argc, argv);
 }

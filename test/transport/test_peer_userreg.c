@@ -271,31 +271,32 @@ static void userRegBody(struct rankCtx* local, int n, void* arg) {
 
 /* ---- main -------------------------------------------------------------------------------- */
 
-static int usage(void) {
-  fprintf(stderr, "usage: test_peer_userreg procs|threads\n");
-  return 2;
-}
-
-int main(int argc, char** argv) {
-  watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-  harnessManyStreamsPerGpu();
-  const char* mode = argc > 1 ? argv[1] : "";
-  if (argc < 2) return usage();
-  char name[96];
-  snprintf(name, sizeof(name), "peer_userreg %s", mode);
-  const int start = peerMainStart("test_peer_userreg", mode, 2, strcmp(mode, "procs") != 0, 0, name);
-  if (start >= 0) return start;
-  /* The two-shot is the kernel that reads registered inputs in place (up to 4 MiB). */
+/* The two-shot is the kernel that reads registered inputs in place (up to 4 MiB). */
+static void uregKnobs(void) {
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
   setenv("SYMMCOLL_USER_REG", "1", 1);
   symmParamResetAll();
-  if (strcmp(mode, "procs") == 0) {
-    runProcesses(userRegBody, NULL);
-  } else if (strcmp(mode, "threads") == 0) {
-    uregSharedFdTable = 1;
-    runThreads(2, userRegBody, NULL);
-  } else {
-    return usage();
-  }
-  return harnessReport(name);
+}
+
+static int procsMode(const char* arg) {
+  (void)arg;
+  uregKnobs();
+  runProcesses(userRegBody, NULL);
+  return 0;
+}
+
+static int threadsMode(const char* arg) {
+  (void)arg;
+  uregKnobs();
+  uregSharedFdTable = 1;
+  runThreads(2, userRegBody, NULL);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  static const struct peerMode modes[] = {{"procs", 2, PEER_FORKED, procsMode},
+                                          {"threads", 2, PEER_REAL, threadsMode}};
+  static const struct peerTest test = {"peer_userreg", "procs|threads", 0, modes,
+                                       sizeof(modes) / sizeof(modes[0])};
+  return peerMain(&test, argc, argv);
 }

@@ -6,17 +6,8 @@
 # Usage: test_tune_cli.sh <symmcoll-tune> <tune_fake_perf.sh>
 set -u
 tune=$1 fake=$2
-checks=0 failed=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-check() { # name, command...
-  local name=$1; shift
-  checks=$((checks + 1))
-  if ! "$@"; then
-    failed=$((failed + 1))
-    echo "FAILED: $name" >&2
-  fi
-}
+# shellcheck source=../checks.sh
+. "$(dirname "$0")/../checks.sh"
 for b in all_reduce_perf all_gather_perf reduce_scatter_perf; do ln -s "$fake" "$tmp/$b"; done
 machine='gpu="NVIDIA H200" arch=90 link=nvlink gpus=2 driver=13000 nccl=22809'
 
@@ -67,5 +58,4 @@ check "default perf dir ($bin)" test -x "$bin" -a "$(basename "$(dirname "$bin")
 "$tune" -o "$tmp/x" --margin 2 >/dev/null 2>&1; check "bad margin" [ $? = 2 ]
 "$tune" -o "$tmp/x" --colls broadcast >/dev/null 2>&1; check "bad collective" [ $? = 2 ]
 "$tune" -o "$tmp/x" -P 2 --machine 'gpu=x' >/dev/null 2>&1; check "bad --machine" [ $? = 2 ]
-echo "test_tune_cli: $checks checks, $failed failed"
-[ "$failed" = 0 ] && [ "$checks" -gt 0 ]
+checks_done test_tune_cli

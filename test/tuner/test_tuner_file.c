@@ -115,6 +115,8 @@ static void testGoodFile(void) {
   free(f);
 }
 
+/* A file's first two lines, valid: what the rows below add to it is wrong. */
+#define HEAD "symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n"
 static const struct {
   const char* text;
   int line;        /* where the error is reported (0: the whole file) */
@@ -135,29 +137,28 @@ static const struct {
     {"symmcoll-tuning 1\nmachine gpu=x arch=90 link=nvlink gpus=2 driver=1 nccl=1 color=red\n", 2, "unknown key"},
     {"symmcoll-tuning 1\nmachine gpu=x arch=90 link=nvlink gpus=2 driver=1 nccl=1 extra\n", 2, "key=value"},
     {"symmcoll-tuning 1\nmachine gpu=\"NVIDIA H200 arch=90\n", 2, "unclosed quote"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n"
-     "machine gpu=* arch=* link=* gpus=* driver=* nccl=*\n", 3, "second machine"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nbroadcast nccl<=1K\n", 3, "unknown line"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n\nallreduce ranks=2\n", 4, "at least one"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce push<=1K\n", 3, "not an algorithm of allreduce"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallgather twoshot<=1K\n", 3, "not an algorithm of allgather"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nreducescatter ce<=1K\n", 3, "not an algorithm"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce fast<=1K\n", 3, "not an algorithm"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce lamport<=1KB\n", 3, "bad size"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce lamport<=\n", 3, "bad size"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce ranks=1 nccl<=1\n", 3, "for ranks"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce ranks=5-3 nccl<=1\n", 3, "for ranks"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce ranks=2-99 nccl<=1\n", 3, "for ranks"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce dtype=3 nccl<=1\n", 3, "for dtype"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce dtype=bf16 nccl<=1\n", 3, "for dtype"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce reg=2 nccl<=1\n", 3, "for reg"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce link=same_gpu nccl<=1\n", 3, "for link"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce arch=sm90 nccl<=1\n", 3, "for arch"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce arch=90 arch=80 nccl<=1\n", 3, "twice"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce speed=9 nccl<=1\n", 3, "unknown key"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce nccl<=1 ranks=2\n", 3, "after the steps"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce ranks=2 lamport\n", 3, "neither"},
-    {"symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\nallreduce nccl<=1 nccl<=2 "
+    {HEAD "machine gpu=* arch=* link=* gpus=* driver=* nccl=*\n", 3, "second machine"},
+    {HEAD "broadcast nccl<=1K\n", 3, "unknown line"},
+    {HEAD "\nallreduce ranks=2\n", 4, "at least one"},
+    {HEAD "allreduce push<=1K\n", 3, "not an algorithm of allreduce"},
+    {HEAD "allgather twoshot<=1K\n", 3, "not an algorithm of allgather"},
+    {HEAD "reducescatter ce<=1K\n", 3, "not an algorithm"},
+    {HEAD "allreduce fast<=1K\n", 3, "not an algorithm"},
+    {HEAD "allreduce lamport<=1KB\n", 3, "bad size"},
+    {HEAD "allreduce lamport<=\n", 3, "bad size"},
+    {HEAD "allreduce ranks=1 nccl<=1\n", 3, "for ranks"},
+    {HEAD "allreduce ranks=5-3 nccl<=1\n", 3, "for ranks"},
+    {HEAD "allreduce ranks=2-99 nccl<=1\n", 3, "for ranks"},
+    {HEAD "allreduce dtype=3 nccl<=1\n", 3, "for dtype"},
+    {HEAD "allreduce dtype=bf16 nccl<=1\n", 3, "for dtype"},
+    {HEAD "allreduce reg=2 nccl<=1\n", 3, "for reg"},
+    {HEAD "allreduce link=same_gpu nccl<=1\n", 3, "for link"},
+    {HEAD "allreduce arch=sm90 nccl<=1\n", 3, "for arch"},
+    {HEAD "allreduce arch=90 arch=80 nccl<=1\n", 3, "twice"},
+    {HEAD "allreduce speed=9 nccl<=1\n", 3, "unknown key"},
+    {HEAD "allreduce nccl<=1 ranks=2\n", 3, "after the steps"},
+    {HEAD "allreduce ranks=2 lamport\n", 3, "neither"},
+    {HEAD "allreduce nccl<=1 nccl<=2 "
      "nccl<=3 nccl<=4 nccl<=5 nccl<=6 nccl<=7 nccl<=8 nccl<=9 nccl<=10 nccl<=11 nccl<=12 nccl<=13\n", 3, "more than 12 steps"},
 };
 
