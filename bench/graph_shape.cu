@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Replay time per kernel of a captured chain of small kernels, by graph shape and launch kind:
-// the question behind the order of captured calls (src/order.c). One GPU, no NCCL.
+// the question behind the order of captured calls (src/core/order.c). One GPU, no NCCL.
 //   graph_shape [kernels per graph, default 20] [replays, default 200]
 // Shapes: a plain chain; the chain with one event record node that depends on every kernel (each
 // kernel forks); the same record node behind the last kernel only; that plus an external event

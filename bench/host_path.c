@@ -164,7 +164,7 @@ static __attribute__((noinline)) void issueMeet(struct rankCtx* c) {
 #define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v3
 #endif
 
-/* The CUDA calls an eager call of ours makes around its launch (src/enqueue.c, src/order.c on
+/* The CUDA calls an eager call of ours makes around its launch (src/enqueue.c, src/core/order.c on
  * a stream it used last time), around the meet launch: the difference to "meet" is what those
  * calls cost, the difference of ours to this is our own code. */
 static __attribute__((noinline)) void issueReplica(struct rankCtx* c) {

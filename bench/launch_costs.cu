@@ -14,7 +14,7 @@
 
 #include "bench.h"
 
-/* CUDA 13 gave the edge-data form the plain name; 12.3-12.9 call it _v3 (as src/order.c). */
+/* CUDA 13 gave the edge-data form the plain name; 12.3-12.9 call it _v3 (as src/core/order.c). */
 #if CUDART_VERSION < 13000
 #define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_v3
 #endif
@@ -58,7 +58,7 @@ static void* driverFn(const char* name) {
 }
 
 /* Driver launches of a kernel's CUfunction and of its CUkernel; the driver calls a replayed call
- * of ours makes (src/order.c, src/enqueue.c, symmCollReplay), one at a time and in sequence; and
+ * of ours makes (src/core/order.c, src/enqueue.c, symmCollReplay), one at a time and in sequence; and
  * other ways to mark a launch's end for a later launch on another stream: a completion event
  * recorded by the launch itself (a programmatic event that fires when every block has exited),
  * and a value written to device memory. */
@@ -160,7 +160,7 @@ static void driverCalls(cudaStream_t s, cudaEvent_t ev, Big& big) {
   });
   CK(cudaStreamSynchronize(s));
   CK(cudaFree(word));
-  /* What our own code takes per call for its locks and references (src/comm.c, src/enqueue.c). */
+  /* What our own code takes per call for its locks and references (src/core/comm.c, src/enqueue.c). */
   pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
   pthread_rwlock_t rwlock = PTHREAD_RWLOCK_INITIALIZER;
   int refs = 1;
@@ -221,7 +221,7 @@ int main() {
     (void)cudaStreamGetId(s, &id);
   });
   driverCalls(s, ev, big);
-  /* The CUDA calls of one eager call on our path (src/enqueue.c, src/order.c), in order. */
+  /* The CUDA calls of one eager call on our path (src/enqueue.c, src/core/order.c), in order. */
   perCall("our path's CUDA calls, in sequence", s, [&] {
     int d;
     (void)cudaGetDevice(&d);

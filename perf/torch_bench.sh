@@ -38,7 +38,7 @@ LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}" SYMMCOLL_DEBUG=INFO SYMMCOLL_DEBUG_
   timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" libsymmcoll >"$out/preload.log" 2>&1 ||
   { echo "perf: the preloaded run failed, see $out/preload.log" >&2; tail -5 "$out/preload.log" >&2; status=1; }
 
-# Both rank processes must have loaded libsymmcoll and found the real NCCL (src/forward.c logs
+# Both rank processes must have loaded libsymmcoll and found the real NCCL (src/core/forward.c logs
 # "real NCCL <path> (<how>)").
 found=$(cat "$out"/symmcoll.*.log 2>/dev/null | grep -c "SYMMCOLL INFO real NCCL " || true)
 if [ "$found" -lt 2 ]; then

@@ -34,7 +34,7 @@ if ! diff -u "$out/plain.txt" "$out/preload.txt" >"$out/diff.txt"; then
   status=1
 fi
 
-# Each rank's process must have loaded libsymmcoll and found the real NCCL (src/forward.c logs
+# Each rank's process must have loaded libsymmcoll and found the real NCCL (src/core/forward.c logs
 # "real NCCL <path> (<how>)"); the python parent logs nothing, having made no NCCL call.
 found=$(cat "$out"/symmcoll.*.log 2>/dev/null | grep -c "SYMMCOLL INFO real NCCL " || true)
 echo "libsymmcoll log lines naming the real NCCL: $found"

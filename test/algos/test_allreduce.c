@@ -151,7 +151,7 @@ static int installTuningFile(void) {
 int main(int argc, char** argv) {
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
   harnessManyStreamsPerGpu();
-  /* Logging first: src/param.c logs under its lock, which deadlocks if the first param read
+  /* Logging first: src/core/knobs.c logs under its lock, which deadlocks if the first param read
    * (with the variable set) also has to initialise logging. */
   (void)symmLogLevel();
   for (int i = 1; i < argc; i++) {

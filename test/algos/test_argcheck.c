@@ -12,7 +12,7 @@
 #include "param.h"
 
 int main(int argc, char** argv) {
-  /* Logging first: src/param.c logs under its lock, which deadlocks if the first param read
+  /* Logging first: src/core/knobs.c logs under its lock, which deadlocks if the first param read
    * (with the variable set) also has to initialise logging. */
   (void)symmLogLevel();
   void* fake = harnessUseFakeNccl(argc, argv, "test_argcheck /path/fake_nccl.so");

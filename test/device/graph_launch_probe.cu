@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Two "ranks" as threads of one process on one GPU, without libsymmcoll: each call is a kernel
 // that meets the same call of the other rank (device-side epochs, as ours); eager calls on s1,
-// replays of a captured graph of 4 calls on s2, ordered by one event per rank as src/order.c
+// replays of a captured graph of 4 calls on s2, ordered by one event per rank as src/core/order.c
 // orders them. It shows that the streams_2 hang (test/core/README.md) is CUDA's: with external
 // event records in the graph, some runs stop for good with both threads inside cudaGraphLaunch.
 //   nvcc -arch=sm_90a -O2 -std=c++17 -o graph_launch_probe test/device/graph_launch_probe.cu

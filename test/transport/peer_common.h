@@ -529,7 +529,7 @@ static PEER_UNUSED int peerMain(const struct peerTest* t, int argc, char** argv)
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-  (void)symmLogLevel(); /* logging initialised before parameters are re-read (param.c's lock) */
+  (void)symmLogLevel(); /* logging initialised before parameters are re-read (knobs.c's lock) */
   symmParamResetAll();
   ndev = procsCountGpus();
   if (ndev < m->gpus) {

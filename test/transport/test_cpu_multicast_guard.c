@@ -38,7 +38,7 @@ static void setOne(const char* name, const char* value) {
 }
 
 int main(void) {
-  /* Initialise logging before any parameter is read: param.c logs while holding its lock, and
+  /* Initialise logging before any parameter is read: knobs.c logs while holding its lock, and
    * the first log reads SYMMCOLL_DEBUG through that same lock. */
   (void)symmLogLevel();
   /* Off unless asked for: the knob's default is 0, and the guard wants an explicit 1. */

@@ -60,7 +60,7 @@ int main(void) {
   /* Only this build's limit is decided without talking: SYMMCOLL_MAX_RANKS may differ between
    * ranks, so it is compared after the exchange (test_cpu_eligibility), which every rank of a
    * world of 2..SYMM_MAX_RANKS joins. A larger knob does not widen the build's limit. */
-  (void)symmLogLevel(); /* logging first: param.c logs under its own lock */
+  (void)symmLogLevel(); /* logging first: knobs.c logs under its own lock */
   setenv("SYMMCOLL_MAX_RANKS", "100", 1);
   symmParamResetAll();
   struct symmComm* nine = fakeComm(0x4000, 1, SYMM_MAX_RANKS + 1, 1);

@@ -468,7 +468,7 @@ static void testSameDecisions(void) {
 }
 
 int main(void) {
-  /* Logging first: src/param.c logs under its lock, which deadlocks if the first param read
+  /* Logging first: src/core/knobs.c logs under its lock, which deadlocks if the first param read
    * (with the variable set) also has to initialise logging. */
   (void)symmLogLevel();
   char path[] = "/tmp/test_tuner_log_XXXXXX";
