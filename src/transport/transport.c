@@ -114,6 +114,17 @@ void symmTransportFree(struct symmTransport* t) {
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
 }
 
+/* Starts a detached thread running body(NULL); 1 when it runs. */
+static int startDetached(void* (*body)(void*)) {
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  const int started = pthread_create(&thread, &attr, body, NULL) == 0;
+  pthread_attr_destroy(&attr);
+  return started;
+}
+
 /* CUDA releases a graph's reference from its own callback thread, where no CUDA call may be
  * made: the last reference is freed by a reaper thread instead. */
 static pthread_mutex_t reapLock = PTHREAD_MUTEX_INITIALIZER;
@@ -149,14 +160,7 @@ static void releaseTransport(struct symmTransport* t, int fromCallback) {
   if (item == NULL) return; /* leaked: no memory to queue it */
   item->t = t;
   pthread_mutex_lock(&reapLock);
-  if (!reaperStarted) {
-    pthread_t thread;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    reaperStarted = pthread_create(&thread, &attr, reaperMain, NULL) == 0;
-    pthread_attr_destroy(&attr);
-  }
+  if (!reaperStarted) reaperStarted = startDetached(reaperMain);
   item->next = reapQueue;
   reapQueue = item;
   pthread_cond_signal(&reapCond);
@@ -300,14 +304,7 @@ static int handToReleaser(struct symmTransport* t) {
   if (item == NULL) return 0;
   item->t = t;
   pthread_mutex_lock(&releaseLock);
-  if (!releaserStarted) {
-    pthread_t thread;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    releaserStarted = pthread_create(&thread, &attr, releaserMain, NULL) == 0;
-    pthread_attr_destroy(&attr);
-  }
+  if (!releaserStarted) releaserStarted = startDetached(releaserMain);
   const int ok = releaserStarted;
   if (ok) {
     item->next = releasing;
