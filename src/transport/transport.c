@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "checks.h"
+#include "cudart.h"
 #include "internal.h"
 #include "multicast.h"
 #include "order.h"
@@ -173,22 +174,9 @@ static void graphReleased(void* arg) { releaseTransport(arg, 1); }
 ncclResult_t symmTransportRetainForGraph(struct symmComm* comm, cudaGraph_t graph) {
   struct symmTransport* t = comm->transport;
   if (t == NULL || graph == NULL) return ncclInternalError;
-  cudaUserObject_t object;
-  __atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
-  if (cudaUserObjectCreate(&object, t, graphReleased, 1, cudaUserObjectNoDestructorSync) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
-    WARN("cannot tie the communicator's memory to a captured CUDA graph");
-    return ncclUnhandledCudaError;
-  }
-  if (cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove) != cudaSuccess) {
-    (void)cudaGetLastError();
-    (void)cudaUserObjectRelease(object, 1); /* runs graphReleased: drops our reference */
-    WARN("cannot tie the communicator's memory to a captured CUDA graph");
-    return ncclUnhandledCudaError;
-  }
-  return ncclSuccess;
+  const ncclResult_t res = symmGraphHold(graph, t, &t->refs, graphReleased);
+  if (res != ncclSuccess) WARN("cannot tie the communicator's memory to a captured CUDA graph");
+  return res;
 }
 
 /* ---- teardown ----------------------------------------------------------------------------- */
