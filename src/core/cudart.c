@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* CUDA runtime helpers that every layer shares: references held by CUDA graphs. */
+/* CUDA runtime helpers that every layer shares: references held by CUDA graphs, the calling
+ * thread's CUDA state around private-stream work. */
 #include "cudart.h"
 
 ncclResult_t symmGraphHold(cudaGraph_t graph, void* object, int* refs, cudaHostFn_t release) {
@@ -17,4 +18,16 @@ ncclResult_t symmGraphHold(cudaGraph_t graph, void* object, int* refs, cudaHostF
     return ncclUnhandledCudaError;
   }
   return ncclSuccess;
+}
+
+void symmCudaThreadEnter(struct symmCudaThread* saved) {
+  saved->prevDev = -1;
+  (void)cudaGetDevice(&saved->prevDev);
+  saved->mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&saved->mode);
+}
+
+void symmCudaThreadLeave(struct symmCudaThread* saved) {
+  (void)cudaThreadExchangeStreamCaptureMode(&saved->mode);
+  if (saved->prevDev >= 0) (void)cudaSetDevice(saved->prevDev);
 }

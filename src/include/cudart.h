@@ -14,4 +14,15 @@
  * result is ncclUnhandledCudaError; the caller decides whether that is worth a WARN. */
 ncclResult_t symmGraphHold(cudaGraph_t graph, void* object, int* refs, cudaHostFn_t release);
 
+/* The calling thread's device and stream capture mode while the library works on private
+ * streams: symmCudaThreadEnter remembers both and switches to relaxed capture mode, so our CUDA
+ * calls neither fail nor invalidate a global-mode capture on another thread;
+ * symmCudaThreadLeave puts both back. */
+struct symmCudaThread {
+  int prevDev; /* -1 when it could not be read: then left as it is */
+  enum cudaStreamCaptureMode mode;
+};
+void symmCudaThreadEnter(struct symmCudaThread* saved);
+void symmCudaThreadLeave(struct symmCudaThread* saved);
+
 #endif

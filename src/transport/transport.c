@@ -405,12 +405,10 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits) {
   if (t == NULL || !t->staged) return;
   uint64_t* value = (uint64_t*)t->flags.host + SYMM_HOST_FAIL_VALUE;
   __atomic_store_n(value, (uint64_t)bits, __ATOMIC_RELEASE);
-  int prevDev = -1;
-  (void)cudaGetDevice(&prevDev);
-  (void)cudaSetDevice(t->cudaDev);
   /* From a thread that may be capturing: private-stream work must not break its capture. */
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  struct symmCudaThread saved;
+  symmCudaThreadEnter(&saved);
+  (void)cudaSetDevice(t->cudaDev);
   /* A plain store beside the kernels' atomicOr: the word only has to become non-zero. */
   for (int r = 0; r < t->peers.nranks; r++)
     if (cudaMemcpyAsync(t->peers.signals[r] + SYMM_PAD_FAIL_WORD, value, sizeof(*value),
@@ -418,8 +416,7 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits) {
       (void)cudaGetLastError();
       WARN("symmetric memory: cannot write the failure word of rank %d", r);
     }
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
-  if (prevDev >= 0) (void)cudaSetDevice(prevDev);
+  symmCudaThreadLeave(&saved);
 }
 
 void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits) {
