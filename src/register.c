@@ -53,18 +53,11 @@ SYMM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRegister,
                      (const ncclComm_t comm, void* buff, size_t size, void** handle))
 
-static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHandle);
+static void withdraw(ncclComm_t comm, ncclWindow_t win, void* userHandle);
 
 /* Peers unmap the region (after our eager kernels; inside a group at GroupEnd), then forward. */
 SYMM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
-  if (symmRealDepth == 0 && handle != NULL) {
-    struct symmComm* ours = symmCommAcquire(comm);
-    if (!deferDeregister(ours, NULL, handle)) {
-      if (ours != NULL) (void)symmGroupRunParked(ours); /* they may read through it */
-      symmTransportUserDeregister(ours, handle);
-    }
-    symmCommRelease(ours);
-  }
+  if (symmRealDepth == 0 && handle != NULL) withdraw(comm, NULL, handle);
   SYMM_FORWARD(ncclCommDeregister, (comm, handle), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
@@ -109,13 +102,18 @@ struct deferredDeregister {
   void* userHandle;
 };
 
+/* Unmaps a window (win) or an ncclCommRegister region (userHandle) on the peers. */
+static void unmapNow(struct symmComm* comm, ncclWindow_t win, void* userHandle) {
+  if (userHandle != NULL)
+    symmTransportUserDeregister(comm, userHandle);
+  else
+    symmTransportWindowDeregister(comm, win);
+}
+
 static ncclResult_t runDeferredDeregister(void* arg, int launch) {
   (void)launch; /* the real NCCL deregistered already: always ours too */
   struct deferredDeregister* d = arg;
-  if (d->userHandle != NULL)
-    symmTransportUserDeregister(d->comm, d->userHandle);
-  else
-    symmTransportWindowDeregister(d->comm, d->win);
+  unmapNow(d->comm, d->win, d->userHandle);
   free(d);
   return ncclSuccess;
 }
@@ -133,15 +131,19 @@ static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHa
   return 0;
 }
 
-SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  if (symmRealDepth == 0) {
-    struct symmComm* ours = symmCommAcquire(comm);
-    if (!deferDeregister(ours, win, NULL)) {
-      if (ours != NULL) (void)symmGroupRunParked(ours); /* they may read through it */
-      symmTransportWindowDeregister(ours, win);
-    }
-    symmCommRelease(ours);
+/* Withdraws a window (win) or an ncclCommRegister region (userHandle) from the peers: inside a
+ * group at GroupEnd, else now, after our parked operations. */
+static void withdraw(ncclComm_t comm, ncclWindow_t win, void* userHandle) {
+  struct symmComm* ours = symmCommAcquire(comm);
+  if (!deferDeregister(ours, win, userHandle)) {
+    if (ours != NULL) (void)symmGroupRunParked(ours); /* they may read through it */
+    unmapNow(ours, win, userHandle);
   }
+  symmCommRelease(ours);
+}
+
+SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  if (symmRealDepth == 0) withdraw(comm, win, NULL);
   SYMM_FORWARD(ncclCommWindowDeregister, (comm, win), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))

@@ -14,6 +14,7 @@
 
 #include "algos.h"
 #include "checks.h"
+#include "cudart.h"
 #include "eligibility.h"
 #include "forward.h"
 #include "linkprobe.h"
@@ -268,11 +269,8 @@ ncclResult_t symmSetupAgree(struct symmComm** comms, int n) {
   void** recv = calloc((size_t)n, sizeof(void*));
   uint64_t* tableHashes = calloc((size_t)n, sizeof(uint64_t));
   uint64_t(*allTableHashes)[SYMM_MAX_RANKS] = calloc((size_t)n, sizeof(*allTableHashes));
-  int prevDev = -1;
-  (void)cudaGetDevice(&prevDev);
-  /* Our CUDA calls must neither fail nor invalidate a global-mode capture on another thread. */
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  struct symmCudaThread saved;
+  symmCudaThreadEnter(&saved);
   if (!records || !myRecords || !votes || !myVotes || !built || !verdicts || !inExchange || !send ||
       !recv || !tableHashes || !allTableHashes) {
     WARN("symmetric memory: out of host memory at setup; communicators forward");
@@ -391,8 +389,7 @@ done:
     symmTransportDiscard(built[i]);
   if (records) memset(records, 0, (size_t)n * sizeof(*records)); /* the secret */
   if (myRecords) memset(myRecords, 0, (size_t)n * sizeof(*myRecords));
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
-  if (prevDev >= 0) (void)cudaSetDevice(prevDev);
+  symmCudaThreadLeave(&saved);
   free(records);
   free(myRecords);
   free(votes);

@@ -82,14 +82,15 @@ ncclResult_t symmCommAddConfig(ncclComm_t real, const struct symmCommConfig* con
   return ncclSuccess;
 }
 
-struct symmComm* symmCommAcquire(ncclComm_t real) {
+/* The entry of `real`, or NULL; with `retain`, a reference for the caller. */
+static struct symmComm* lookup(ncclComm_t real, int retain) {
   if (real == NULL) return NULL;
   struct symmComm* found = NULL;
   pthread_rwlock_rdlock(&tableLock);
   for (struct symmComm* it = buckets[bucketOf(real)]; it; it = it->next) {
     if (it->real == real) {
       /* The table's reference keeps it alive until we hold our own. */
-      __atomic_add_fetch(&it->refs, 1, __ATOMIC_ACQ_REL);
+      if (retain) __atomic_add_fetch(&it->refs, 1, __ATOMIC_ACQ_REL);
       found = it;
       break;
     }
@@ -97,6 +98,8 @@ struct symmComm* symmCommAcquire(ncclComm_t real) {
   pthread_rwlock_unlock(&tableLock);
   return found;
 }
+
+struct symmComm* symmCommAcquire(ncclComm_t real) { return lookup(real, 1); }
 
 void symmCommRetain(struct symmComm* comm) { __atomic_add_fetch(&comm->refs, 1, __ATOMIC_ACQ_REL); }
 
@@ -105,19 +108,7 @@ void symmCommRelease(struct symmComm* comm) {
   if (__atomic_sub_fetch(&comm->refs, 1, __ATOMIC_ACQ_REL) == 0) freeEntry(comm);
 }
 
-struct symmComm* symmCommFind(ncclComm_t real) {
-  if (real == NULL) return NULL;
-  struct symmComm* found = NULL;
-  pthread_rwlock_rdlock(&tableLock);
-  for (struct symmComm* it = buckets[bucketOf(real)]; it; it = it->next) {
-    if (it->real == real) {
-      found = it;
-      break;
-    }
-  }
-  pthread_rwlock_unlock(&tableLock);
-  return found;
-}
+struct symmComm* symmCommFind(ncclComm_t real) { return lookup(real, 0); }
 
 void symmCommRemove(ncclComm_t real) {
   struct symmComm* victim = NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checks.h"
+#include "cudart.h"
 #include "cudriver.h"
 
 /* CUDA 13 gave the edge-data forms the plain names; 12.3-12.9 call them _v3/_v2. */
@@ -221,20 +222,7 @@ static void captureGraphGone(void* arg) {
 /* Ties the entry to its capture's graph, so that the list forgets it once the graph is gone.
  * Without it (an error here) the entry stays until the communicator goes: no harm. */
 static void watchGraph(struct symmCaptureState* c, cudaGraph_t graph) {
-  cudaUserObject_t object;
-  __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
-  if (cudaUserObjectCreate(&object, c, captureGraphGone, 1, cudaUserObjectNoDestructorSync) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
-    return;
-  }
-  if (cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove) != cudaSuccess) {
-    (void)cudaGetLastError();
-    (void)cudaUserObjectRelease(object, 1); /* runs captureGraphGone: our reference goes */
-    return;
-  }
-  c->watched = 1;
+  if (symmGraphHold(graph, c, &c->refs, captureGraphGone) == ncclSuccess) c->watched = 1;
 }
 
 /* Moves the sink behind `tail`: it depends on the new tail only, which follows the earlier

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "checks.h"
+#include "cudart.h"
 #include "fdpass.h"
 #include "internal.h"
 #include "multicast.h"
@@ -223,10 +224,8 @@ ncclResult_t symmTransportStage(struct symmComm** comms, int n) {
   int* inExchange = calloc((size_t)n, sizeof(int));
   uint32_t* vote = calloc((size_t)n, sizeof(uint32_t));
   uint32_t* all = calloc((size_t)n, sizeof(uint32_t));
-  int prevDev = -1;
-  (void)cudaGetDevice(&prevDev);
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  struct symmCudaThread saved;
+  symmCudaThreadEnter(&saved);
   if (ctx == NULL || inExchange == NULL || vote == NULL || all == NULL) {
     WARN("symmetric memory: out of host memory building staging; communicators forward");
     for (int i = 0; i < n; i++) detach(comms[i]);
@@ -289,8 +288,7 @@ done:
     finishServers(&ctx[i], 1);
     if (inExchange && inExchange[i]) __atomic_store_n(&comms[i]->stagingBusy, 0, __ATOMIC_RELEASE);
   }
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
-  if (prevDev >= 0) (void)cudaSetDevice(prevDev);
+  symmCudaThreadLeave(&saved);
   free(ctx);
   free(inExchange);
   free(vote);

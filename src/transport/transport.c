@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "checks.h"
+#include "cudart.h"
 #include "internal.h"
 #include "multicast.h"
 #include "order.h"
@@ -114,6 +115,17 @@ void symmTransportFree(struct symmTransport* t) {
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
 }
 
+/* Starts a detached thread running body(NULL); 1 when it runs. */
+static int startDetached(void* (*body)(void*)) {
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  const int started = pthread_create(&thread, &attr, body, NULL) == 0;
+  pthread_attr_destroy(&attr);
+  return started;
+}
+
 /* CUDA releases a graph's reference from its own callback thread, where no CUDA call may be
  * made: the last reference is freed by a reaper thread instead. */
 static pthread_mutex_t reapLock = PTHREAD_MUTEX_INITIALIZER;
@@ -149,14 +161,7 @@ static void releaseTransport(struct symmTransport* t, int fromCallback) {
   if (item == NULL) return; /* leaked: no memory to queue it */
   item->t = t;
   pthread_mutex_lock(&reapLock);
-  if (!reaperStarted) {
-    pthread_t thread;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    reaperStarted = pthread_create(&thread, &attr, reaperMain, NULL) == 0;
-    pthread_attr_destroy(&attr);
-  }
+  if (!reaperStarted) reaperStarted = startDetached(reaperMain);
   item->next = reapQueue;
   reapQueue = item;
   pthread_cond_signal(&reapCond);
@@ -169,22 +174,9 @@ static void graphReleased(void* arg) { releaseTransport(arg, 1); }
 ncclResult_t symmTransportRetainForGraph(struct symmComm* comm, cudaGraph_t graph) {
   struct symmTransport* t = comm->transport;
   if (t == NULL || graph == NULL) return ncclInternalError;
-  cudaUserObject_t object;
-  __atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
-  if (cudaUserObjectCreate(&object, t, graphReleased, 1, cudaUserObjectNoDestructorSync) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
-    WARN("cannot tie the communicator's memory to a captured CUDA graph");
-    return ncclUnhandledCudaError;
-  }
-  if (cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove) != cudaSuccess) {
-    (void)cudaGetLastError();
-    (void)cudaUserObjectRelease(object, 1); /* runs graphReleased: drops our reference */
-    WARN("cannot tie the communicator's memory to a captured CUDA graph");
-    return ncclUnhandledCudaError;
-  }
-  return ncclSuccess;
+  const ncclResult_t res = symmGraphHold(graph, t, &t->refs, graphReleased);
+  if (res != ncclSuccess) WARN("cannot tie the communicator's memory to a captured CUDA graph");
+  return res;
 }
 
 /* ---- teardown ----------------------------------------------------------------------------- */
@@ -300,14 +292,7 @@ static int handToReleaser(struct symmTransport* t) {
   if (item == NULL) return 0;
   item->t = t;
   pthread_mutex_lock(&releaseLock);
-  if (!releaserStarted) {
-    pthread_t thread;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    releaserStarted = pthread_create(&thread, &attr, releaserMain, NULL) == 0;
-    pthread_attr_destroy(&attr);
-  }
+  if (!releaserStarted) releaserStarted = startDetached(releaserMain);
   const int ok = releaserStarted;
   if (ok) {
     item->next = releasing;
@@ -420,12 +405,10 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits) {
   if (t == NULL || !t->staged) return;
   uint64_t* value = (uint64_t*)t->flags.host + SYMM_HOST_FAIL_VALUE;
   __atomic_store_n(value, (uint64_t)bits, __ATOMIC_RELEASE);
-  int prevDev = -1;
-  (void)cudaGetDevice(&prevDev);
-  (void)cudaSetDevice(t->cudaDev);
   /* From a thread that may be capturing: private-stream work must not break its capture. */
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  struct symmCudaThread saved;
+  symmCudaThreadEnter(&saved);
+  (void)cudaSetDevice(t->cudaDev);
   /* A plain store beside the kernels' atomicOr: the word only has to become non-zero. */
   for (int r = 0; r < t->peers.nranks; r++)
     if (cudaMemcpyAsync(t->peers.signals[r] + SYMM_PAD_FAIL_WORD, value, sizeof(*value),
@@ -433,8 +416,7 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits) {
       (void)cudaGetLastError();
       WARN("symmetric memory: cannot write the failure word of rank %d", r);
     }
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
-  if (prevDev >= 0) (void)cudaSetDevice(prevDev);
+  symmCudaThreadLeave(&saved);
 }
 
 void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits) {

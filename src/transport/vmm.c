@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "condvar.h"
+
 static void fillProp(CUmemAllocationProp* prop, int cudaDev) {
   memset(prop, 0, sizeof(*prop));
   prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -87,13 +89,7 @@ static pthread_once_t registryOnce = PTHREAD_ONCE_INIT;
 static struct symmMapping* registry;
 static int registryLive;
 
-static void registryInit(void) {
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&registryChanged, &attr);
-  pthread_condattr_destroy(&attr);
-}
+static void registryInit(void) { symmCondInitMonotonic(&registryChanged); }
 
 static int keyEqual(const struct symmMapKey* a, const struct symmMapKey* b) {
   return a->tag == b->tag && a->rank == b->rank && memcmp(a->secret, b->secret, sizeof(a->secret)) == 0;

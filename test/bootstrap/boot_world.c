@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "bootstrap.h"
+#include "condvar.h"
 
 /* --- errors ----------------------------------------------------------------------------------- */
 
@@ -38,13 +39,7 @@ pthread_cond_t bootCond;
 static pthread_once_t condOnce = PTHREAD_ONCE_INIT;
 static struct bootWorld* collecting;
 
-static void condInit(void) {
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&bootCond, &attr);
-  pthread_condattr_destroy(&attr);
-}
+static void condInit(void) { symmCondInitMonotonic(&bootCond); }
 
 struct timespec deadlineFromNow(void) {
   struct timespec ts;
