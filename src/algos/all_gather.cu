@@ -219,7 +219,7 @@ static ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct 
                                     cudaStream_t stream) {
   if (call->algo == SYMM_ALGO_COPYENGINE)
     return symmCopyEngineAllGather(call, peers, 2 * halfBytesOf(peers), stream);
-  return gatherScatterLaunch(call, peers, stream);
+  return gatherScatterLaunch(&kAllGather, call, peers, stream);
 }
 
 /* All-gather's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. It moves

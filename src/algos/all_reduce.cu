@@ -210,7 +210,7 @@ static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct 
                        peers->userRegTable != NULL;
   args.inputDesc = args.exchangeDescs ? call->inputDesc : 0;
   const size_t launchElems = call->algo == SYMM_ALGO_TWOSHOT ? call->count : chunkElems;
-  return launchPieces("all-reduce", call, peers, stream, &args, launchElems);
+  return launchPieces(&kAllReduce, "all-reduce", call, peers, stream, &args, launchElems);
 }
 
 /* All-reduce's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. */

@@ -6,6 +6,7 @@
 #ifndef SYMMCOLL_ALGOS_LAUNCH_H
 #define SYMMCOLL_ALGOS_LAUNCH_H
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 
@@ -46,6 +47,18 @@ constexpr uint32_t kMaxRounds = 4096;
 typedef void (*KernelFn)(KernelArgs);
 cudaError_t launchKernel(KernelFn kernel, int blocks, cudaStream_t stream, const KernelArgs& args);
 
+/* The recorded launch (symmCollLaunchRecorded, entry.cu): while a Recorder is set on this thread,
+ * launchKernel notes its launches there; launchDriverPdl starts a recorded PDL launch again. */
+struct Recorder {
+  symmLaunchRecord* record;
+  int launches;
+};
+void setRecorder(Recorder* recorder);
+CUresult launchDriverPdl(CUfunction function, unsigned blocks, CUstream stream, void** params);
+
+/* Lamport region: 2 parities x SYMM_MAX_RANKS writer slots x 2x the largest payload. */
+extern const size_t kLamportRegionBytes;
+
 /* One algorithm of a collective, a line in its collective's table: `launch` starts the instance
  * a call needs (datatype, op and variant from the call) with `blocks` x kThreads threads, `load`
  * loads every instance into the current device's context (symmAlgosLoadKernels), `exists` says
@@ -60,7 +73,7 @@ struct AlgoKernels {
 };
 
 /* One collective, defined in its own file (all_reduce.cu, all_gather.cu, reduce_scatter.cu) and
- * listed once in launch.cu, which symmCollLaunch, symmAlgoExists and symmAlgosLoadKernels go
+ * listed once in entry.cu, which symmCollLaunch, symmAlgoExists and symmAlgosLoadKernels go
  * through. `reduces`: it takes an op, and only NCCL's built-in ones; `launch` runs a call that
  * symmCollLaunch has checked (the algorithm exists and fits, the peers' memory is large enough). */
 struct CollKernels {
@@ -86,15 +99,16 @@ cudaError_t launchNoKernel(const struct symmLaunch* call, int blocks, cudaStream
  * launch a call of its own: epoch, staging half), with the arguments the collective's launcher
  * filled; sets send, recv, count (and windows, for zero copy) per launch and sizes each grid by
  * the bytes it moves. `name` goes into the messages. */
-ncclResult_t launchPieces(const char* name, const struct symmLaunch* call,
+const AlgoKernels* findAlgo(const CollKernels* coll, enum symmAlgo algo);
+ncclResult_t launchPieces(const CollKernels* coll, const char* name, const struct symmLaunch* call,
                           const struct symmPeers* peers, cudaStream_t stream, KernelArgs* args,
                           size_t perLaunch);
 
 /* The launcher all-gather and reduce-scatter share: Lamport in one launch; push and pull in
  * rounds inside one launch (rounds.cuh) for up to kMaxRounds rounds, zero copy in one launch for
  * any size; multimem in one launch per chunk of every rank's share. */
-ncclResult_t gatherScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
-                                 cudaStream_t stream);
+ncclResult_t gatherScatterLaunch(const CollKernels* coll, const struct symmLaunch* call,
+                                 const struct symmPeers* peers, cudaStream_t stream);
 
 /* The two-shot all-reduce (all_reduce_twoshot.cuh): its instances are the heaviest code to
  * compile, so two translation units hold them, all_reduce_twoshot.cu those for up to

@@ -242,8 +242,13 @@ static const AlgoKernels kReduceScatterAlgos[] = {
      multimemHasKernel},
 };
 
+static ncclResult_t reduceScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
+                                        cudaStream_t stream) {
+  return gatherScatterLaunch(&kReduceScatter, call, peers, stream);
+}
+
 const CollKernels kReduceScatter = {
-    SYMM_COLL_REDUCESCATTER, true, gatherScatterLaunch, kReduceScatterAlgos,
+    SYMM_COLL_REDUCESCATTER, true, reduceScatterLaunch, kReduceScatterAlgos,
     (int)(sizeof(kReduceScatterAlgos) / sizeof(kReduceScatterAlgos[0]))};
 
 }  // namespace symm
