@@ -41,13 +41,17 @@ void allocRankMemory(struct rankCtx* c) {
     fprintf(stderr, "rank %d: the all-reduce kernels do not load on device %d\n", c->rank, c->dev);
     exit(2);
   }
+  /* cudaMemset runs on the legacy stream, which the non-blocking rank streams do not wait for:
+   * every memset and copy here is waited for before any kernel. */
   CUDA_OR_DIE(cudaMemset(c->devMismatch, 0, sizeof(unsigned long long)));
+  CUDA_OR_DIE(cudaStreamSynchronize(cudaStreamLegacy));
   if (opt.mode != MODE_DIRECT) return;
   CUDA_OR_DIE(cudaMalloc(&c->staging, opt.stagingBytes));
   CUDA_OR_DIE(cudaMalloc(&c->signalsMem, SIGNAL_BYTES));
   CUDA_OR_DIE(cudaMemset(c->signalsMem, 0, SIGNAL_BYTES));
   CUDA_OR_DIE(cudaMalloc(&c->stateMem, STATE_BYTES));
   CUDA_OR_DIE(cudaMemset(c->stateMem, 0, STATE_BYTES));
+  CUDA_OR_DIE(cudaStreamSynchronize(cudaStreamLegacy));
   CUDA_OR_DIE(cudaHostAlloc((void**)&c->abortHost, 2 * sizeof(uint32_t), cudaHostAllocMapped));
   c->errorHost = c->abortHost + 1;
   c->abortHost[0] = c->errorHost[0] = 0;
@@ -93,6 +97,7 @@ void connectDirectLocal(struct rankCtx* ctx, int n) {
     char* at = (char*)ctx[a].stateMem + USER_REG_TABLE_OFFSET;
     CUDA_OR_DIE(cudaSetDevice(ctx[a].dev));
     CUDA_OR_DIE(cudaMemcpy(at, table, sizeof(table), cudaMemcpyHostToDevice));
+    CUDA_OR_DIE(cudaStreamSynchronize(cudaStreamLegacy));
     ctx[a].peers.userRegTable = (const uint64_t*)at;
   }
 }

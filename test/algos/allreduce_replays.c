@@ -109,6 +109,9 @@ void soakTest(struct driver* d) {
         CUDA_OR_DIE(cudaMemcpy(sd[i].in[dt][op], h.in[d->local[i]->rank], bytes,
                                cudaMemcpyHostToDevice));
         CUDA_OR_DIE(cudaMemcpy(sd[i].exp[dt][op], h.expect, bytes, cudaMemcpyHostToDevice));
+        /* The rank streams are non-blocking: they do not wait for the legacy stream's copies,
+         * whose last bytes may still be in flight when cudaMemcpy returns. */
+        CUDA_OR_DIE(cudaStreamSynchronize(cudaStreamLegacy));
       }
     }
   }

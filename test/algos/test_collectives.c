@@ -330,7 +330,7 @@ static void avgOverflow(struct rank* r) {
   for (size_t i = 0; i < count; i++) host[i] = 0x7b53; /* 60000.0 in fp16 */
   for (int a = 0; a < 3; a++) {
     setAlgo(r, "SYMMCOLL_ALLREDUCE_ALGO", arAlgos[a]);
-    CUDA_OK(cudaMemcpy(r->send, host, count * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpyAsync(r->send, host, count * 2, cudaMemcpyHostToDevice, r->stream));
     const uint64_t before = ours(r->comm);
     TCHECK_EQ_INT(ncclAllReduce(r->send, r->recv, count, ncclFloat16, ncclAvg, r->comm, r->stream),
                   ncclSuccess);

@@ -243,8 +243,12 @@ static void runOthers(struct world* w, int r) {
   for (int k = lo; k < hi; k++) {
     for (size_t i = 0; i < n * (size_t)nr; i++) host[i] = k * 100000 + (int32_t)i;
     cudaSetDevice(k % ndev);
-    CUDA_OK(cudaMemcpy(w->send[k], host, n * (size_t)nr * sizeof(int32_t), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(w->recv[k], 0xa5, n * (size_t)nr * sizeof(int32_t)));
+    /* On the rank's stream: a pageable cudaMemcpy may return before its last bytes land, and
+     * cudaMemset is asynchronous; neither orders a non-blocking stream. */
+    CUDA_OK(cudaMemcpyAsync(w->send[k], host, n * (size_t)nr * sizeof(int32_t),
+                            cudaMemcpyHostToDevice, w->streams[k]));
+    CUDA_OK(cudaMemsetAsync(w->recv[k], 0xa5, n * (size_t)nr * sizeof(int32_t), w->streams[k]));
+    CUDA_OK(cudaStreamSynchronize(w->streams[k])); /* `host` is reused for the next rank */
   }
   for (int kind = 0; kind < 3; kind++) {
     ncclResult_t res = ncclSuccess;

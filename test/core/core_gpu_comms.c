@@ -12,7 +12,7 @@ typedef int (*failGroupEndsFn)(int count);
 void groupRank(struct rank* r) {
   checkedAllReduce(r, 1024, 1); /* staging */
   const uint64_t before = ours(r->comm);
-  CUDA_OK(cudaMemset(r->out, 0, 1024 * sizeof(float)));
+  CUDA_OK(cudaMemsetAsync(r->out, 0, 1024 * sizeof(float), r->s1));
   fill(r, r->in, 1024, 2, r->s1);
   TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   TCHECK_EQ_INT(allReduce(r, r->in, r->out, 1024, r->s1), ncclSuccess);

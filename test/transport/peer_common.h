@@ -192,7 +192,8 @@ static PEER_UNUSED int attach(struct rankCtx* c) {
   CUDA_OK(cudaHostAlloc((void**)&c->vres, MAX_LOCAL * sizeof(*c->vres), cudaHostAllocMapped));
   CUDA_OK(cudaHostAlloc((void**)&c->pres, sizeof(*c->pres), cudaHostAllocMapped));
   CUDA_OK(cudaMalloc((void**)&c->barrierWord, sizeof(int)));
-  CUDA_OK(cudaMemset(c->barrierWord, 0, sizeof(int)));
+  CUDA_OK(cudaMemsetAsync(c->barrierWord, 0, sizeof(int), c->stream));
+  CUDA_OK(cudaStreamSynchronize(c->stream));
   return c->stream != NULL && c->vres != NULL && c->pres != NULL && c->barrierWord != NULL;
 }
 
@@ -313,7 +314,7 @@ static PEER_UNUSED ncclResult_t initNonBlocking(struct rankCtx* c, ncclUniqueId 
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CUDA_OK(cudaMalloc((void**)&word, sizeof(int)));
   const int one = 1;
-  CUDA_OK(cudaMemcpy(word, &one, sizeof(int), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpyAsync(word, &one, sizeof(int), cudaMemcpyHostToDevice, stream));
   res = settle(c->comm, ncclAllReduce(word, word, 1, ncclInt32, ncclSum, c->comm, stream));
   CHECK_EQ_INT(res, ncclSuccess);
   CUDA_OK(cudaStreamSynchronize(stream));
@@ -331,7 +332,10 @@ static PEER_UNUSED void checkOurAllReduce(ncclComm_t comm, const struct symmPeer
                               int nranks, int32_t* host, int32_t* dev, size_t n,
                               cudaStream_t stream) {
   for (size_t i = 0; i < n; i++) host[i] = (int32_t)(i * 7 % 100003) + rank;
-  CUDA_OK(cudaMemcpy(dev, host, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  /* On `stream`: a pageable cudaMemcpy may return before its last bytes land, and a
+   * non-blocking stream does not wait for the legacy one. */
+  CUDA_OK(cudaMemcpyAsync(dev, host, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
   uint32_t before = 0, after = 0;
   CUDA_OK(cudaMemcpy(&before, peers->localState, sizeof(before), cudaMemcpyDeviceToHost));
   CHECK_EQ_INT(settle(comm, ncclAllReduce(dev, dev, n, ncclInt32, ncclSum, comm, stream)),
@@ -399,7 +403,7 @@ static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
     struct symmComm* childEntry = symmCommFind(child);
     CHECK(childEntry == NULL || (!childEntry->config.blocking && symmTransportPeers(childEntry) == NULL));
     for (int i = 0; i < 1000; i++) host[i] = (int32_t)i + c->rank;
-    CUDA_OK(cudaMemcpy(dev, host, 1000 * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpyAsync(dev, host, 1000 * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
     res = settle(child, ncclAllReduce(dev, dev, 1000, ncclInt32, ncclSum, child, stream));
     CHECK_EQ_INT(res, ncclSuccess);
     CUDA_OK(cudaStreamSynchronize(stream));

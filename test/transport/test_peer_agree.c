@@ -59,7 +59,9 @@ static void upload(struct buffers* b, int rank, int call, size_t n, int asFloat)
       b->host[i] = v;
     }
   }
-  CUDA_OK(cudaMemcpy(b->in, b->host, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  /* On the collective's stream: a plain cudaMemcpy from pageable memory may return before the
+   * last bytes land, and a non-blocking stream does not wait for the legacy one. */
+  CUDA_OK(cudaMemcpyAsync(b->in, b->host, n * sizeof(int32_t), cudaMemcpyHostToDevice, b->stream));
 }
 
 /* Element i of the output against `want`, as int32 or float. */
@@ -81,12 +83,13 @@ static void allReduce(struct rankCtx* c, struct buffers* b, int call, size_t cou
                       int inPlace) {
   upload(b, c->rank, call, count, asFloat);
   void* out = inPlace ? b->in : b->out;
-  if (!inPlace) CUDA_OK(cudaMemset(b->out, POISON, count * sizeof(int32_t)));
+  if (!inPlace) CUDA_OK(cudaMemsetAsync(b->out, POISON, count * sizeof(int32_t), b->stream));
   TCHECK_EQ_INT(ncclAllReduce(b->in, out, count, asFloat ? ncclFloat32 : ncclInt32, ncclSum,
                               c->comm, b->stream), ncclSuccess);
   if (inPlace) {
     CUDA_OK(cudaStreamSynchronize(b->stream));
-    CUDA_OK(cudaMemcpy(b->out, b->in, count * sizeof(int32_t), cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaMemcpyAsync(b->out, b->in, count * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                            b->stream));
   }
   finish(b, count);
   long wrong = 0;
@@ -102,7 +105,7 @@ static void allReduce(struct rankCtx* c, struct buffers* b, int call, size_t cou
 static void allGather(struct rankCtx* c, struct buffers* b, int call, size_t each) {
   upload(b, c->rank, call, each, 1);
   const size_t total = each * (size_t)c->nranks;
-  CUDA_OK(cudaMemset(b->out, POISON, total * sizeof(int32_t)));
+  CUDA_OK(cudaMemsetAsync(b->out, POISON, total * sizeof(int32_t), b->stream));
   TCHECK_EQ_INT(ncclAllGather(b->in, b->out, each, ncclFloat32, c->comm, b->stream), ncclSuccess);
   finish(b, total);
   long wrong = 0;
@@ -114,7 +117,7 @@ static void allGather(struct rankCtx* c, struct buffers* b, int call, size_t eac
 
 static void reduceScatter(struct rankCtx* c, struct buffers* b, int call, size_t each) {
   upload(b, c->rank, call, each * (size_t)c->nranks, 0);
-  CUDA_OK(cudaMemset(b->out, POISON, each * sizeof(int32_t)));
+  CUDA_OK(cudaMemsetAsync(b->out, POISON, each * sizeof(int32_t), b->stream));
   TCHECK_EQ_INT(ncclReduceScatter(b->in, b->out, each, ncclInt32, ncclSum, c->comm, b->stream),
                 ncclSuccess);
   finish(b, each);

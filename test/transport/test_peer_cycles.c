@@ -28,7 +28,7 @@ static void faultExchangeBody(struct rankCtx* local, int n, void* arg) {
     CUDA_OK(cudaSetDevice(c->dev));
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     CUDA_OK(cudaMalloc((void**)&dev, COUNT * sizeof(float)));
-    CUDA_OK(cudaMemcpy(dev, host, COUNT * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpyAsync(dev, host, COUNT * sizeof(float), cudaMemcpyHostToDevice, stream));
     TCHECK_EQ_INT(ncclAllReduce(dev, dev, COUNT, ncclFloat32, ncclSum, c->comm, stream),
                   ncclSuccess);
     CUDA_OK(cudaStreamSynchronize(stream));
@@ -156,7 +156,7 @@ static void runCycles(struct rankCtx* local, int cycles, cycleFn cycle, const ch
   cudaStream_t stream = NULL;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CUDA_OK(cudaMalloc((void**)&word, sizeof(int)));
-  CUDA_OK(cudaMemset(word, 0, sizeof(int)));
+  CUDA_OK(cudaMemsetAsync(word, 0, sizeof(int), stream));
   for (int i = -5; i < cycles; i++) {
     if (i == 0) {
       processBarrier(local, word, stream);

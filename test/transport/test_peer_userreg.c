@@ -78,8 +78,10 @@ static void uregAllReduce(struct rankCtx* c, void* send, void* recv, size_t coun
       ((uint16_t*)host)[i] = (uint16_t)(bits >> 16); /* exact for small integers */
     }
   }
-  CUDA_OK(cudaMemcpy(send, host, count * esize, cudaMemcpyHostToDevice));
-  if (recv != send) CUDA_OK(cudaMemset(recv, 0xff, count * esize));
+  /* On the rank's non-blocking stream, which does not wait for the legacy one. */
+  CUDA_OK(cudaMemcpyAsync(send, host, count * esize, cudaMemcpyHostToDevice, c->stream));
+  if (recv != send) CUDA_OK(cudaMemsetAsync(recv, 0xff, count * esize, c->stream));
+  CUDA_OK(cudaStreamSynchronize(c->stream));
   uint32_t before = 0, after = 0;
   CUDA_OK(cudaMemcpy(&before, c->peers->localState, sizeof(before), cudaMemcpyDeviceToHost));
   TCHECK_EQ_INT(ncclAllReduce(send, recv, count, type, ncclSum, c->comm, c->stream), ncclSuccess);
