@@ -205,6 +205,7 @@ static void testUntimedRows(void) {
   for (int c = SYMM_COLL_ALLGATHER; c <= SYMM_COLL_REDUCESCATTER; c++) {
     for (int n = 2; n <= SYMM_MAX_RANKS; n++) {
       for (int arch = 0; arch <= 100; arch += 10) {
+        if (n == 2 && arch == 90) continue; /* measured rows, below */
         struct symmTuneInput in = tin((enum symmColl)c, n, ncclFloat32, ncclSum, 16 * KiB);
         in.arch = arch;
         const struct symmTuneRow* row = symmTuneFindRow(NULL, &in);
@@ -217,6 +218,37 @@ static void testUntimedRows(void) {
         in.registered = 1;
         row = symmTuneFindRow(NULL, &in);
         CHECK_EQ_INT(symmTuneRowPick(row, 16, all), SYMM_ALGO_NCCL);
+      }
+    }
+  }
+  /* Measured on 2 ranks, sm_90: Lamport to 512 KiB, then push / pull to 512 MiB, NCCL above; with
+   * windows the all-gather's copy engine from 128 MiB. Reduce-scatter rows exist for 2- and
+   * 4-byte elements only (other sizes take the untimed row). */
+  for (int c = SYMM_COLL_ALLGATHER; c <= SYMM_COLL_REDUCESCATTER; c++) {
+    const enum symmAlgo big = c == SYMM_COLL_ALLGATHER ? SYMM_ALGO_PUSH : SYMM_ALGO_PULL;
+    for (int reg = 0; reg <= 1; reg++) {
+      for (int dt = 0; dt < 3; dt++) {
+        const ncclDataType_t type = dt == 0 ? ncclBfloat16 : dt == 1 ? ncclFloat32 : ncclFloat64;
+        struct symmTuneInput in = tin((enum symmColl)c, 2, type, ncclSum, 0);
+        in.registered = reg;
+        const struct symmTuneRow* row = symmTuneFindRow(NULL, &in);
+        CHECK(row != NULL);
+        if (row == NULL) continue;
+        if (dt == 2 && c == SYMM_COLL_REDUCESCATTER) { /* untimed row */
+          CHECK_EQ_INT(symmTuneRowPick(row, 16 * KiB + 1, all), SYMM_ALGO_NCCL);
+          continue;
+        }
+        CHECK_EQ_INT(symmTuneRowPick(row, 16, all), SYMM_ALGO_LAMPORT);
+        CHECK_EQ_INT(symmTuneRowPick(row, 512 * KiB, all), SYMM_ALGO_LAMPORT);
+        CHECK_EQ_INT(symmTuneRowPick(row, 512 * KiB + 1, all), big);
+        CHECK_EQ_INT(symmTuneRowPick(row, 128 * MiB, all), big);
+        CHECK_EQ_INT(symmTuneRowPick(row, 128 * MiB + 1, all),
+                     c == SYMM_COLL_ALLGATHER && reg ? SYMM_ALGO_COPYENGINE : big);
+        CHECK_EQ_INT(symmTuneRowPick(row, 512 * MiB + 1, all), SYMM_ALGO_NCCL);
+        /* Without the big algorithm (not built, or excluded) the next step that may run it
+         * does: the copy engine with windows, else NCCL. */
+        CHECK_EQ_INT(symmTuneRowPick(row, 2 * MiB, all & ~B(big)),
+                     c == SYMM_COLL_ALLGATHER && reg ? SYMM_ALGO_COPYENGINE : SYMM_ALGO_NCCL);
       }
     }
   }
@@ -401,8 +433,12 @@ static void testLargestStaged(void) {
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   tunerCleanEnv();
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 0);
-  in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE)); /* no built-in row names ce */
+  in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE));
+  /* Only the 2-rank sm_90 all-gather row with windows names ce, up to 512 MiB. */
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), 512 * MiB);
+  in.arch = 80;
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
+  in.arch = 90;
   in.link = SYMM_LINK_SAME_GPU;
   in.excluded = 0;
   CHECK_EQ_INT(symmTunerLargestStaged(&in), SIZE_MAX);
