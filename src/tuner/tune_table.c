@@ -16,7 +16,7 @@
 /* Rows are either measured or follow the untimed-row rule.
  *
  * Measured: all-reduce, 2 ranks, sm_90, NVLink (2x H200 NV18, 2 processes, bf16, 20-op CUDA
- * graphs; perf/RESULTS.md, "2x H200 (NV18)"). Lamport 2.87-3.22 us from 8 B to 32 KiB and 4.80 at
+ * graphs; perf/RESULTS.md, "2x H200 (NV18), earlier"). Lamport 2.87-3.22 us from 8 B to 32 KiB and 4.80 at
  * 256 KiB, one-shot 7.23-19.83 us from 512 KiB to 4 MiB, push two-shot 33.4 us at 8 MiB to
  * 3009 at 1 GiB, against NCCL's 5.70-8.31 / 9.93-34.28 / 46.5-3231: 0.43-0.93x of NCCL's time
  * at every size (eager 0.56-0.79x; registered windows, -R 2, 0.51-0.89x). H100 NVLink pairs
@@ -36,7 +36,7 @@
  *
  * Untimed (3-8 ranks, other archs, all-gather and reduce-scatter): only the Lamport kernels, and
  * only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
- * NVLink (perf/RESULTS.md, "2x H200 (NV18)"; 2 processes): all-reduce 5.7-7.1 us in graphs and
+ * NVLink (perf/RESULTS.md, "2x H200 (NV18), earlier"; 2 processes): all-reduce 5.7-7.1 us in graphs and
  * 9.3-11 eager up to 64 KiB; all-gather and reduce-scatter 5.0-6.3 in graphs and 6.9-10.6
  * eager; more ranks only add steps to NCCL's rings and trees. A Lamport call is one launch plus one flight of its lines
  * to the peers: at 32 KiB the 2-rank all-reduce pushes 64 KiB (data plus flags) to its peer and
