@@ -206,6 +206,9 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
   /* Never ours on this communicator: nothing of ours to order it against (a failed one still
    * refuses, as every call on it does). */
   if (!f->hasTransport) return f->failure == ncclSuccess ? forward(0) : refuse(f, f->failure);
+  /* NCCL checks an empty call's arguments and then discards it (nothing reaches the stream), so
+   * it needs no order against ours: in a graph that order would be two nodes for nothing. */
+  if (t->count == 0) return forward(0);
   if (ncclDecides) return forward(1);
 
   /* Under the lock: its health first; outside groups, the repeat cache is looked at too (read

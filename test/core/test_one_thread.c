@@ -281,7 +281,7 @@ static int mixingOff(void) {
   return v != NULL && v[0] == '0';
 }
 
-/* Small calls all of ours (the default table runs all three up to 16 KiB): a graph holds one
+/* Small calls all of ours (the default table runs all three at these sizes): a graph holds one
  * kernel node per call and two event nodes (the capture's external wait and its record). */
 static void runNodes(void) {
   enum { N = 6 };
