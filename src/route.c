@@ -206,10 +206,7 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
   /* Never ours on this communicator: nothing of ours to order it against (a failed one still
    * refuses, as every call on it does). */
   if (!f->hasTransport) return f->failure == ncclSuccess ? forward(0) : refuse(f, f->failure);
-  /* NCCL checks an empty call's arguments and then discards it (nothing reaches the stream), so
-   * it needs no order against ours: in a graph that order would be two nodes for nothing. */
-  if (t->count == 0) return forward(0);
-  if (ncclDecides) return forward(1);
+  if (ncclDecides && t->count > 0) return forward(1);
 
   /* Under the lock: its health first; outside groups, the repeat cache is looked at too (read
    * only; used when the route is repeatable). */
@@ -217,6 +214,10 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
     return need(SYMM_NEED_LOCK | SYMM_NEED_HEALTH | (f->groupDepth == 0 ? SYMM_NEED_REPEAT : 0u));
   if (!(f->have & SYMM_NEED_HEALTH)) return need(SYMM_NEED_HEALTH);
   if (f->health != ncclSuccess) return refuse(f, f->health);
+  /* NCCL checks an empty call's arguments and then discards it (nothing reaches the stream), so
+   * it needs no order against ours: in a graph that order would be two nodes for nothing. A
+   * failed communicator still refuses it, as every call on it. */
+  if (t->count == 0) return forward(0);
   if (repeatable(f)) {
     if (!(f->have & SYMM_NEED_REPEAT)) return need(SYMM_NEED_REPEAT);
     if (f->repeat != NULL) {

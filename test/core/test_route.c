@@ -256,9 +256,12 @@ static void testArguments(void) {
   /* Empty calls and NULL buffers are NCCL's to judge; an empty one puts nothing on the stream
    * (NCCL discards it after its checks), so it is not ordered either. */
   t = allReduce(0);
-  expectRoute("count 0", &w, &t, (struct expect)FWD_PLAIN("CS"));
+  expectRoute("count 0", &w, &t, (struct expect)FWD_PLAIN("CSLHR"));
   t.recvbuff = NULL;
-  expectRoute("count 0, NULL buffer", &w, &t, (struct expect)FWD_PLAIN("CS"));
+  expectRoute("count 0, NULL buffer", &w, &t, (struct expect)FWD_PLAIN("CSLHR"));
+  w.health = ncclRemoteError;
+  expectRoute("count 0, failed", &w, &t, (struct expect)REFUSED(ncclRemoteError, 0, "CSLHR"));
+  w = world();
   t = allReduce(4);
   t.recvbuff = NULL;
   expectRoute("NULL buffer", &w, &t, (struct expect)FWD_ORDERED("CS"));
