@@ -24,7 +24,10 @@
  *
  * Measured: all-gather and reduce-scatter, 2 ranks, sm_90, NVLink: the rows symmcoll-tune wrote
  * on 2x H200 NV18 (perf/results/tune_2xH200_NV18.txt: driver, NCCL 2.28.9, date; -b 8 -e 1G -f 4
- * -n 10 -G 10, one run per algorithm), minus its steps of no width. Lamport up to 512 KiB (3.3-5.1
+ * -n 10 -G 10, one run per algorithm), guards included: an NCCL step of no width after a kernel
+ * that a call may be unable to use (Lamport without its staging region, say) keeps that call
+ * from falling through to a kernel that lost at its size. Lamport also takes the sizes below
+ * the file's first (32 B); count 0 is NCCL's anyway. Lamport up to 512 KiB (3.3-5.1
  * us against NCCL's 5.2-8.1 plain and 3.6-8.8 with windows), then push all-gather / pull
  * reduce-scatter up to 512 MiB (at 2 MiB 9.1-9.5 us against 15.6-16.3; at 512 MiB 775 / 923-907
  * against 851 / 1090-1048); 1 GiB was not in the sweep, so it stays NCCL's. With registered
@@ -61,11 +64,15 @@ static const struct symmTuneRow builtinRows[] = {
     {AR, 3, 4, ANY, ANY, NVLINK, 0, 2, {{8 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 5, 8, ANY, ANY, NVLINK, 0, 2, {{4 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 3, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
-    {AG, 2, 2, ANY, 90, NVLINK, 0, 2, {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * MiB, SYMM_ALGO_PUSH}}},
-    {AG, 2, 2, ANY, 90, NVLINK, 1, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {128 * MiB, SYMM_ALGO_PUSH}, {512 * MiB, SYMM_ALGO_COPYENGINE}}},
-    {RS, 2, 2, 2, 90, NVLINK, ANY, 2, {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * MiB, SYMM_ALGO_PULL}}},
-    {RS, 2, 2, 4, 90, NVLINK, ANY, 2, {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * MiB, SYMM_ALGO_PULL}}},
+    {AG, 2, 2, ANY, 90, NVLINK, 0, 3,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PUSH}}},
+    {AG, 2, 2, ANY, 90, NVLINK, 1, 5,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {128 * MiB, SYMM_ALGO_PUSH},
+      {128 * MiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_COPYENGINE}}},
+    {RS, 2, 2, 2, 90, NVLINK, ANY, 3,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PULL}}},
+    {RS, 2, 2, 4, 90, NVLINK, ANY, 3,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PULL}}},
     {AG, 2, 8, ANY, ANY, NVLINK, 0, 2, {{16 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AG, 2, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {RS, 2, 8, ANY, ANY, NVLINK, 0, 2, {{16 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
