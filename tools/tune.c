@@ -20,6 +20,7 @@
 
 struct tuneOptions {
   int nranks, reps, registration, multimem, dryRun;
+  int registrations[2], nregs; /* -R: 0 (plain buffers), 2 (symmetric windows), or both */
   double margin;
   const char* machineLine; /* --machine: instead of probing (tests) */
   const char *out, *perfDir, *minBytes, *maxBytes, *factor, *iters, *warmup, *graph;
@@ -36,23 +37,35 @@ static void usage(FILE* f) {
   fprintf(f,
           "usage: symmcoll-tune -o FILE [-P ranks] [--colls allreduce,allgather,reducescatter]\n"
           "         [-d bfloat16,float] [-b 8] [-e 1G] [-f 2] [-n 20] [-w 5] [-G 20] [--reps 3]\n"
-          "         [--margin 0.03] [-R 0|2] [--multimem] [--perf-dir DIR] [--dry-run]\n"
+          "         [--margin 0.03] [-R 0|2|0,2] [--multimem] [--perf-dir DIR] [--dry-run]\n"
           "         [--machine 'gpu=... arch=... link=... gpus=... driver=... nccl=...']\n"
           "Runs <perf-dir>/{all_reduce,all_gather,reduce_scatter}_perf -P ranks for NCCL alone\n"
           "(SYMMCOLL_DISABLE=1) and for each algorithm of ours (forced), --reps times each in\n"
           "alternating order, and writes FILE for SYMMCOLL_TUNING_FILE. Child output: FILE.log.\n"
+          "-R 0,2 measures plain buffers and symmetric windows in one run (rows reg=0, reg=1).\n"
           "--machine writes that fingerprint instead of this machine's (tests).\n");
 }
 
-static int parseList(char* text, int* out, int max, int (*parse)(const char*)) {
+/* On a copy: the command line is printed into the file as it was given. */
+static int parseList(const char* text, int* out, int max, int (*parse)(const char*)) {
+  char* copy = strdup(text);
+  if (copy == NULL) return -1;
   int n = 0;
   char* save = NULL;
-  for (char* tok = strtok_r(text, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+  for (char* tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     const int v = parse(tok);
-    if (v < 0 || n == max) return -1;
+    if (v < 0 || n == max) {
+      n = -1;
+      break;
+    }
     out[n++] = v;
   }
+  free(copy);
   return n;
+}
+
+static int registrationFromText(const char* text) {
+  return strcmp(text, "0") == 0 ? 0 : strcmp(text, "2") == 0 ? 2 : -1;
 }
 
 static int collFromName(const char* name) {
@@ -80,7 +93,8 @@ static int parseOptions(int argc, char** argv, struct tuneOptions* o) {
                             .warmup = "5",
                             .graph = "20",
                             .ncolls = SYMM_NCOLLS,
-                            .ntypes = 2};
+                            .ntypes = 2,
+                            .nregs = 1};
   for (int c = 0; c < SYMM_NCOLLS; c++) o->colls[c] = c;
   o->types[0] = PERF_BF16;
   o->types[1] = PERF_FLOAT;
@@ -99,7 +113,7 @@ static int parseOptions(int argc, char** argv, struct tuneOptions* o) {
       case 'n': o->iters = optarg; break;
       case 'w': o->warmup = optarg; break;
       case 'G': o->graph = optarg; break;
-      case 'R': o->registration = (int)strtol(optarg, &end, 10); break;
+      case 'R': o->nregs = parseList(optarg, o->registrations, 2, registrationFromText); break;
       case 'r': o->reps = (int)strtol(optarg, &end, 10); break;
       case 'm': o->margin = strtod(optarg, &end); break;
       case 'M': o->multimem = 1; break;
@@ -115,8 +129,8 @@ static int parseOptions(int argc, char** argv, struct tuneOptions* o) {
     }
   }
   if (o->out == NULL || optind != argc || o->ncolls <= 0 || o->ntypes <= 0 || o->reps < 1 ||
-      o->reps > 99 || o->margin < 0 || o->margin >= 1 ||
-      (o->registration != 0 && o->registration != 2)) {
+      o->reps > 99 || o->margin < 0 || o->margin >= 1 || o->nregs <= 0 ||
+      (o->nregs == 2 && o->registrations[0] == o->registrations[1])) {
     usage(stderr);
     return -1;
   }
@@ -487,13 +501,18 @@ int main(int argc, char** argv) {
     fprintf(f, "%s nccl<=inf\n", symmCollName((enum symmColl)c));
   fclose(f);
   int rc = PERF_EXIT_OK;
-  for (int i = 0; i < o.ncolls; i++) {
-    const enum symmColl coll = (enum symmColl)o.colls[i];
-    /* All-gather moves bytes without arithmetic: one element type measures it. */
-    const int ntypes = coll == SYMM_COLL_ALLGATHER ? 1 : o.ntypes;
-    for (int k = 0; k < ntypes; k++)
-      if (tuneOne(&o, &m, coll, o.types[k], tmp, forwardFile, logPath, rows) != 0)
-        rc = PERF_EXIT_FAILURE;
+  /* Plain buffers and windows one after the other, on the same machine and NCCL: each gives its
+   * own rows (reg=0, reg=1), measured against NCCL with the same buffers. */
+  for (int g = 0; g < o.nregs; g++) {
+    o.registration = o.registrations[g];
+    for (int i = 0; i < o.ncolls; i++) {
+      const enum symmColl coll = (enum symmColl)o.colls[i];
+      /* All-gather moves bytes without arithmetic: one element type measures it. */
+      const int ntypes = coll == SYMM_COLL_ALLGATHER ? 1 : o.ntypes;
+      for (int k = 0; k < ntypes; k++)
+        if (tuneOne(&o, &m, coll, o.types[k], tmp, forwardFile, logPath, rows) != 0)
+          rc = PERF_EXIT_FAILURE;
+    }
   }
   fclose(rows);
   if (!o.dryRun) {

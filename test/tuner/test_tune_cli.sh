@@ -42,6 +42,20 @@ check "graphs and data check" bash -c "! grep 'run ' '$tmp/t.txt.log' | grep -v 
   --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
 check "registered, margin 25%" grep -qxF \
   "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=1 lamport<=256K oneshot<=4M" "$tmp/r.txt"
+# Plain buffers and windows in one run: both rows per type, one machine line, and the command
+# line in the file as given (lists included).
+"$tune" -o "$tmp/b.txt" -P 2 --reps 1 -R 0,2 -d bf16,float --colls allreduce \
+  --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
+check "-R 0,2 exit 0" [ $? = 0 ]
+for d in 2 4; do
+  for g in 0 1; do
+    check "-R 0,2: dtype=$d reg=$g row" grep -q "^allreduce ranks=2 dtype=$d arch=90 link=nvlink reg=$g " "$tmp/b.txt"
+  done
+done
+check "-R 0,2: one machine line" [ "$(grep -c '^machine ' "$tmp/b.txt")" = 1 ]
+check "command line kept" grep -q -- "-R 0,2 -d bf16,float --colls allreduce" "$tmp/b.txt"
+"$tune" -o "$tmp/x" -P 2 -R 0,0 --machine "$machine" >/dev/null 2>&1; check "-R 0,0 refused" [ $? = 2 ]
+"$tune" -o "$tmp/x" -P 2 -R 1 --machine "$machine" >/dev/null 2>&1; check "-R 1 refused" [ $? = 2 ]
 # A sweep that fails at some sizes for one algorithm (wrong results there): no claim there.
 FAKE_WRONG=twoshot:16777216 "$tune" -o "$tmp/w.txt" -P 2 --reps 1 -d bf16 --colls allreduce \
   --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
