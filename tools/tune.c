@@ -19,7 +19,7 @@
 #include "tune.h"
 
 struct tuneOptions {
-  int nranks, reps, registration, multimem, dryRun;
+  int nranks, reps, multimem, dryRun;
   int registrations[2], nregs; /* -R: 0 (plain buffers), 2 (symmetric windows), or both */
   double margin;
   const char* machineLine; /* --machine: instead of probing (tests) */
@@ -235,11 +235,12 @@ static size_t csvSizes(const char* csv, size_t* sizes, size_t cap) {
 
 #define MAX_SIZES 64
 
-/* Measures one collective and element type; appends the row (with its evidence as comments) to
- * `rows`. Returns 0, or -1 when NCCL's sweep gave nothing. */
+/* Measures one collective and element type, on plain buffers or in symmetric windows
+ * (`registration` 0 or 2, perf's -R); appends the row (with its evidence as comments) to `rows`.
+ * Returns 0, or -1 when NCCL's sweep gave nothing. */
 static int tuneOne(const struct tuneOptions* o, const struct symmTuneMachine* m, enum symmColl coll,
-                   int type, const char* tmp, const char* forwardFile, const char* logPath,
-                   FILE* rows) {
+                   int type, int registration, const char* tmp, const char* forwardFile,
+                   const char* logPath, FILE* rows) {
   const ncclDataType_t dt = (ncclDataType_t)type; /* perf's type list follows NCCL's order */
   enum symmAlgo configs[SYMM_NALGOS];
   size_t emax[SYMM_NALGOS];
@@ -304,7 +305,7 @@ static int tuneOne(const struct tuneOptions* o, const struct symmTuneMachine* m,
                       "-G",
                       (char*)o->graph,
                       "-R",
-                      o->registration ? "2" : "0",
+                      registration ? "2" : "0",
                       "--csv",
                       csv,
                       "--label",
@@ -352,11 +353,11 @@ static int tuneOne(const struct tuneOptions* o, const struct symmTuneMachine* m,
       .elemSize = coll == SYMM_COLL_ALLGATHER ? SYMM_TUNE_ANY : perfTypeSize(type),
       .arch = m->arch,
       .link = m->link,
-      .registered = o->registration ? 1 : 0};
+      .registered = registration ? 1 : 0};
   row.nsteps = tuneSteps(&t, o->margin, choice, row.steps, SYMM_TUNE_MAX_STEPS);
   if (row.nsteps == 0) row.steps[row.nsteps++] = (struct symmTuneStep){SIZE_MAX, SYMM_ALGO_NCCL};
   fprintf(rows, "\n# %s, %s, %d ranks%s: median us of %d runs (CUDA graphs), chosen\n#%12s",
-          symmCollName(coll), typeArg, o->nranks, o->registration ? ", registered windows" : "",
+          symmCollName(coll), typeArg, o->nranks, registration ? ", registered windows" : "",
           o->reps, "bytes");
   for (int c = 0; c < nconf; c++) fprintf(rows, " %9s", c == 0 ? "nccl" : symmAlgoName(configs[c]));
   fprintf(rows, "\n");
@@ -504,13 +505,13 @@ int main(int argc, char** argv) {
   /* Plain buffers and windows one after the other, on the same machine and NCCL: each gives its
    * own rows (reg=0, reg=1), measured against NCCL with the same buffers. */
   for (int g = 0; g < o.nregs; g++) {
-    o.registration = o.registrations[g];
     for (int i = 0; i < o.ncolls; i++) {
       const enum symmColl coll = (enum symmColl)o.colls[i];
       /* All-gather moves bytes without arithmetic: one element type measures it. */
       const int ntypes = coll == SYMM_COLL_ALLGATHER ? 1 : o.ntypes;
       for (int k = 0; k < ntypes; k++)
-        if (tuneOne(&o, &m, coll, o.types[k], tmp, forwardFile, logPath, rows) != 0)
+        if (tuneOne(&o, &m, coll, o.types[k], o.registrations[g], tmp, forwardFile, logPath,
+                    rows) != 0)
           rc = PERF_EXIT_FAILURE;
     }
   }
