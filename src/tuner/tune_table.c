@@ -35,7 +35,7 @@
  * outputs in place up to 128 MiB and the copy engine does above (854 us at 512 MiB against push
  * 895 and NCCL's 1155). Other element sizes of reduce-scatter take the untimed row below. The
  * all-reduce rows of that file are not taken: the row above runs the two-shot at every size from
- * 4 MiB and is 1.07-1.16x NCCL's best from 64 MiB to 1 GiB in the same session's comparison.
+ * 4 MiB and is 1.07-1.16x NCCL's best from 64 MiB to 1 GiB in the comparison run beside that tuning.
  *
  * Untimed (3-8 ranks, other archs, all-gather and reduce-scatter): only the Lamport kernels, and
  * only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
