@@ -19,7 +19,8 @@
  * Zero copy (every rank's output in a registered window, windows[q] = rank q's output as
  * mapped here), one launch for any size: block b waits for block b of every rank (start
  * barrier: each rank's stream has reached this call, so nothing there still uses its output),
- * stores part [lo, hi) of our input straight into slot `rank` of every rank's output, then waits
+ * stores part [lo, hi) of our input straight into slot `rank` of every rank's output (each load
+ * feeding every rank's store, our own output included), then waits
  * for block b of every rank again (middle barrier: every writer's part b is in our output
  * before our kernel ends). No staging, no copy-out. In place, our own slot already holds our
  * input and no other rank writes it. */
@@ -43,12 +44,18 @@ __device__ __forceinline__ void allGatherZeroCopy(const KernelArgs& a, volatile 
   /* The start barrier first (every output is free to write), the middle one after. */
   if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
   const size_t ours = (size_t)a.rank * a.sliceStride * sizeof(T);
-  const bool sendVec = aligned16(a.send);
-  for (int q = 0; q < a.nranks; q++) {
-    char* dst = a.windows[q] + ours;
-    if (dst != (const char*)a.send) /* in place: our slot holds our input already */
-      copyRange<E>(dst, (const char*)a.send, c.lo, c.hi, sendVec && aligned16(dst), false);
+  /* Each load of our input feeds every rank's store (the local copy rides along with the remote
+   * ones instead of taking its own pass), peers from the next rank on. */
+  char* dsts[SYMM_MAX_RANKS];
+  int ndst = 0;
+  bool vec = aligned16(a.send);
+  for (int i = 0; i < a.nranks; i++) {
+    char* dst = a.windows[(a.rank + 1 + i) % a.nranks] + ours;
+    if (dst == (const char*)a.send) continue; /* in place: our slot holds our input already */
+    vec = vec && aligned16(dst);
+    dsts[ndst++] = dst;
   }
+  copyRangeMulti<E>(dsts, ndst, (const char*)a.send, c.lo, c.hi, vec);
   if (!blockBarrier(a, kSigMid, c.epoch, failed)) return;
   endCall(a, c.epoch, c.ticket);
 }
