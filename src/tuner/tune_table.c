@@ -22,20 +22,21 @@
  * at every size (eager 0.56-0.79x; registered windows, -R 2, 0.51-0.89x). H100 NVLink pairs
  * take this row too (same arch, same kind of link).
  *
- * Measured: all-gather and reduce-scatter, 2 ranks, sm_90, NVLink: the rows symmcoll-tune wrote
- * on 2x H200 NV18 (perf/results/tune_2xH200_NV18.txt: driver, NCCL 2.28.9, date; -b 8 -e 1G -f 4
- * -n 10 -G 10, one run per algorithm), guards included: an NCCL step of no width after a kernel
- * that a call may be unable to use (Lamport without its staging region, say) keeps that call
- * from falling through to a kernel that lost at its size. Lamport also takes the sizes below
- * the file's first (32 B); count 0 is NCCL's anyway. Lamport up to 512 KiB (3.3-5.1
- * us against NCCL's 5.2-8.1 plain and 3.6-8.8 with windows), then push all-gather / pull
- * reduce-scatter up to 512 MiB (at 2 MiB 9.1-9.5 us against 15.6-16.3; at 512 MiB 775 / 923-907
- * against 851 / 1090-1048); 1 GiB was not in the sweep, so it stays NCCL's. With registered
- * windows (measured bf16; the float row shares them) the all-gather's push writes the peers'
- * outputs in place up to 128 MiB and the copy engine does above (854 us at 512 MiB against push
- * 895 and NCCL's 1155). Other element sizes of reduce-scatter take the untimed row below. The
- * all-reduce rows of that file are not taken: the row above runs the two-shot at every size from
- * 4 MiB and is 1.07-1.16x NCCL's best from 64 MiB to 1 GiB in the comparison run beside that tuning.
+ * Measured: all-gather and reduce-scatter, 2 ranks, sm_90, NVLink, from two symmcoll-tune runs on
+ * 2x H200 NV18 (perf/results/: driver, NCCL 2.28.9, date). Small sizes
+ * (tune_2xH200_NV18.txt, -b 8 -e 1G -f 4 -R 0 and -R 2): Lamport up to 512 KiB (3.3-5.1 us
+ * against NCCL's 5.2-8.1 plain and 3.6-8.8 with windows), guards included: an NCCL step of no
+ * width after a kernel that a call may be unable to use (Lamport without its staging region,
+ * say) keeps that call from falling through to a kernel that lost at its size; Lamport also
+ * takes the sizes below the file's first (32 B); count 0 is NCCL's anyway. Large sizes
+ * (tune_2xH200_NV18_large.txt, -b 1M -e 1G -f 4 -R 0,2, after the zero-copy all-gather learned
+ * to feed every rank's store from one load): push all-gather and pull reduce-scatter from 1 MiB
+ * to 1 GiB, plain and with windows, 1.07-2.06x NCCL's time (1 GiB: all-gather 1543 us, 1475 in
+ * windows, against NCCL's 1658; reduce-scatter 1817, 1620 in windows, against 2040); the copy
+ * engine lost to the push at every size. Above 1 GiB the same rounds loop runs, so the rows go
+ * on. Other element sizes of reduce-scatter take the untimed row below. The all-reduce rows of
+ * that file are not taken: the row above runs the two-shot at every size from 4 MiB and is
+ * 1.07-1.16x NCCL's best from 64 MiB to 1 GiB in the comparison run beside that tuning.
  *
  * Untimed (3-8 ranks, other archs, all-gather and reduce-scatter): only the Lamport kernels, and
  * only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
@@ -64,15 +65,12 @@ static const struct symmTuneRow builtinRows[] = {
     {AR, 3, 4, ANY, ANY, NVLINK, 0, 2, {{8 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 5, 8, ANY, ANY, NVLINK, 0, 2, {{4 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 3, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
-    {AG, 2, 2, ANY, 90, NVLINK, 0, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PUSH}}},
-    {AG, 2, 2, ANY, 90, NVLINK, 1, 5,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {128 * MiB, SYMM_ALGO_PUSH},
-      {128 * MiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_COPYENGINE}}},
+    {AG, 2, 2, ANY, 90, NVLINK, ANY, 3,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PUSH}}},
     {RS, 2, 2, 2, 90, NVLINK, ANY, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PULL}}},
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PULL}}},
     {RS, 2, 2, 4, 90, NVLINK, ANY, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PULL}}},
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PULL}}},
     {AG, 2, 8, ANY, ANY, NVLINK, 0, 2, {{16 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AG, 2, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {RS, 2, 8, ANY, ANY, NVLINK, 0, 2, {{16 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},

@@ -221,9 +221,9 @@ static void testUntimedRows(void) {
       }
     }
   }
-  /* Measured on 2 ranks, sm_90: Lamport to 512 KiB, then push / pull to 512 MiB, NCCL above; with
-   * windows the all-gather's copy engine from 128 MiB. Reduce-scatter rows exist for 2- and
-   * 4-byte elements only (other sizes take the untimed row). */
+  /* Measured on 2 ranks, sm_90: Lamport to 512 KiB, then push / pull at every larger size,
+   * plain and with windows. Reduce-scatter rows exist for 2- and 4-byte elements only (other
+   * sizes take the untimed row). */
   for (int c = SYMM_COLL_ALLGATHER; c <= SYMM_COLL_REDUCESCATTER; c++) {
     const enum symmAlgo big = c == SYMM_COLL_ALLGATHER ? SYMM_ALGO_PUSH : SYMM_ALGO_PULL;
     for (int reg = 0; reg <= 1; reg++) {
@@ -242,9 +242,8 @@ static void testUntimedRows(void) {
         CHECK_EQ_INT(symmTuneRowPick(row, 512 * KiB, all), SYMM_ALGO_LAMPORT);
         CHECK_EQ_INT(symmTuneRowPick(row, 512 * KiB + 1, all), big);
         CHECK_EQ_INT(symmTuneRowPick(row, 128 * MiB, all), big);
-        CHECK_EQ_INT(symmTuneRowPick(row, 128 * MiB + 1, all),
-                     c == SYMM_COLL_ALLGATHER && reg ? SYMM_ALGO_COPYENGINE : big);
-        CHECK_EQ_INT(symmTuneRowPick(row, 512 * MiB + 1, all), SYMM_ALGO_NCCL);
+        CHECK_EQ_INT(symmTuneRowPick(row, GiB, all), big);
+        CHECK_EQ_INT(symmTuneRowPick(row, 64 * GiB + 1, all), big);
         /* A kernel that cannot run a call hands it to NCCL, never to the next kernel, which
          * lost at those sizes (the guards). */
         CHECK_EQ_INT(symmTuneRowPick(row, 2 * MiB, all & ~B(big)), SYMM_ALGO_NCCL);
@@ -433,9 +432,11 @@ static void testLargestStaged(void) {
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   tunerCleanEnv();
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 0);
+  in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_LAMPORT));
+  /* With only Lamport allowed: the largest Lamport step of the rows, 512 KiB on 2-rank sm_90. */
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), 512 * KiB);
   in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE));
-  /* Only the 2-rank sm_90 all-gather row with windows names ce, up to 512 MiB. */
-  CHECK_EQ_INT(symmTunerLargestStaged(&in), 512 * MiB);
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), 0); /* no row names the copy engine */
   in.arch = 80;
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   in.arch = 90;
