@@ -6,12 +6,15 @@ and once under LD_PRELOAD=libsymmcoll, then prints the table (--report).
       beside PyTorch symmetric memory's one_shot_all_reduce and two_shot_all_reduce_ on a
       symm_mem.empty buffer. Each call is timed on the GPU (CUDA events around it on the current
       stream, so dist.all_reduce includes ProcessGroupNCCL's hop to its own stream and back, as
-      users get it); the median of ITERS calls after WARMUP. One CSV line per size:
+      users get it, with the GPU kept busy so that host issue time stays out); the median of
+      ITERS calls after WARMUP. One CSV line per size:
       <out>/allreduce.<label>.csv.
   (b) training steps of an MLP (LAYERS Linear(4096, 4096) bf16, ReLU between, batch BATCH per
       rank), once with DDP and once with FSDP2 fully_shard: median step time of STEPS steps after
       WARMUP_STEPS, and a sha256 of every rank's final parameters (FSDP2: its shards), so the plain
-      and preloaded runs can be compared bit for bit. <out>/train.<label>.csv.
+      and preloaded runs can be compared bit for bit. <out>/train.<label>.csv. With
+      TORCH_BENCH_PROFILE=1 three more steps run under torch.profiler and rank 0 prints the GPU
+      kernels by time.
 
 usage: python3 perf/torch_bench.py OUT_DIR LABEL [allreduce] [ddp] [fsdp]   (default: all three)
        python3 perf/torch_bench.py --report OUT_DIR PLAIN_LABEL PRELOAD_LABEL
@@ -33,19 +36,29 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 WORLD = 2
 SIZES = [1 << k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
 WARMUP, ITERS = 10, 50
-LAYERS, HIDDEN, BATCH = 8, 4096, 1024
+SLEEP_CYCLES = 20_000_000  # about 10 ms at H100/H200 clocks: longer than issuing ITERS calls
+LAYERS, HIDDEN = 8, 4096
+# Rows per rank and step. 8192 keeps the GPU, not the host, the bottleneck of a DDP step on an
+# H100/H200 pair (at 1024 both DDP and FSDP2 steps are host-bound: 4-26 ms whatever runs the
+# collectives, and two runs of one setup differed by up to 25%).
+BATCH = int(os.environ.get("TORCH_BENCH_BATCH", "8192"))
 WARMUP_STEPS, STEPS = 3, 20
 
 
 # ---- (a) all-reduce -------------------------------------------------------------------------
 
 def time_calls(torch, dist, fn):
-    """Median GPU time of one call in us: ITERS calls back to back, each between two events."""
+    """Median GPU time of one call in us: ITERS calls back to back, each between two events, queued
+    behind a sleeping kernel (about 10 ms), so that the GPU runs them one after the other without
+    waiting for the host: each pair of events then holds the call's own GPU time (for
+    dist.all_reduce with ProcessGroupNCCL's hop to its stream and back), not the host's time to
+    issue it, which is PyTorch's and the same whatever library runs the collective."""
     for _ in range(WARMUP):
         fn()
     torch.cuda.synchronize()
     dist.barrier()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ITERS)]
+    torch.cuda._sleep(SLEEP_CYCLES)
     for start, end in pairs:
         start.record()
         fn()
@@ -161,18 +174,38 @@ def bench_train(torch, dist, rank, label, mode, out_dir):
         end.synchronize()
         if step >= WARMUP_STEPS:
             times.append(start.elapsed_time(end))
+    if os.environ.get("TORCH_BENCH_PROFILE") == "1":
+        profile_steps(torch, rank, label, mode, model, opt, x, target)
     digest = params_digest(torch, dist, model)
     if rank == 0:
-        line = f"{mode},{label},{STEPS},{statistics.median(times):.3f},{digest},{loss.item():.6g}"
+        line = f"{mode},{label},{STEPS},{statistics.median(times):.3f},{digest},{loss.item():.6g},{BATCH}"
         print("train," + line, flush=True)
         path = os.path.join(out_dir, f"train.{label}.csv")
         new = not os.path.exists(path)
         with open(path, "a") as f:
             if new:
-                f.write("mode,label,steps,median_step_ms,params_sha256,final_loss\n")
+                f.write("mode,label,steps,median_step_ms,params_sha256,final_loss,batch\n")
             f.write(line + "\n")
     del model, opt
     torch.cuda.empty_cache()
+
+
+def profile_steps(torch, rank, label, mode, model, opt, x, target):
+    """TORCH_BENCH_PROFILE=1: three more steps under torch.profiler; rank 0 prints the GPU
+    kernels by total time (where a slower step spends its time). The parameters move on by
+    three steps in every run alike, so the digests still compare."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            loss = (model(x).float() - target.float()).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    if rank == 0:
+        key = "self_device_time_total"
+        print(f"profile,{label},{mode}: 3 steps", flush=True)
+        print(prof.key_averages().table(sort_by=key, row_limit=14, max_name_column_width=60), flush=True)
 
 
 def worker(rank, port, out_dir, label, parts):
@@ -240,20 +273,27 @@ def report(out_dir, plain, preload):
         print(f"  {human(size):>8} {' '.join(cells)} {ratio}")
     if not a or not b:
         status = 1
-    ta = {r["mode"]: r for r in read_csv(os.path.join(out_dir, f"train.{plain}.csv"))}
-    tb = {r["mode"]: r for r in read_csv(os.path.join(out_dir, f"train.{preload}.csv"))}
-    print(f"\n# training step, MLP {LAYERS}x Linear({HIDDEN}, {HIDDEN}) bf16, batch {BATCH} per rank: "
-          f"median of {STEPS} steps (ms); parameters after {WARMUP_STEPS + STEPS} steps")
-    print(f"# {'mode':>6} {'plain':>9} {'preload':>9} {'speedup':>8}  bit-identical")
+    rows = read_csv(os.path.join(out_dir, f"train.{plain}.csv")) + \
+        read_csv(os.path.join(out_dir, f"train.{preload}.csv"))
+    batch = sorted({r.get("batch") or "?" for r in rows})
+    print(f"\n# training step, MLP {LAYERS}x Linear({HIDDEN}, {HIDDEN}) bf16, batch {'/'.join(batch)} per "
+          f"rank: median of {STEPS} steps (ms), then the median over runs (TORCH_BENCH_APPEND=1 "
+          f"runs add rows); parameters after {WARMUP_STEPS + STEPS} steps, every run alike")
+    print(f"# {'mode':>6} {'plain':>9} {'preload':>9} {'speedup':>8}  bit-identical  runs (plain, preload; each run's median)")
     for mode, name in (("ddp", "DDP"), ("fsdp", "FSDP2")):
-        ra, rb = ta.get(mode), tb.get(mode)
-        sa, sb = num(ra and ra["median_step_ms"]), num(rb and rb["median_step_ms"])
-        same = "yes" if ra and rb and ra["params_sha256"] == rb["params_sha256"] else "no"
+        ra = [r for r in rows if r["mode"] == mode and r["label"] == plain]
+        rb = [r for r in rows if r["mode"] == mode and r["label"] == preload]
+        ta = [t for t in (num(r["median_step_ms"]) for r in ra) if t]
+        tb = [t for t in (num(r["median_step_ms"]) for r in rb) if t]
+        sa = statistics.median(ta) if ta else None
+        sb = statistics.median(tb) if tb else None
+        same = "yes" if ra and rb and len({r["params_sha256"] for r in ra + rb}) == 1 else "no"
         if same != "yes":
             status = 1
         speed = f"{sa / sb:7.2f}x" if sa and sb else f"{'-':>8}"
         cells = [f"{t:9.2f}" if t else f"{'-':>9}" for t in (sa, sb)]
-        print(f"  {name:>6} {' '.join(cells)} {speed}  {same}")
+        runs = " ".join(f"{t:.2f}" for t in ta) + " | " + " ".join(f"{t:.2f}" for t in tb)
+        print(f"  {name:>6} {' '.join(cells)} {speed}  {same:<13}  {runs}")
     return status
 
 
@@ -272,7 +312,7 @@ def main(argv):
         return 77
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"train.{label}.csv")
-    if os.path.exists(path):
+    if os.path.exists(path) and os.environ.get("TORCH_BENCH_APPEND") != "1":
         os.remove(path)
     mp.spawn(worker, args=(free_port(), out_dir, label, parts), nprocs=WORLD, join=True)
     return 0

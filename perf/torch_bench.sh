@@ -4,13 +4,15 @@
 # own NCCL) and once under LD_PRELOAD=libsymmcoll, then prints the table: bf16 all-reduce per
 # size (NCCL, ours, PyTorch symmetric memory's one_shot/two_shot_, ours against the best of
 # PyTorch), and DDP and FSDP2 training-step times plain against preloaded with "bit-identical"
-# for the final parameters. Exit 0 only when both runs finished and the parameters match.
-# About 1-2 minutes on 2x H100 (each run: PyTorch start-up and NCCL creation, nine sizes x 60
-# calls x 3 ops, 23 DDP and 23 FSDP2 steps), well under 4.
+# for the final parameters (the training steps run TRAIN_RUNS times each way, alternating). Exit 0
+# only when every run finished and the parameters match. About 2 minutes on 2x H200 (each run:
+# PyTorch start-up and NCCL creation, 15-20 s; nine sizes x 60 calls x 3 ops; 23 DDP and 23 FSDP2
+# steps), well under 4.
 #
 # usage: perf/torch_bench.sh OUT_DIR
 # env:   PYTHON (python3: one with torch and 2 GPUs), BUILD_DIR (build; absolute, or relative
-#        to the current directory), TIMEOUT (600 s per run)
+#        to the current directory), TIMEOUT (600 s per run), TRAIN_RUNS (3), TORCH_BENCH_BATCH
+#        (rows per rank and step, 8192)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=perf/build_env.sh
@@ -37,10 +39,25 @@ LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}" SYMMCOLL_DEBUG=INFO SYMMCOLL_DEBUG_
   SYMMCOLL_DEBUG_FILE="$out/symmcoll.%h.%p.log" \
   timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" libsymmcoll >"$out/preload.log" 2>&1 ||
   { echo "perf: the preloaded run failed, see $out/preload.log" >&2; tail -5 "$out/preload.log" >&2; status=1; }
+# Step times drift between processes: TRAIN_RUNS-1 more rounds of the training steps alone, the
+# order alternating (preload first in every other round); the table takes the median over runs.
+for ((i = 2; i <= ${TRAIN_RUNS:-3}; i++)); do
+  for which in $( ((i % 2 == 0)) && echo "preload plain" || echo "plain preload"); do
+    echo "perf: training steps, $which, round $i ($((SECONDS - start))s)"
+    if [ "$which" = plain ]; then
+      TORCH_BENCH_APPEND=1 timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" nccl ddp fsdp \
+        >"$out/plain.$i.log" 2>&1 || { echo "perf: see $out/plain.$i.log" >&2; status=1; }
+    else
+      LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}" TORCH_BENCH_APPEND=1 \
+        timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" libsymmcoll ddp fsdp \
+        >"$out/preload.$i.log" 2>&1 || { echo "perf: see $out/preload.$i.log" >&2; status=1; }
+    fi
+  done
+done
 
 # Both rank processes must have loaded libsymmcoll and found the real NCCL (src/core/forward.c logs
-# "real NCCL <path> (<how>)").
-found=$(cat "$out"/symmcoll.*.log 2>/dev/null | grep -c "SYMMCOLL INFO real NCCL " || true)
+# "libsymmcoll <version>: real NCCL <path> (<how>)").
+found=$(cat "$out"/symmcoll.*.log 2>/dev/null | grep -c "SYMMCOLL INFO libsymmcoll .*: real NCCL " || true)
 if [ "$found" -lt 2 ]; then
   echo "perf: libsymmcoll reported the real NCCL in $found processes, not 2: was it preloaded?" >&2
   status=1

@@ -46,6 +46,21 @@ def run(script, d):
           thead + "ddp,libsymmcoll,20,10.000,aaaa,1.5\nfsdp,libsymmcoll,20,16.000,bbbb,1.5\n")
     r = subprocess.run([sys.executable, script, "--report", d, "nccl", "libsymmcoll"], capture_output=True, text=True)
     check("exit identical", r.returncode == 0, f"exit {r.returncode}\n{r.stdout}{r.stderr}")
+    # Several runs (TORCH_BENCH_APPEND=1): the median over runs, each run listed; one run's
+    # parameters differing makes the whole mode "no".
+    thead2 = thead.rstrip("\n") + ",batch\n"
+    write(os.path.join(d, "train.nccl.csv"), thead2 + "ddp,nccl,20,12.000,aaaa,1.5,8192\n"
+          "ddp,nccl,20,14.000,aaaa,1.5,8192\nddp,nccl,20,13.000,aaaa,1.5,8192\n"
+          "fsdp,nccl,20,15.000,bbbb,1.5,8192\n")
+    write(os.path.join(d, "train.libsymmcoll.csv"), thead2 + "ddp,libsymmcoll,20,10.000,aaaa,1.5,8192\n"
+          "ddp,libsymmcoll,20,11.000,aaaa,1.5,8192\nfsdp,libsymmcoll,20,15.000,bbbb,1.5,8192\n"
+          "fsdp,libsymmcoll,20,15.000,bbbc,1.5,8192\n")
+    r = subprocess.run([sys.executable, script, "--report", d, "nccl", "libsymmcoll"], capture_output=True, text=True)
+    out = r.stdout
+    check("runs median", "     DDP     13.00     10.50    1.24x  yes            12.00 14.00 13.00 | 10.00 11.00" in out, out)
+    check("runs differ", "   FSDP2     15.00     15.00    1.00x  no " in out, out)
+    check("batch", "batch 8192 per rank" in out, out)
+    check("exit runs differ", r.returncode == 1, f"exit {r.returncode}")
     os.remove(os.path.join(d, "allreduce.libsymmcoll.csv"))
     r = subprocess.run([sys.executable, script, "--report", d, "nccl", "libsymmcoll"], capture_output=True, text=True)
     check("exit missing", r.returncode == 1 and "     1 KiB     10.00         -" in r.stdout, f"exit {r.returncode}\n{r.stdout}")
