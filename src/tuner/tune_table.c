@@ -33,8 +33,8 @@
  * to feed every rank's store from one load): push all-gather and pull reduce-scatter from 1 MiB
  * to 1 GiB, plain and with windows, 1.07-2.06x NCCL's time (1 GiB: all-gather 1543 us, 1475 in
  * windows, against NCCL's 1658; reduce-scatter 1817, 1620 in windows, against 2040); the copy
- * engine lost to the push at every size. Above 1 GiB the same rounds loop runs, so the rows go
- * on. Other element sizes of reduce-scatter take the untimed row below. The all-reduce rows of
+ * engine lost to the push at every size. Above 1 GiB the same kernels run (rounds in one launch
+ * through staging, one pass in place), so the rows go on. Other element sizes of reduce-scatter take the untimed row below. The all-reduce rows of
  * that file are not taken: the row above runs the two-shot at every size from 4 MiB and is
  * 1.07-1.16x NCCL's best from 64 MiB to 1 GiB in the comparison run beside that tuning.
  *
