@@ -38,9 +38,9 @@ SIZES = [1 << k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
 WARMUP, ITERS = 10, 50
 SLEEP_CYCLES = 20_000_000  # about 10 ms at H100/H200 clocks: longer than issuing ITERS calls
 LAYERS, HIDDEN = 8, 4096
-# Rows per rank and step. 8192 keeps the GPU, not the host, the bottleneck of a DDP step on an
-# H100/H200 pair (at 1024 both DDP and FSDP2 steps are host-bound: 4-26 ms whatever runs the
-# collectives, and two runs of one setup differed by up to 25%).
+# Rows per rank and step. 8192 makes the GPU, not the host, the bottleneck of a DDP step on an
+# H200 pair (at 1024 it is host-bound, 4-5 ms whatever runs the collectives); FSDP2's step on this
+# small model stays host-bound at either size (18-26 ms, 25-30 ms of CPU per step).
 BATCH = int(os.environ.get("TORCH_BENCH_BATCH", "8192"))
 WARMUP_STEPS, STEPS = 3, 20
 
@@ -193,7 +193,7 @@ def bench_train(torch, dist, rank, label, mode, out_dir):
 def profile_steps(torch, rank, label, mode, model, opt, x, target):
     """TORCH_BENCH_PROFILE=1: three more steps under torch.profiler; rank 0 prints the GPU
     kernels by total time (where a slower step spends its time). The parameters move on by
-    three steps in every run alike, so the digests still compare."""
+    three steps, so digests compare only between runs that all profiled."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
