@@ -29,28 +29,33 @@ mkdir -p "$out"
 unset SYMMCOLL_NCCL_LIB SYMMCOLL_DISABLE
 start=$SECONDS
 
-echo "perf: torch_bench plain (PyTorch's NCCL), logs in $out/plain.log"
 status=0
-timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" nccl >"$out/plain.log" 2>&1 ||
-  { echo "perf: the plain run failed, see $out/plain.log" >&2; tail -5 "$out/plain.log" >&2; status=1; }
+# run_bench LOG [VAR=VALUE ...] -- LABEL [PART ...]: one torch_bench.py run, its output in LOG.
+run_bench() {
+  local log=$1 envs=()
+  shift
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" "$@" >"$log" 2>&1 ||
+    { echo "perf: a torch_bench run failed, see $log" >&2; tail -5 "$log" >&2; status=1; }
+}
+preload="LD_PRELOAD=$lib${LD_PRELOAD:+:$LD_PRELOAD}"
+
+echo "perf: torch_bench plain (PyTorch's NCCL), logs in $out/plain.log"
+run_bench "$out/plain.log" -- nccl
 echo "perf: torch_bench with LD_PRELOAD=$lib ($((SECONDS - start))s)"
 rm -f "$out"/symmcoll.*.log
-LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}" SYMMCOLL_DEBUG=INFO SYMMCOLL_DEBUG_SUBSYS=INIT \
-  SYMMCOLL_DEBUG_FILE="$out/symmcoll.%h.%p.log" \
-  timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" libsymmcoll >"$out/preload.log" 2>&1 ||
-  { echo "perf: the preloaded run failed, see $out/preload.log" >&2; tail -5 "$out/preload.log" >&2; status=1; }
+run_bench "$out/preload.log" "$preload" SYMMCOLL_DEBUG=INFO SYMMCOLL_DEBUG_SUBSYS=INIT \
+  "SYMMCOLL_DEBUG_FILE=$out/symmcoll.%h.%p.log" -- libsymmcoll
 # Step times drift between processes: TRAIN_RUNS-1 more rounds of the training steps alone, the
 # order alternating (preload first in every other round); the table takes the median over runs.
 for ((i = 2; i <= ${TRAIN_RUNS:-3}; i++)); do
   for which in $( ((i % 2 == 0)) && echo "preload plain" || echo "plain preload"); do
     echo "perf: training steps, $which, round $i ($((SECONDS - start))s)"
     if [ "$which" = plain ]; then
-      TORCH_BENCH_APPEND=1 timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" nccl ddp fsdp \
-        >"$out/plain.$i.log" 2>&1 || { echo "perf: see $out/plain.$i.log" >&2; status=1; }
+      run_bench "$out/plain.$i.log" TORCH_BENCH_APPEND=1 -- nccl ddp fsdp
     else
-      LD_PRELOAD="$lib${LD_PRELOAD:+:$LD_PRELOAD}" TORCH_BENCH_APPEND=1 \
-        timeout "${TIMEOUT:-600}" "$python" "$repo/perf/torch_bench.py" "$out" libsymmcoll ddp fsdp \
-        >"$out/preload.$i.log" 2>&1 || { echo "perf: see $out/preload.$i.log" >&2; status=1; }
+      run_bench "$out/preload.$i.log" "$preload" TORCH_BENCH_APPEND=1 -- libsymmcoll ddp fsdp
     fi
   done
 done
