@@ -53,8 +53,8 @@ struct resources {
 static void measure(struct resources* r, int onlyDev) {
   int prevDev = 0;
   CUDA_OK(cudaGetDevice(&prevDev));
-  r->fds = harnessCountEntries("/proc/self/fd");
-  r->maps = countLines("/proc/self/maps");
+  /* Devices first: the first query of a device the cycles never used creates its context (fds
+   * and mappings of its own), which must not land between the counts of `before` and `after`. */
   for (int d = 0; d < ndev && d < 8; d++) {
     size_t total = 0;
     r->freeMem[d] = 0;
@@ -64,6 +64,8 @@ static void measure(struct resources* r, int onlyDev) {
     CUDA_OK(cudaMemGetInfo(&r->freeMem[d], &total));
   }
   CUDA_OK(cudaSetDevice(prevDev));
+  r->fds = harnessCountEntries("/proc/self/fd");
+  r->maps = countLines("/proc/self/maps");
 }
 
 /* The driver may grow internal pools (page tables, stream/event pools) on first use and keep
