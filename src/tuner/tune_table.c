@@ -38,6 +38,21 @@
  * that file are not taken: the row above runs the two-shot at every size from 4 MiB and is
  * 1.07-1.16x NCCL's best from 64 MiB to 1 GiB in the comparison run beside that tuning.
  *
+ * Measured: all three collectives, 4 ranks, sm_90, NVLink, from symmcoll-tune runs on 4x H200
+ * (every pair NV18; perf/results/tune_4xH200_NV18.txt: -P 4 -b 8 -e 1G -f 4, bf16 plain and with
+ * windows, float plain for all-reduce and reduce-scatter). Plain buffers: Lamport all-reduce to
+ * 128 KiB (3.4-6.1 us against NCCL's 8.0-11.1), one-shot to 512 KiB, two-shot to 2 MiB (NCCL's
+ * rings win from 8 MiB: 60 against 64 us, 2302 against 2670 at 512 MiB); Lamport all-gather and
+ * reduce-scatter to 512 KiB (3.6-6.3 us against 6.9-10.4), push all-gather to 32 MiB (88.6
+ * against 97.9 us; NCCL from 128 MiB), pull reduce-scatter of 2-byte elements to 512 MiB (1253
+ * against 1293 us) and of 4-byte ones to 32 MiB (at 128 MiB and above within 3% of NCCL).
+ * Windows, against NCCL's symmetric kernels: all-reduce Lamport to 128 KiB, one-shot to 512 KiB,
+ * two-shot to 2 MiB and from 32 to 512 MiB (NCCL at 8 MiB: 63.1 against 63.6 us); all-gather
+ * Lamport to 512 KiB and push to 8 MiB (within 3% from 32 MiB); reduce-scatter NCCL to 2 KiB
+ * (within 3%), Lamport to 512 KiB, pull from 8 to 512 MiB (1220 against 1886 us at 512 MiB).
+ * Only bf16 was measured with windows: other element sizes take the untimed rows there. NCCL
+ * steps of no width are guards (above). H100 4-GPU nodes take these rows too (unmeasured there).
+ *
  * Untimed (3-8 ranks, other archs, all-gather and reduce-scatter): only the Lamport kernels, and
  * only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
  * NVLink (perf/RESULTS.md, "2x H200 (NV18), earlier"; 2 processes): all-reduce 5.7-7.1 us in graphs and
@@ -62,6 +77,22 @@ static const struct symmTuneRow builtinRows[] = {
     {AR, 2, 2, ANY, 90, NVLINK, ANY, 3,
      {{256 * KiB, SYMM_ALGO_LAMPORT}, {4 * MiB, SYMM_ALGO_ONESHOT}, {SIZE_MAX, SYMM_ALGO_TWOSHOT}}},
     {AR, 2, 2, ANY, ANY, NVLINK, 0, 1, {{32 * KiB, SYMM_ALGO_LAMPORT}}},
+    {AR, 4, 4, ANY, 90, NVLINK, 0, 4,
+     {{128 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_ONESHOT}, {512 * KiB, SYMM_ALGO_NCCL},
+      {2 * MiB, SYMM_ALGO_TWOSHOT}}},
+    {AR, 4, 4, 2, 90, NVLINK, 1, 6,
+     {{128 * KiB, SYMM_ALGO_LAMPORT}, {128 * KiB, SYMM_ALGO_NCCL}, {512 * KiB, SYMM_ALGO_ONESHOT},
+      {2 * MiB, SYMM_ALGO_TWOSHOT}, {32 * MiB - 1, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_TWOSHOT}}},
+    {AG, 4, 4, ANY, 90, NVLINK, 0, 2, {{512 * KiB, SYMM_ALGO_LAMPORT}, {32 * MiB, SYMM_ALGO_PUSH}}},
+    {AG, 4, 4, ANY, 90, NVLINK, 1, 3,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {8 * MiB, SYMM_ALGO_PUSH}}},
+    {RS, 4, 4, 2, 90, NVLINK, 0, 3,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PULL}}},
+    {RS, 4, 4, 4, 90, NVLINK, 0, 3,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {32 * MiB, SYMM_ALGO_PULL}}},
+    {RS, 4, 4, 2, 90, NVLINK, 1, 4,
+     {{2 * KiB - 1, SYMM_ALGO_NCCL}, {512 * KiB, SYMM_ALGO_LAMPORT}, {8 * MiB - 1, SYMM_ALGO_NCCL},
+      {512 * MiB, SYMM_ALGO_PULL}}},
     {AR, 3, 4, ANY, ANY, NVLINK, 0, 2, {{8 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 5, 8, ANY, ANY, NVLINK, 0, 2, {{4 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 3, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},

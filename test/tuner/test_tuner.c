@@ -180,7 +180,8 @@ static void testUntimedRows(void) {
     for (int dt = 0; dt < ncclNumTypes; dt++) {
       const size_t es = symmTypeSize((ncclDataType_t)dt);
       struct symmTuneInput in = tin(SYMM_COLL_ALLREDUCE, n, (ncclDataType_t)dt, ncclSum, es);
-      in.arch = n == 2 ? 80 : (n % 2 ? 0 : 90); /* another arch, mixed (0), or sm_90 */
+      /* another arch, mixed (0), or sm_90 (2 and 4 ranks have measured sm_90 rows, below) */
+      in.arch = n == 2 || n == 4 ? 80 : (n % 2 ? 0 : 90);
       in.multicastReady = 1; /* not asked for: no effect */
       /* (fp8 reductions below sm_90: excluded by the route, test/core/test_route.c) */
       const enum symmAlgo small = SYMM_ALGO_LAMPORT;
@@ -205,7 +206,7 @@ static void testUntimedRows(void) {
   for (int c = SYMM_COLL_ALLGATHER; c <= SYMM_COLL_REDUCESCATTER; c++) {
     for (int n = 2; n <= SYMM_MAX_RANKS; n++) {
       for (int arch = 0; arch <= 100; arch += 10) {
-        if (n == 2 && arch == 90) continue; /* measured rows, below */
+        if ((n == 2 || n == 4) && arch == 90) continue; /* measured rows */
         struct symmTuneInput in = tin((enum symmColl)c, n, ncclFloat32, ncclSum, 16 * KiB);
         in.arch = arch;
         const struct symmTuneRow* row = symmTuneFindRow(NULL, &in);
@@ -272,10 +273,79 @@ static void testUntimedRows(void) {
   tunerCleanEnv();
 }
 
+/* Measured on 4 ranks, sm_90, NVLink (src/tuner/tune_table.c): each step's last size and the
+ * first past it, plain and registered, and the guards. */
+static enum symmAlgo pick4(enum symmColl coll, ncclDataType_t type, int registered, size_t bytes) {
+  struct symmTuneInput in = tin(coll, 4, type, ncclSum, bytes);
+  in.registered = registered;
+  return symmTunerPick(&in);
+}
+
+static void testMeasuredFourRanks(void) {
+  const enum symmAlgo L = SYMM_ALGO_LAMPORT, O = SYMM_ALGO_ONESHOT, T = SYMM_ALGO_TWOSHOT,
+                      N = SYMM_ALGO_NCCL, P = SYMM_ALGO_PUSH, U = SYMM_ALGO_PULL;
+  const enum symmColl ar = SYMM_COLL_ALLREDUCE, ag = SYMM_COLL_ALLGATHER,
+                      rs = SYMM_COLL_REDUCESCATTER;
+  for (int dt = 0; dt < 2; dt++) {
+    const ncclDataType_t type = dt == 0 ? ncclBfloat16 : ncclFloat32;
+    const size_t es = symmTypeSize(type);
+    const size_t arPlain[][2] = {{es, L}, {128 * KiB, L}, {128 * KiB + es, O}, {512 * KiB, O},
+                                 {512 * KiB + es, T}, {2 * MiB, T}, {2 * MiB + es, N}, {GiB, N}};
+    for (size_t i = 0; i < sizeof(arPlain) / sizeof(arPlain[0]); i++)
+      CHECK_EQ_INT(pick4(ar, type, 0, arPlain[i][0]), (int)arPlain[i][1]);
+    const size_t agPlain[][2] = {{64, L}, {512 * KiB, L}, {512 * KiB + 4, P}, {32 * MiB, P},
+                                 {32 * MiB + 4, N}};
+    for (size_t i = 0; i < sizeof(agPlain) / sizeof(agPlain[0]); i++)
+      CHECK_EQ_INT(pick4(ag, type, 0, agPlain[i][0]), (int)agPlain[i][1]);
+    const size_t pullTop = dt == 0 ? 512 * MiB : 32 * MiB; /* 4-byte elements: to 32 MiB */
+    CHECK_EQ_INT(pick4(rs, type, 0, 512 * KiB), L);
+    CHECK_EQ_INT(pick4(rs, type, 0, 512 * KiB + 4 * es), U);
+    CHECK_EQ_INT(pick4(rs, type, 0, pullTop), U);
+    CHECK_EQ_INT(pick4(rs, type, 0, pullTop + 4 * es), N);
+  }
+  /* Windows (bf16 measured; other types take the untimed registered rows: NCCL). */
+  const size_t arReg[][2] = {{2, L}, {128 * KiB, L}, {128 * KiB + 2, O}, {512 * KiB + 2, T},
+                             {2 * MiB, T}, {2 * MiB + 2, N}, {8 * MiB, N}, {32 * MiB - 2, N},
+                             {32 * MiB, T}, {512 * MiB, T}, {512 * MiB + 2, N}};
+  for (size_t i = 0; i < sizeof(arReg) / sizeof(arReg[0]); i++)
+    CHECK_EQ_INT(pick4(ar, ncclBfloat16, 1, arReg[i][0]), (int)arReg[i][1]);
+  CHECK_EQ_INT(pick4(ar, ncclFloat32, 1, 64 * MiB), N);
+  const size_t agReg[][2] = {{64, L}, {512 * KiB, L}, {512 * KiB + 4, P}, {8 * MiB, P},
+                             {8 * MiB + 4, N}, {GiB, N}};
+  for (size_t i = 0; i < sizeof(agReg) / sizeof(agReg[0]); i++)
+    CHECK_EQ_INT(pick4(ag, ncclBfloat16, 1, agReg[i][0]), (int)agReg[i][1]);
+  const size_t rsReg[][2] = {{8, N}, {2 * KiB - 8, N}, {2 * KiB, L}, {512 * KiB, L},
+                             {512 * KiB + 8, N}, {8 * MiB - 8, N}, {8 * MiB, U}, {512 * MiB, U},
+                             {512 * MiB + 8, N}};
+  for (size_t i = 0; i < sizeof(rsReg) / sizeof(rsReg[0]); i++)
+    CHECK_EQ_INT(pick4(rs, ncclBfloat16, 1, rsReg[i][0]), (int)rsReg[i][1]);
+  CHECK_EQ_INT(pick4(rs, ncclFloat32, 1, 64 * MiB), N);
+  /* Guards: a kernel that cannot run a call hands it to NCCL where the next kernel lost. */
+  const unsigned all = B(N) | B(L) | B(O) | B(T);
+  struct symmTuneInput in = tin(ar, 4, ncclBfloat16, ncclSum, 0);
+  const struct symmTuneRow* row = symmTuneFindRow(NULL, &in);
+  CHECK(row != NULL);
+  CHECK_EQ_INT(symmTuneRowPick(row, 1 * KiB, all & ~B(L)), O); /* one-shot beat NCCL there */
+  CHECK_EQ_INT(symmTuneRowPick(row, 256 * KiB, all & ~B(O)), N);
+  in.registered = 1;
+  row = symmTuneFindRow(NULL, &in);
+  CHECK(row != NULL);
+  CHECK_EQ_INT(symmTuneRowPick(row, 1 * KiB, all & ~B(L)), N); /* NCCL's symmetric kernels won */
+  in = tin(ag, 4, ncclBfloat16, ncclSum, 0);
+  in.registered = 1;
+  row = symmTuneFindRow(NULL, &in);
+  CHECK(row != NULL);
+  CHECK_EQ_INT(symmTuneRowPick(row, 4 * KiB, B(N) | B(P)), N);
+  /* 3 and 5 ranks keep the untimed rows. */
+  in = tin(ar, 3, ncclBfloat16, ncclSum, 8 * KiB + 2);
+  CHECK_EQ_INT(symmTunerPick(&in), N);
+}
+
 /* Multimem runs only when SYMMCOLL_MULTIMEM=1 asks for it and multicast is mapped, or under
  * emulation (tests). */
 static void testMultimem(void) {
-  struct symmTuneInput in = tin(SYMM_COLL_ALLREDUCE, 4, ncclBfloat16, ncclSum, 64 * KiB);
+  /* 3 ranks: an untimed row with a multimem step (4 ranks on sm_90 have a measured row). */
+  struct symmTuneInput in = tin(SYMM_COLL_ALLREDUCE, 3, ncclBfloat16, ncclSum, 64 * KiB);
   in.multicastReady = 1;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCL);
   tunerSetEnv("SYMMCOLL_MULTIMEM", "1");
@@ -518,6 +588,7 @@ int main(void) {
   testExcluded();
   testMeasuredRow();
   testUntimedRows();
+  testMeasuredFourRanks();
   testMultimem();
   testOverrides();
   testZeroCopy();

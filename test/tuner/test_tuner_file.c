@@ -285,7 +285,7 @@ static void testSelect(void) {
   in.datatype = ncclBfloat16;
   in.registered = 1; /* not measured either */
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_TWOSHOT);
-  in = tin(SYMM_COLL_ALLREDUCE, 4, ncclBfloat16, ncclSum, 8 * KiB); /* untimed rule */
+  in = tin(SYMM_COLL_ALLREDUCE, 3, ncclBfloat16, ncclSum, 8 * KiB); /* untimed rule */
   in.table = t;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_LAMPORT);
   in.bytes = 8 * KiB + 2;
