@@ -53,7 +53,7 @@
  * Only bf16 was measured with windows: other element sizes take the untimed rows there. NCCL
  * steps of no width are guards (above). H100 4-GPU nodes take these rows too (unmeasured there).
  *
- * Untimed (3-8 ranks, other archs, all-gather and reduce-scatter): only the Lamport kernels, and
+ * Untimed (3 and 5-8 ranks, other archs, types the measured rows lack): only the Lamport kernels, and
  * only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
  * NVLink (perf/RESULTS.md, "2x H200 (NV18), earlier"; 2 processes): all-reduce 5.7-7.1 us in graphs and
  * 9.3-11 eager up to 64 KiB; all-gather and reduce-scatter 5.0-6.3 in graphs and 6.9-10.6
