@@ -385,7 +385,33 @@ static void testThreads(void) {
   free(threadPath);
 }
 
-int main(void) {
+/* The tuning files kept in the repository (perf/results/tune_*.txt, named on the command line)
+ * parse, name a machine and have rows: what symmcoll-tune wrote stays loadable, also after
+ * several runs were concatenated by hand. */
+static void testRepositoryFiles(int nfiles, char** paths) {
+  for (int i = 0; i < nfiles; i++) {
+    FILE* fp = fopen(paths[i], "rb");
+    CHECK(fp != NULL);
+    if (fp == NULL) continue;
+    static char text[1 << 20];
+    const size_t n = fread(text, 1, sizeof(text), fp);
+    fclose(fp);
+    CHECK(n > 0 && n < sizeof(text));
+    struct symmTuneFile* f = calloc(1, sizeof(*f));
+    CHECK(f != NULL);
+    if (f == NULL) continue;
+    char err[256] = "";
+    int line = 0;
+    const int rc = symmTuneParse(text, n, f, &line, err, sizeof(err));
+    if (rc != 0) fprintf(stderr, "%s:%d: %s\n", paths[i], line, err);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(f->nrows > 0);
+    CHECK(f->machine.gpus >= 2);
+    free(f);
+  }
+}
+
+int main(int argc, char** argv) {
   (void)symmLogLevel(); /* before any knob is read (see test_tuner.c) */
   if (mkdtemp(dir) == NULL) {
     perror("mkdtemp");
@@ -401,6 +427,7 @@ int main(void) {
   testSelect();
   testHash();
   testThreads();
+  testRepositoryFiles(argc - 1, argv + 1);
   unlink(log);
   rmdir(dir);
   return harnessReport("test_tuner_file");
