@@ -19,7 +19,8 @@ struct tuneTimes {
 /* 1 when `algo` took at most (1 - margin) x NCCL's time at size i (NCCL measured there too). */
 int tuneWins(const struct tuneTimes* t, enum symmAlgo algo, size_t i, double margin);
 
-/* Per size, our fastest algorithm where it wins by the margin, else SYMM_ALGO_NCCL. */
+/* Per size, our fastest algorithm where it wins by the margin, else SYMM_ALGO_NCCL; sizes of 0
+ * bytes (no-ops) take the choice of the first size that moved data. */
 void tuneChoose(const struct tuneTimes* t, double margin, enum symmAlgo* choice);
 
 /* The row's steps for those choices: each run of one algorithm of ours up to its last measured

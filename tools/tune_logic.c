@@ -31,6 +31,13 @@ void tuneChoose(const struct tuneTimes* t, double margin, enum symmAlgo* choice)
         best = (enum symmAlgo)a;
     choice[i] = best;
   }
+  /* A size of 0 bytes times a call that moves nothing (the library hands count 0 to NCCL before
+   * any choice): its winner is noise between no-ops and would only add a step (pull<=0, or an
+   * NCCL step up to the next size). It takes the choice of the first size that moved data. */
+  size_t firstData = 0;
+  while (firstData < t->n && t->sizes[firstData] == 0) firstData++;
+  for (size_t i = 0; i < firstData; i++)
+    choice[i] = firstData < t->n ? choice[firstData] : SYMM_ALGO_NCCL;
 }
 
 /* Runs of equal choices: run r covers sizes [first[r], last[r]]. */
@@ -73,7 +80,8 @@ int tuneSteps(const struct tuneTimes* t, double margin, const enum symmAlgo* cho
     for (size_t j = k + 1; j < r.count && !guard; j++) {
       const enum symmAlgo b = choice[r.first[j]];
       if (b == SYMM_ALGO_NCCL) break;
-      for (size_t i = r.first[k]; i <= r.last[k] && !guard; i++) guard = !tuneWins(t, b, i, margin);
+      for (size_t i = r.first[k]; i <= r.last[k] && !guard; i++)
+        guard = t->sizes[i] > 0 && !tuneWins(t, b, i, margin); /* 0 bytes: a no-op, above */
     }
     if (guard) n = push(steps, n, maxSteps, t->sizes[r.last[k]], SYMM_ALGO_NCCL);
   }

@@ -94,6 +94,29 @@ static void testExamples(void) {
     struct tuneTimes t = {.n = 2, .sizes = sz, .nccl = nccl};
     CHECK_EQ_INT(build(&t, 0.03, s, SYMM_TUNE_MAX_STEPS), 0);
   }
+  /* Sizes of 0 bytes (count 0, a no-op) decide nothing: neither a step of their own nor an
+   * NCCL step up to the first size that moved data, nor a guard (4 ranks, 2026-11-26:
+   * "pull<=0 lamport<=512K" and "nccl<=127 lamport<=512K" came from 0.04 against 0.05 us). */
+  {
+    const size_t z[] = {0, 0, 128, 512, 2048};
+    const double nccl[] = {0.05, 0.05, 7, 7, 17}, lam[] = {0.06, 0.06, 4, 4, -1},
+                 pull[] = {0.04, 0.04, 7.3, 7.3, 11};
+    struct tuneTimes t = {.n = 5, .sizes = z, .nccl = nccl};
+    t.ours[L] = lam;
+    t.ours[SYMM_ALGO_PULL] = pull;
+    CHECK_EQ_INT(build(&t, 0.03, s, SYMM_TUNE_MAX_STEPS), 3);
+    CHECK_STEP(s[0], 512, L);
+    CHECK_STEP(s[1], 512, N); /* pull lost at 128 and 512: a guard, not made by the no-ops */
+    CHECK_STEP(s[2], 2048, SYMM_ALGO_PULL);
+    const double ncclWins0[] = {0.03, 0.03, 7, 7, 17};
+    t.nccl = ncclWins0;
+    CHECK_EQ_INT(build(&t, 0.03, s, SYMM_TUNE_MAX_STEPS), 3);
+    CHECK_STEP(s[0], 512, L);
+    const size_t allZero[] = {0, 0};
+    struct tuneTimes none = {.n = 2, .sizes = allZero, .nccl = nccl};
+    none.ours[SYMM_ALGO_PULL] = pull;
+    CHECK_EQ_INT(build(&none, 0.03, s, SYMM_TUNE_MAX_STEPS), 0);
+  }
   double v[] = {3, 1, 2, 9};
   CHECK(tuneMedian(v, 3) == 2);
   double w[] = {4, 1, 3, 2};
