@@ -56,6 +56,9 @@ run_gpu_suite() {
   run ar_threads_2    90  $T --mode nccl --threads --ranks 2 --quick --soak 5000 --replays 200 --max-mb 16
   for n in 3 4 5 6 7 8; do run ar_boot_$n 60 env SYMMCOLL_NCCL_LIB="$BOOT" $T --mode nccl --threads --ranks $n --quick --no-nccl-compare --soak 1000 --replays 50 --max-mb 4; done
   run ar_soak_1e6     120 $T --mode nccl --procs 2 --quick --soak 1000000 --replays 0 --max-mb 1
+  # 4 ranks on 4 GPUs through the real NCCL (skip with fewer GPUs).
+  run ar_g4           90  $T --mode nccl --ranks 4 --quick --soak 5000 --replays 200 --max-mb 64
+  run ar_procs4       90  $T --mode nccl --procs 4 --quick --soak 5000 --replays 200 --max-mb 64
   # All-gather and reduce-scatter: every algorithm (multimem emulated), type, op, size and
   # placement, graph replays, then the mixed soak of all three collectives (10^6 calls).
   local TC=$B/test/algos/test_collectives
