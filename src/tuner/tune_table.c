@@ -43,7 +43,7 @@
  * windows, float plain for all-reduce and reduce-scatter). Plain buffers: Lamport all-reduce to
  * 128 KiB (3.4-6.1 us against NCCL's 8.0-11.1), one-shot to 512 KiB, two-shot to 2 MiB (NCCL's
  * rings win from 8 MiB: 60 against 64 us, 2302 against 2670 at 512 MiB); Lamport all-gather and
- * reduce-scatter to 512 KiB (3.6-6.3 us against 6.9-10.4), push all-gather to 32 MiB (88.6
+ * reduce-scatter to 512 KiB (3.6-6.3 us against 6.7-10.4), push all-gather to 32 MiB (88.6
  * against 97.9 us; NCCL from 128 MiB), pull reduce-scatter of 2-byte elements to 512 MiB (1253
  * against 1293 us) and of 4-byte ones to 32 MiB (at 128 MiB and above within 3% of NCCL).
  * Windows, against NCCL's symmetric kernels: all-reduce Lamport to 128 KiB, one-shot to 512 KiB,
