@@ -14,10 +14,9 @@
 #        eager; N: -G N, e.g. 20), WINDOWS (1; 0: plain buffers only, half the runs), NGPUS (all
 #        visible), BUILD_DIR (build; absolute, or relative to the current directory, as is
 #        results-dir), NCCL_HOME (NCCL root), GPU_ARCHS, EXTRA_ARGS (more perf flags)
-# Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x 2 = 24 runs of a perf binary; with the
-# defaults and GRAPH=20 about 2-3 minutes on 2 GPUs besides the build (an estimate from the
-# reference sweeps' 24 runs to 1 GiB in about 3 minutes on 2x H200); MAX_BYTES=1G adds the
-# largest sizes for about a minute more.
+# Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x 2 = 24 runs of a perf binary; measured
+# besides the build: GRAPH=10 MAX_BYTES=1G 157-167 s on 4x H200, eager to 64 MiB about 86 s
+# there and 60 s on 2x H200.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=perf/build_env.sh
