@@ -281,6 +281,15 @@ static enum symmAlgo pick4(enum symmColl coll, ncclDataType_t type, int register
   return symmTunerPick(&in);
 }
 
+/* Each case: {bytes, the algorithm expected}. */
+static void checkPicks4(enum symmColl coll, ncclDataType_t type, int registered,
+                        const size_t (*cases)[2], size_t ncases) {
+  for (size_t i = 0; i < ncases; i++)
+    CHECK_EQ_INT(pick4(coll, type, registered, cases[i][0]), (int)cases[i][1]);
+}
+#define CHECK_PICKS4(coll, type, registered, cases) \
+  checkPicks4(coll, type, registered, cases, sizeof(cases) / sizeof(cases[0]))
+
 static void testMeasuredFourRanks(void) {
   const enum symmAlgo L = SYMM_ALGO_LAMPORT, O = SYMM_ALGO_ONESHOT, T = SYMM_ALGO_TWOSHOT,
                       N = SYMM_ALGO_NCCL, P = SYMM_ALGO_PUSH, U = SYMM_ALGO_PULL;
@@ -291,34 +300,28 @@ static void testMeasuredFourRanks(void) {
     const size_t es = symmTypeSize(type);
     const size_t arPlain[][2] = {{es, L}, {128 * KiB, L}, {128 * KiB + es, O}, {512 * KiB, O},
                                  {512 * KiB + es, T}, {2 * MiB, T}, {2 * MiB + es, N}, {GiB, N}};
-    for (size_t i = 0; i < sizeof(arPlain) / sizeof(arPlain[0]); i++)
-      CHECK_EQ_INT(pick4(ar, type, 0, arPlain[i][0]), (int)arPlain[i][1]);
+    CHECK_PICKS4(ar, type, 0, arPlain);
     const size_t agPlain[][2] = {{64, L}, {512 * KiB, L}, {512 * KiB + 4, P}, {32 * MiB, P},
                                  {32 * MiB + 4, N}};
-    for (size_t i = 0; i < sizeof(agPlain) / sizeof(agPlain[0]); i++)
-      CHECK_EQ_INT(pick4(ag, type, 0, agPlain[i][0]), (int)agPlain[i][1]);
+    CHECK_PICKS4(ag, type, 0, agPlain);
     const size_t pullTop = dt == 0 ? 512 * MiB : 32 * MiB; /* 4-byte elements: to 32 MiB */
-    CHECK_EQ_INT(pick4(rs, type, 0, 512 * KiB), L);
-    CHECK_EQ_INT(pick4(rs, type, 0, 512 * KiB + 4 * es), U);
-    CHECK_EQ_INT(pick4(rs, type, 0, pullTop), U);
-    CHECK_EQ_INT(pick4(rs, type, 0, pullTop + 4 * es), N);
+    const size_t rsPlain[][2] = {{512 * KiB, L}, {512 * KiB + 4 * es, U}, {pullTop, U},
+                                 {pullTop + 4 * es, N}};
+    CHECK_PICKS4(rs, type, 0, rsPlain);
   }
   /* Windows (bf16 measured; other types take the untimed registered rows: NCCL). */
   const size_t arReg[][2] = {{2, L}, {128 * KiB, L}, {128 * KiB + 2, O}, {512 * KiB + 2, T},
                              {2 * MiB, T}, {2 * MiB + 2, N}, {8 * MiB, N}, {32 * MiB - 2, N},
                              {32 * MiB, T}, {512 * MiB, T}, {512 * MiB + 2, N}};
-  for (size_t i = 0; i < sizeof(arReg) / sizeof(arReg[0]); i++)
-    CHECK_EQ_INT(pick4(ar, ncclBfloat16, 1, arReg[i][0]), (int)arReg[i][1]);
+  CHECK_PICKS4(ar, ncclBfloat16, 1, arReg);
   CHECK_EQ_INT(pick4(ar, ncclFloat32, 1, 64 * MiB), N);
   const size_t agReg[][2] = {{64, L}, {512 * KiB, L}, {512 * KiB + 4, P}, {8 * MiB, P},
                              {8 * MiB + 4, N}, {GiB, N}};
-  for (size_t i = 0; i < sizeof(agReg) / sizeof(agReg[0]); i++)
-    CHECK_EQ_INT(pick4(ag, ncclBfloat16, 1, agReg[i][0]), (int)agReg[i][1]);
+  CHECK_PICKS4(ag, ncclBfloat16, 1, agReg);
   const size_t rsReg[][2] = {{8, N}, {2 * KiB - 8, N}, {2 * KiB, L}, {512 * KiB, L},
                              {512 * KiB + 8, N}, {8 * MiB - 8, N}, {8 * MiB, U}, {512 * MiB, U},
                              {512 * MiB + 8, N}};
-  for (size_t i = 0; i < sizeof(rsReg) / sizeof(rsReg[0]); i++)
-    CHECK_EQ_INT(pick4(rs, ncclBfloat16, 1, rsReg[i][0]), (int)rsReg[i][1]);
+  CHECK_PICKS4(rs, ncclBfloat16, 1, rsReg);
   CHECK_EQ_INT(pick4(rs, ncclFloat32, 1, 64 * MiB), N);
   /* Guards: a kernel that cannot run a call hands it to NCCL where the next kernel lost. */
   const unsigned all = B(N) | B(L) | B(O) | B(T);

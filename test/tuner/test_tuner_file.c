@@ -393,10 +393,10 @@ static void testRepositoryFiles(int nfiles, char** paths) {
     FILE* fp = fopen(paths[i], "rb");
     CHECK(fp != NULL);
     if (fp == NULL) continue;
-    static char text[1 << 20];
+    static char text[SYMM_TUNE_MAX_FILE_BYTES + 1]; /* as the library reads it (tune_file.c) */
     const size_t n = fread(text, 1, sizeof(text), fp);
     fclose(fp);
-    CHECK(n > 0 && n < sizeof(text));
+    CHECK(n > 0 && n <= SYMM_TUNE_MAX_FILE_BYTES);
     struct symmTuneFile* f = calloc(1, sizeof(*f));
     CHECK(f != NULL);
     if (f == NULL) continue;
