@@ -34,9 +34,10 @@
  * to 1 GiB, plain and with windows, 1.07-2.06x NCCL's time (1 GiB: all-gather 1543 us, 1475 in
  * windows, against NCCL's 1658; reduce-scatter 1817, 1620 in windows, against 2040); the copy
  * engine lost to the push at every size. Above 1 GiB the same kernels run (rounds in one launch
- * through staging, one pass in place), so the rows go on. Other element sizes of reduce-scatter take the untimed row below. The all-reduce rows of
- * that file are not taken: the row above runs the two-shot at every size from 4 MiB and is
- * 1.07-1.16x NCCL's best from 64 MiB to 1 GiB in the comparison run beside that tuning.
+ * through staging, one pass in place), so the rows go on. Other element sizes of reduce-scatter
+ * take the untimed row below. The all-reduce rows of that file are not taken: the row above
+ * runs the two-shot at every size from 4 MiB and is 1.07-1.16x NCCL's best from 64 MiB to 1 GiB
+ * in the comparison run beside that tuning.
  *
  * Measured: all three collectives, 4 ranks, sm_90, NVLink, from symmcoll-tune runs on 4x H200
  * (every pair NV18; perf/results/tune_4xH200_NV18.txt: -P 4 -b 8 -e 1G -f 4, bf16 plain and with
@@ -53,8 +54,8 @@
  * Only bf16 was measured with windows: other element sizes take the untimed rows there. NCCL
  * steps of no width are guards (above). H100 4-GPU nodes take these rows too (unmeasured there).
  *
- * Untimed (3 and 5-8 ranks, other archs, types the measured rows lack): only the Lamport kernels, and
- * only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
+ * Untimed (3 and 5-8 ranks, other archs, types the measured rows lack): only the Lamport
+ * kernels, and only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
  * NVLink (perf/RESULTS.md, "2x H200 (NV18), earlier"; 2 processes): all-reduce 5.7-7.1 us in graphs and
  * 9.3-11 eager up to 64 KiB; all-gather and reduce-scatter 5.0-6.3 in graphs and 6.9-10.6
  * eager; more ranks only add steps to NCCL's rings and trees. A Lamport call is one launch plus one flight of its lines
