@@ -32,6 +32,18 @@ SYMMCOLL_PARAM_FULL(ZeroCopyMaxBytes, "ZERO_COPY_MAX_BYTES", 4 << 20, -1, (int64
                     "all-reduce two-shot reads registered inputs (symmetric windows, "
                     "ncclCommRegister) in place up to this many bytes (-1: never)")
 
+/* 2x H100 and 2x H200, bf16, graphs (perf/RESULTS.md): the all-gather push writing peers'
+ * registered outputs and the reduce-scatter pull reading peers' inputs wait for every rank at the
+ * start (the peer's buffer must be free), which costs more than the copy through staging saves
+ * below 16 MiB: H100 pair at 1 MiB 9.9 (all-gather) and 11.1 us (reduce-scatter) against 7.9 and
+ * 7.9 staged, at 8 MiB 20.6 / 22.4 against 19.8 / 22.2, at 16 MiB 32.2 / 35.4 against 33.2 /
+ * 39.1, at 1 GiB 1478 / 1606 against 1572 / 1860. */
+SYMMCOLL_PARAM_FULL(ZeroCopyMinBytes, "ZERO_COPY_MIN_BYTES", 16 << 20, -1, (int64_t)1 << 40,
+                    SYMM_PARAM_AGREED,
+                    "all-gather push and reduce-scatter pull use registered outputs / inputs "
+                    "(symmetric windows) in place from this many bytes; smaller calls go "
+                    "through staging (0: always in place, -1: never)")
+
 /* Off by default: the multimem kernels and the multicast objects behind them are experimental
  * and have never run on hardware. The setup record carries this rank's "asked and allowed"
  * (SYMM_REC_MULTICAST), so the transport maps multicast only where every rank asked. */
@@ -200,6 +212,11 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
 
 /* ---- reading registered buffers in place ------------------------------------------------ */
 
+static int zeroCopyLargeEnough(const struct symmTuneInput* in) {
+  const int64_t min = symmParamZeroCopyMinBytes();
+  return min >= 0 && in->bytes >= (size_t)min;
+}
+
 int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
   if (!in->registered) return 0;
   switch (in->coll) {
@@ -208,9 +225,12 @@ int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
       return algo == SYMM_ALGO_TWOSHOT && max >= 0 && in->bytes <= (size_t)max;
     }
     /* Storing into peers' registered outputs (all-gather push, copy engine) or loading peers'
-     * registered inputs (reduce-scatter pull) skips a copy through staging and adds no step. */
-    case SYMM_COLL_ALLGATHER: return algo == SYMM_ALGO_PUSH || algo == SYMM_ALGO_COPYENGINE;
-    case SYMM_COLL_REDUCESCATTER: return algo == SYMM_ALGO_PULL;
+     * registered inputs (reduce-scatter pull) skips a copy through staging but waits for every
+     * peer first: the kernels do so from SYMMCOLL_ZERO_COPY_MIN_BYTES on. The copy engine keeps
+     * zero copy at every size (NCCL_CTA_POLICY_ZERO's path; not measured against its staged form). */
+    case SYMM_COLL_ALLGATHER:
+      return algo == SYMM_ALGO_COPYENGINE || (algo == SYMM_ALGO_PUSH && zeroCopyLargeEnough(in));
+    case SYMM_COLL_REDUCESCATTER: return algo == SYMM_ALGO_PULL && zeroCopyLargeEnough(in);
     default: return 0;
   }
 }

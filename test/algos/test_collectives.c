@@ -70,11 +70,15 @@ static uint64_t oursZeroCopy(ncclComm_t comm) {
   return c != NULL ? __atomic_load_n(&c->zeroCopyLaunches, __ATOMIC_RELAXED) : 0;
 }
 
-/* The override of one collective, set by rank 0 while every rank waits (knobs are per process). */
+/* The override of one collective (or another knob; NULL: unset), set by rank 0 while every rank
+ * waits (knobs are per process). */
 static void setAlgo(const struct rank* r, const char* knob, const char* value) {
   pthread_barrier_wait(&barrier);
   if (r->rank == 0) {
-    setenv(knob, value, 1);
+    if (value != NULL)
+      setenv(knob, value, 1);
+    else
+      unsetenv(knob);
     symmParamResetAll();
   }
   pthread_barrier_wait(&barrier);
@@ -348,10 +352,12 @@ static void avgOverflow(struct rank* r) {
   setAlgo(r, "SYMMCOLL_ALLREDUCE_ALGO", "auto");
 }
 
-/* Inputs and outputs in registered symmetric windows (ncclMemAlloc + ncclCommWindowRegister):
- * all-gather push and the copy engine store into peers' outputs and reduce-scatter pull reads
- * peers' inputs in place. The same sweeps (in place included) and graph replays, and every launch of ours in
- * this phase must have run zero copy. */
+/* Inputs and outputs in registered symmetric windows (ncclMemAlloc + ncclCommWindowRegister).
+ * SYMMCOLL_ZERO_COPY_MIN_BYTES=0: all-gather push and the copy engine store into peers' outputs
+ * and reduce-scatter pull reads peers' inputs in place at every size, so every launch of ours
+ * must have run zero copy. =-1: push and pull go through staging on the same buffers, so only
+ * the copy engine's launches run zero copy. Then the default (16 MiB) over the large sweeps,
+ * whose sizes lie on both sides of it. */
 static void registeredTest(struct rank* r) {
   char *plainSend = r->send, *plainRecv = r->recv;
   void *send = NULL, *recv = NULL;
@@ -365,6 +371,7 @@ static void registeredTest(struct rank* r) {
                 ncclSuccess);
   r->send = send;
   r->recv = recv;
+  setAlgo(r, "SYMMCOLL_ZERO_COPY_MIN_BYTES", "0");
   const uint64_t launches = ours(r->comm), zeroCopy = oursZeroCopy(r->comm);
   sweep(r, 0, "push");
   sweep(r, 0, "ce");
@@ -377,6 +384,28 @@ static void registeredTest(struct rank* r) {
   graphTest(r, 1, "pull");
   TCHECK(ours(r->comm) - launches > 0);
   TCHECK_EQ_INT((int)(oursZeroCopy(r->comm) - zeroCopy), (int)(ours(r->comm) - launches));
+  setAlgo(r, "SYMMCOLL_ZERO_COPY_MIN_BYTES", "-1");
+  const uint64_t ceLaunches = ours(r->comm), ceZeroCopy = oursZeroCopy(r->comm);
+  sweep(r, 0, "ce");
+  const uint64_t ceLaunched = ours(r->comm) - ceLaunches;
+  TCHECK_EQ_INT((int)(oursZeroCopy(r->comm) - ceZeroCopy), (int)ceLaunched);
+  const uint64_t stagedLaunches = ours(r->comm), stagedZeroCopy = oursZeroCopy(r->comm);
+  sweep(r, 0, "push");
+  sweep(r, 1, "pull");
+  largeSweep(r, 0, "push");
+  largeSweep(r, 1, "pull");
+  graphTest(r, 0, "push");
+  graphTest(r, 1, "pull");
+  TCHECK(ours(r->comm) - stagedLaunches > 0);
+  TCHECK_EQ_INT((int)(oursZeroCopy(r->comm) - stagedZeroCopy), 0);
+  setAlgo(r, "SYMMCOLL_ZERO_COPY_MIN_BYTES", NULL);
+  if (!quick) {
+    const uint64_t mixedLaunches = ours(r->comm), mixedZeroCopy = oursZeroCopy(r->comm);
+    largeSweep(r, 0, "push");
+    largeSweep(r, 1, "pull");
+    const uint64_t zeroCopied = oursZeroCopy(r->comm) - mixedZeroCopy;
+    TCHECK(zeroCopied > 0 && zeroCopied < ours(r->comm) - mixedLaunches);
+  }
   pthread_barrier_wait(&barrier);
   TCHECK_EQ_INT(ncclCommWindowDeregister(r->comm, sendWin), ncclSuccess);
   TCHECK_EQ_INT(ncclCommWindowDeregister(r->comm, recvWin), ncclSuccess);

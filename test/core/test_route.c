@@ -440,18 +440,23 @@ static void testPolicies(void) {
 
 static void testLaunchDetails(void) {
   /* Windows: a registered all-gather output that the table (here an override) gives to push is
-   * written in place; a registered all-reduce input is read in place by the two-shot up to
+   * written in place from SYMMCOLL_ZERO_COPY_MIN_BYTES (16 MiB) on; a registered all-reduce input is read in place by the two-shot up to
    * SYMMCOLL_ZERO_COPY_MAX_BYTES; unregistered inputs exchange ncclCommRegister descriptors. */
   struct symmRouteFacts w = world();
   setenv("SYMMCOLL_ALLGATHER_ALGO", "push", 1);
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
   symmParamResetAll();
-  struct symmTask t = task(SYMM_COLL_ALLGATHER, 1024, ncclBfloat16, ncclSum);
+  struct symmTask t = task(SYMM_COLL_ALLGATHER, 4 * MiB, ncclBfloat16, ncclSum); /* 16 MiB */
   char asked[32];
   w.registered = 1;
   struct symmRoute r = drive(&w, &t, asked);
   CHECK_EQ_INT(r.algo, SYMM_ALGO_PUSH);
   CHECK_EQ_INT(r.zeroCopy, 1);
+  t.count = 4 * MiB - 1; /* below the bound: the same push, through staging */
+  r = drive(&w, &t, asked);
+  CHECK_EQ_INT(r.algo, SYMM_ALGO_PUSH);
+  CHECK_EQ_INT(r.zeroCopy, 0);
+  t.count = 4 * MiB;
   w.registered = 0;
   r = drive(&w, &t, asked);
   CHECK_EQ_INT(r.zeroCopy, 0);
@@ -548,6 +553,7 @@ int main(void) {
                                                     "SYMMCOLL_REDUCESCATTER_ALGO", "SYMMCOLL_PDL",
                                                     "SYMMCOLL_MULTIMEM", "SYMMCOLL_MULTIMEM_EMULATE",
                                                     "SYMMCOLL_ZERO_COPY_MAX_BYTES",
+                                                    "SYMMCOLL_ZERO_COPY_MIN_BYTES",
                                                     "SYMMCOLL_TUNING_FILE", NULL};
        *k != NULL; k++)
     unsetenv(*k);

@@ -467,16 +467,33 @@ static void testZeroCopy(void) {
   in.registered = 0;
   CHECK_EQ_INT(symmTunerUserZeroCopy(&in, SYMM_ALGO_TWOSHOT), 0);
   tunerCleanEnv();
-  /* All-gather writes registered outputs in place, reduce-scatter reads registered inputs. */
+  /* All-gather writes registered outputs in place, reduce-scatter reads registered inputs, from
+   * 16 MiB on unless the knob says otherwise; the copy engine at every size. */
   in = tin(SYMM_COLL_ALLGATHER, 4, ncclBfloat16, ncclSum, 64 * MiB);
   in.registered = 1;
   CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_PUSH), 1);
   CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_LAMPORT), 0);
   CHECK_EQ_INT(symmTunerUserZeroCopy(&in, SYMM_ALGO_PUSH), 0);
+  in.bytes = 16 * MiB - 1;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_PUSH), 0);
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_COPYENGINE), 1);
   in.coll = SYMM_COLL_REDUCESCATTER;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_PULL), 0);
+  in.bytes = 16 * MiB;
   CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_PULL), 1);
   in.registered = 0;
   CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_PULL), 0);
+  in.registered = 1;
+  tunerSetEnv("SYMMCOLL_ZERO_COPY_MIN_BYTES", "0");
+  in.bytes = 8;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_PULL), 1);
+  tunerSetEnv("SYMMCOLL_ZERO_COPY_MIN_BYTES", "-1");
+  in.bytes = GiB;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_PULL), 0);
+  in.coll = SYMM_COLL_ALLGATHER;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_PUSH), 0);
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_COPYENGINE), 1);
+  tunerCleanEnv();
 }
 
 static void testLargestStaged(void) {
