@@ -20,7 +20,9 @@
  * 256 KiB, one-shot 7.23-19.83 us from 512 KiB to 4 MiB, push two-shot 33.4 us at 8 MiB to
  * 3009 at 1 GiB, against NCCL's 5.70-8.31 / 9.93-34.28 / 46.5-3231: 0.43-0.93x of NCCL's time
  * at every size (eager 0.56-0.79x; registered windows, -R 2, 0.51-0.89x). H100 NVLink pairs
- * take this row too (same arch, same kind of link).
+ * take this row too (same arch, same kind of link): a tuning run on 2x H100 NV18
+ * (perf/results/tune_2xH100_NV18.txt) picked the same kernels at every size it measured, and
+ * the comparison there ran 1.09-2.05x NCCL's best (bf16, graphs).
  *
  * Measured: all-gather and reduce-scatter, 2 ranks, sm_90, NVLink, from two symmcoll-tune runs on
  * 2x H200 NV18 (perf/results/: driver, NCCL 2.28.9, date). Small sizes
@@ -37,7 +39,11 @@
  * through staging, one pass in place), so the rows go on. Other element sizes of reduce-scatter
  * take the untimed row below. The all-reduce rows of that file are not taken: the row above
  * runs the two-shot at every size from 4 MiB and is 1.07-1.16x NCCL's best from 64 MiB to 1 GiB
- * in the comparison run beside that tuning.
+ * in the comparison run beside that tuning. On 2x H100 NV18 (tune_2xH100_NV18.txt) the same
+ * kernels won at every size but one: with windows at 2 MiB NCCL beat the zero-copy pull by 1%,
+ * and windowed calls below 16 MiB now go through staging (tuner.c, SYMMCOLL_ZERO_COPY_MIN_BYTES),
+ * 10.3 us there. The comparison on that pair: 1.04-1.73x (all-gather) and 1.18-1.72x
+ * (reduce-scatter) NCCL's best on plain buffers, bf16, graphs.
  *
  * Measured: all three collectives, 4 ranks, sm_90, NVLink, from symmcoll-tune runs on 4x H200
  * (every pair NV18; perf/results/tune_4xH200_NV18.txt: -P 4 -b 8 -e 1G -f 4, bf16 plain and with
