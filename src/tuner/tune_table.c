@@ -56,7 +56,12 @@
  * Windows, against NCCL's symmetric kernels: all-reduce Lamport to 128 KiB, one-shot to 512 KiB,
  * two-shot to 2 MiB and from 32 to 512 MiB (NCCL at 8 MiB: 63.1 against 63.6 us); all-gather
  * Lamport to 512 KiB and push to 8 MiB (within 3% from 32 MiB); reduce-scatter NCCL to 2 KiB
- * (within 3%), Lamport to 512 KiB, pull from 8 to 512 MiB (1220 against 1886 us at 512 MiB).
+ * (within 3%), Lamport to 512 KiB, pull to 512 MiB (1220 against 1886 us at 512 MiB). The tuning
+ * run's windowed pull was zero copy and lost to NCCL at 2 MiB (13.80 against 13.67 us); since
+ * windowed calls below 16 MiB run it through staging (tuner.c), the pull of 1-8 MiB is the plain
+ * buffers' kernel, measured in the same run at 11.16 (2 MiB) and 26.74 us (8 MiB) and in the
+ * comparison at 8.57 / 11.29 / 16.70 us (1 / 2 / 4 MiB) against NCCL's symmetric kernels'
+ * 13.67, 41.64 and 9.56 / 14.35 / 29.55: so the row pulls from 512 KiB on.
  * Only bf16 was measured with windows: other element sizes take the untimed rows there. NCCL
  * steps of no width are guards (above). H100 4-GPU nodes take these rows too (unmeasured there).
  *
@@ -98,7 +103,7 @@ static const struct symmTuneRow builtinRows[] = {
     {RS, 4, 4, 4, 90, NVLINK, 0, 3,
      {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {32 * MiB, SYMM_ALGO_PULL}}},
     {RS, 4, 4, 2, 90, NVLINK, 1, 4,
-     {{2 * KiB - 1, SYMM_ALGO_NCCL}, {512 * KiB, SYMM_ALGO_LAMPORT}, {8 * MiB - 1, SYMM_ALGO_NCCL},
+     {{2 * KiB - 1, SYMM_ALGO_NCCL}, {512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL},
       {512 * MiB, SYMM_ALGO_PULL}}},
     {AR, 3, 4, ANY, ANY, NVLINK, 0, 2, {{8 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 5, 8, ANY, ANY, NVLINK, 0, 2, {{4 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},

@@ -319,7 +319,7 @@ static void testMeasuredFourRanks(void) {
                              {8 * MiB + 4, N}, {GiB, N}};
   CHECK_PICKS4(ag, ncclBfloat16, 1, agReg);
   const size_t rsReg[][2] = {{8, N}, {2 * KiB - 8, N}, {2 * KiB, L}, {512 * KiB, L},
-                             {512 * KiB + 8, N}, {8 * MiB - 8, N}, {8 * MiB, U}, {512 * MiB, U},
+                             {512 * KiB + 8, U}, {8 * MiB - 8, U}, {8 * MiB, U}, {512 * MiB, U},
                              {512 * MiB + 8, N}};
   CHECK_PICKS4(rs, ncclBfloat16, 1, rsReg);
   CHECK_EQ_INT(pick4(rs, ncclFloat32, 1, 64 * MiB), N);
@@ -339,6 +339,11 @@ static void testMeasuredFourRanks(void) {
   row = symmTuneFindRow(NULL, &in);
   CHECK(row != NULL);
   CHECK_EQ_INT(symmTuneRowPick(row, 4 * KiB, B(N) | B(P)), N);
+  in = tin(rs, 4, ncclBfloat16, ncclSum, 0);
+  in.registered = 1;
+  row = symmTuneFindRow(NULL, &in);
+  CHECK(row != NULL);
+  CHECK_EQ_INT(symmTuneRowPick(row, 4 * KiB, B(N) | B(U)), N); /* the pull lost at Lamport's sizes */
   /* 3 and 5 ranks keep the untimed rows. */
   in = tin(ar, 3, ncclBfloat16, ncclSum, 8 * KiB + 2);
   CHECK_EQ_INT(symmTunerPick(&in), N);
