@@ -202,16 +202,46 @@ static void readTimes(const char* csv, const size_t* sizes, size_t n, double* sa
   fclose(f);
 }
 
-/* The sweep sizes (before nccl-tests rounds them to whole elements) up to which `algo` fits:
- * the forced sweep of an algorithm stops there. 0 when it fits none. */
+/* The sweep's -b, -e and -f as numbers; 0 when one of them does not parse (or -f < 2). */
+static int sweepBounds(const struct tuneOptions* o, size_t* lo, size_t* hi, size_t* factor) {
+  *factor = (size_t)strtoull(o->factor, NULL, 10);
+  return perfParseSize(o->minBytes, lo) == 0 && perfParseSize(o->maxBytes, hi) == 0 && *factor >= 2;
+}
+
+/* The largest sweep size (before nccl-tests rounds them to whole elements) up to which `algo`
+ * fits (SYMM_ALGO_NCCL: every size): the forced sweep of an algorithm stops there. 0 when it
+ * fits none. */
 static size_t largestFitting(const struct tuneOptions* o, enum symmColl coll, enum symmAlgo algo) {
-  size_t lo = 0, hi = 0, best = 0;
-  const size_t factor = (size_t)strtoull(o->factor, NULL, 10);
-  if (perfParseSize(o->minBytes, &lo) != 0 || perfParseSize(o->maxBytes, &hi) != 0 || factor < 2)
-    return 0;
+  size_t lo = 0, hi = 0, factor = 0, best = 0;
+  if (!sweepBounds(o, &lo, &hi, &factor)) return 0;
   for (size_t s = lo; s > 0 && s <= hi; s = s > hi / factor ? 0 : s * factor)
-    if (symmAlgoFits(coll, algo, s, o->nranks, (size_t)1 << 40)) best = s;
+    if (algo == SYMM_ALGO_NCCL || symmAlgoFits(coll, algo, s, o->nranks, (size_t)1 << 40))
+      best = s;
   return best;
+}
+
+/* When -b x -f^k never lands on -e, the file's rows end at the largest size below it and larger
+ * calls forward: say so (in the file too) and name a -b that reaches -e. */
+static void noteSweepTop(const struct tuneOptions* o, FILE* out) {
+  size_t lo = 0, hi = 0, factor = 0;
+  if (!sweepBounds(o, &lo, &hi, &factor)) return;
+  const size_t top = largestFitting(o, SYMM_COLL_ALLREDUCE, SYMM_ALGO_NCCL);
+  if (top == 0 || top == hi) return;
+  char topText[32], hiText[32];
+  symmTuneFormatSize(top, topText, sizeof(topText));
+  symmTuneFormatSize(hi, hiText, sizeof(hiText));
+  size_t b = hi; /* the smallest -b, not below the one given, from which -f steps land on -e */
+  while (b % factor == 0 && b / factor >= lo) b /= factor;
+  fprintf(out,
+          "# the sweep's largest size is %s (-b %s -f %s), below -e %s: rows end there and "
+          "larger calls forward to NCCL",
+          topText, o->minBytes, o->factor, hiText);
+  if (b != hi) {
+    char bText[32];
+    symmTuneFormatSize(b, bText, sizeof(bText));
+    fprintf(out, "; -b %s reaches -e", bText);
+  }
+  fprintf(out, "\n");
 }
 
 static int cmpSize(const void* x, const void* y) {
@@ -483,6 +513,7 @@ int main(int argc, char** argv) {
   char machine[256], tmp[] = "/tmp/symmcoll-tune-XXXXXX", forwardFile[4200], logPath[4200];
   symmTuneFormatMachine(&m, machine, sizeof(machine));
   printf("# symmcoll-tune: %s\n", machine);
+  noteSweepTop(&o, stdout);
   if (mkdtemp(tmp) == NULL) {
     fprintf(stderr, "symmcoll-tune: mkdtemp: %s\n", strerror(errno));
     return PERF_EXIT_FAILURE;
@@ -526,6 +557,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < argc; i++) fprintf(mem, " %s", argv[i]);
       fprintf(mem, "\n# ours only where it took <= %.0f%% of NCCL's time; NCCL elsewhere\n",
               100.0 * (1.0 - o.margin));
+      noteSweepTop(&o, mem);
       fprintf(mem, "symmcoll-tuning %d\n%s\n%s", SYMM_TUNE_VERSION, machine,
               rowsText ? rowsText : "");
       fclose(mem);

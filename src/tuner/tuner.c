@@ -227,7 +227,8 @@ int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
     /* Storing into peers' registered outputs (all-gather push, copy engine) or loading peers'
      * registered inputs (reduce-scatter pull) skips a copy through staging but waits for every
      * peer first: the kernels do so from SYMMCOLL_ZERO_COPY_MIN_BYTES on. The copy engine keeps
-     * zero copy at every size (NCCL_CTA_POLICY_ZERO's path; not measured against its staged form). */
+     * zero copy at every size (NCCL_CTA_POLICY_ZERO's path; not measured against its staged
+     * form). */
     case SYMM_COLL_ALLGATHER:
       return algo == SYMM_ALGO_COPYENGINE || (algo == SYMM_ALGO_PUSH && zeroCopyLargeEnough(in));
     case SYMM_COLL_REDUCESCATTER: return algo == SYMM_ALGO_PULL && zeroCopyLargeEnough(in);

@@ -440,8 +440,9 @@ static void testPolicies(void) {
 
 static void testLaunchDetails(void) {
   /* Windows: a registered all-gather output that the table (here an override) gives to push is
-   * written in place from SYMMCOLL_ZERO_COPY_MIN_BYTES (16 MiB) on; a registered all-reduce input is read in place by the two-shot up to
-   * SYMMCOLL_ZERO_COPY_MAX_BYTES; unregistered inputs exchange ncclCommRegister descriptors. */
+   * written in place from SYMMCOLL_ZERO_COPY_MIN_BYTES (16 MiB) on; a registered all-reduce
+   * input is read in place by the two-shot up to SYMMCOLL_ZERO_COPY_MAX_BYTES; unregistered
+   * inputs exchange ncclCommRegister descriptors. */
   struct symmRouteFacts w = world();
   setenv("SYMMCOLL_ALLGATHER_ALGO", "push", 1);
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);

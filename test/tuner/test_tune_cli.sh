@@ -62,6 +62,16 @@ FAKE_WRONG=twoshot:16777216 "$tune" -o "$tmp/w.txt" -P 2 --reps 1 -d bf16 --coll
 check "wrong results excluded" grep -qxF \
   "allreduce ranks=2 dtype=2 arch=90 link=nvlink reg=0 lamport<=256K oneshot<=4M twoshot<=8M nccl<=33554431 twoshot<=1G" "$tmp/w.txt"
 
+# A sweep whose -b x -f^k misses -e: its rows end below -e, and the file and the output say so.
+check "no note when -e is reached" bash -c "! grep -q 'largest size' '$tmp/t.txt'"
+"$tune" -o "$tmp/f.txt" -P 2 --reps 1 -d float --colls allreduce -b 8 -e 1G -f 4 \
+  --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
+note="# the sweep's largest size is 512M (-b 8 -f 4), below -e 1G: rows end there and larger calls forward to NCCL; -b 16 reaches -e"
+check "-f 4 from 8: note in the file" grep -qxF "$note" "$tmp/f.txt"
+check "-f 4 from 8: note printed" grep -qxF "$note" "$tmp/out"
+check "-f 4 from 8: row ends at 512M" grep -qxF \
+  "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=0 lamport<=128K oneshot<=2M twoshot<=512M" "$tmp/f.txt"
+
 # Without --perf-dir, a build tree's symmcoll-tune (build/tools) runs the binaries of build/perf.
 out=$("$tune" -o "$tmp/d.txt" -P 2 --dry-run --colls allreduce -d float -e 16 --machine "$machine" 2>&1)
 bin=$(grep -o '[^ ]*/all_reduce_perf' <<<"$out" | head -1)

@@ -343,7 +343,7 @@ static void testMeasuredFourRanks(void) {
   in.registered = 1;
   row = symmTuneFindRow(NULL, &in);
   CHECK(row != NULL);
-  CHECK_EQ_INT(symmTuneRowPick(row, 4 * KiB, B(N) | B(U)), N); /* the pull lost at Lamport's sizes */
+  CHECK_EQ_INT(symmTuneRowPick(row, 4 * KiB, B(N) | B(U)), N); /* pull lost at Lamport's sizes */
   /* 3 and 5 ranks keep the untimed rows. */
   in = tin(ar, 3, ncclBfloat16, ncclSum, 8 * KiB + 2);
   CHECK_EQ_INT(symmTunerPick(&in), N);
