@@ -212,6 +212,15 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
 
 /* ---- reading registered buffers in place ------------------------------------------------ */
 
+/* The all-reduce two-shot reads registered inputs in place up to SYMMCOLL_ZERO_COPY_MAX_BYTES
+ * (windows: symmTunerZeroCopy; ncclCommRegister buffers: symmTunerUserZeroCopy). */
+static int twoShotInPlace(const struct symmTuneInput* in, enum symmAlgo algo) {
+  const int64_t max = symmParamZeroCopyMaxBytes();
+  return in->coll == SYMM_COLL_ALLREDUCE && algo == SYMM_ALGO_TWOSHOT && max >= 0 &&
+         in->bytes <= (size_t)max;
+}
+
+/* All-gather push and reduce-scatter pull: windows in place from SYMMCOLL_ZERO_COPY_MIN_BYTES. */
 static int zeroCopyLargeEnough(const struct symmTuneInput* in) {
   const int64_t min = symmParamZeroCopyMinBytes();
   return min >= 0 && in->bytes >= (size_t)min;
@@ -220,10 +229,7 @@ static int zeroCopyLargeEnough(const struct symmTuneInput* in) {
 int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
   if (!in->registered) return 0;
   switch (in->coll) {
-    case SYMM_COLL_ALLREDUCE: {
-      const int64_t max = symmParamZeroCopyMaxBytes();
-      return algo == SYMM_ALGO_TWOSHOT && max >= 0 && in->bytes <= (size_t)max;
-    }
+    case SYMM_COLL_ALLREDUCE: return twoShotInPlace(in, algo);
     /* Storing into peers' registered outputs (all-gather push, copy engine) or loading peers'
      * registered inputs (reduce-scatter pull) skips a copy through staging but waits for every
      * peer first: the kernels do so from SYMMCOLL_ZERO_COPY_MIN_BYTES on. The copy engine keeps
@@ -237,7 +243,5 @@ int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
 }
 
 int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
-  const int64_t max = symmParamZeroCopyMaxBytes();
-  return !in->registered && in->coll == SYMM_COLL_ALLREDUCE && algo == SYMM_ALGO_TWOSHOT &&
-         max >= 0 && in->bytes <= (size_t)max;
+  return !in->registered && twoShotInPlace(in, algo);
 }
