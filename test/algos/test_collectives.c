@@ -352,6 +352,31 @@ static void avgOverflow(struct rank* r) {
   setAlgo(r, "SYMMCOLL_ALLREDUCE_ALGO", "auto");
 }
 
+/* Launches of ours so far on a communicator, all and those that ran zero copy. */
+struct launchCounts {
+  uint64_t all, zeroCopy;
+};
+
+static struct launchCounts launchCounts(ncclComm_t comm) {
+  return (struct launchCounts){ours(comm), oursZeroCopy(comm)};
+}
+
+/* The launches since `before`. */
+static struct launchCounts launchesSince(ncclComm_t comm, struct launchCounts before) {
+  const struct launchCounts now = launchCounts(comm);
+  return (struct launchCounts){now.all - before.all, now.zeroCopy - before.zeroCopy};
+}
+
+/* Push and pull: the sweeps (in place included), the large sweeps and graph replays. */
+static void pushPullSweeps(struct rank* r) {
+  sweep(r, 0, "push");
+  sweep(r, 1, "pull");
+  largeSweep(r, 0, "push");
+  largeSweep(r, 1, "pull");
+  graphTest(r, 0, "push");
+  graphTest(r, 1, "pull");
+}
+
 /* Inputs and outputs in registered symmetric windows (ncclMemAlloc + ncclCommWindowRegister).
  * SYMMCOLL_ZERO_COPY_MIN_BYTES=0: all-gather push and the copy engine store into peers' outputs
  * and reduce-scatter pull reads peers' inputs in place at every size, so every launch of ours
@@ -372,39 +397,31 @@ static void registeredTest(struct rank* r) {
   r->send = send;
   r->recv = recv;
   setAlgo(r, "SYMMCOLL_ZERO_COPY_MIN_BYTES", "0");
-  const uint64_t launches = ours(r->comm), zeroCopy = oursZeroCopy(r->comm);
-  sweep(r, 0, "push");
+  struct launchCounts before = launchCounts(r->comm);
   sweep(r, 0, "ce");
-  sweep(r, 1, "pull");
-  largeSweep(r, 0, "push");
   largeSweep(r, 0, "ce");
-  largeSweep(r, 1, "pull");
-  graphTest(r, 0, "push");
   graphTest(r, 0, "ce");
-  graphTest(r, 1, "pull");
-  TCHECK(ours(r->comm) - launches > 0);
-  TCHECK_EQ_INT((int)(oursZeroCopy(r->comm) - zeroCopy), (int)(ours(r->comm) - launches));
+  pushPullSweeps(r);
+  struct launchCounts ran = launchesSince(r->comm, before);
+  TCHECK(ran.all > 0);
+  TCHECK_EQ_INT((int)ran.zeroCopy, (int)ran.all);
   setAlgo(r, "SYMMCOLL_ZERO_COPY_MIN_BYTES", "-1");
-  const uint64_t ceLaunches = ours(r->comm), ceZeroCopy = oursZeroCopy(r->comm);
+  before = launchCounts(r->comm);
   sweep(r, 0, "ce");
-  const uint64_t ceLaunched = ours(r->comm) - ceLaunches;
-  TCHECK_EQ_INT((int)(oursZeroCopy(r->comm) - ceZeroCopy), (int)ceLaunched);
-  const uint64_t stagedLaunches = ours(r->comm), stagedZeroCopy = oursZeroCopy(r->comm);
-  sweep(r, 0, "push");
-  sweep(r, 1, "pull");
-  largeSweep(r, 0, "push");
-  largeSweep(r, 1, "pull");
-  graphTest(r, 0, "push");
-  graphTest(r, 1, "pull");
-  TCHECK(ours(r->comm) - stagedLaunches > 0);
-  TCHECK_EQ_INT((int)(oursZeroCopy(r->comm) - stagedZeroCopy), 0);
+  ran = launchesSince(r->comm, before);
+  TCHECK_EQ_INT((int)ran.zeroCopy, (int)ran.all);
+  before = launchCounts(r->comm);
+  pushPullSweeps(r);
+  ran = launchesSince(r->comm, before);
+  TCHECK(ran.all > 0);
+  TCHECK_EQ_INT((int)ran.zeroCopy, 0);
   setAlgo(r, "SYMMCOLL_ZERO_COPY_MIN_BYTES", NULL);
   if (!quick) {
-    const uint64_t mixedLaunches = ours(r->comm), mixedZeroCopy = oursZeroCopy(r->comm);
+    before = launchCounts(r->comm);
     largeSweep(r, 0, "push");
     largeSweep(r, 1, "pull");
-    const uint64_t zeroCopied = oursZeroCopy(r->comm) - mixedZeroCopy;
-    TCHECK(zeroCopied > 0 && zeroCopied < ours(r->comm) - mixedLaunches);
+    ran = launchesSince(r->comm, before);
+    TCHECK(ran.zeroCopy > 0 && ran.zeroCopy < ran.all);
   }
   pthread_barrier_wait(&barrier);
   TCHECK_EQ_INT(ncclCommWindowDeregister(r->comm, sendWin), ncclSuccess);
