@@ -36,12 +36,16 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   const size_t lo = minSize((size_t)blockIdx.x * per, lines);
   const size_t hi = minSize(lo + per, lines);
   const size_t firstLine = lo + threadIdx.x;
-  /* Our first input line is loaded while openCall fetches the epoch: two memory latencies
-   * overlap instead of adding up (the input is ready: earlier work on the stream is done).
-   * Reduce-scatter sends each reader its own slice, so it loads per reader below. */
-  const uint2 firstData = Coll != SYMM_COLL_REDUCESCATTER && firstLine < hi
-                              ? loadLine((const char*)a.send, firstLine, bytes)
-                              : make_uint2(0, 0);
+  /* Our first input line (reduce-scatter: the first line of each reader's slice) is loaded
+   * while openCall fetches the epoch: two memory latencies overlap instead of adding up (the
+   * input is ready: earlier work on the stream is done). */
+  constexpr int kFirst = Coll == SYMM_COLL_REDUCESCATTER ? SYMM_MAX_RANKS : 1;
+  uint2 firstData[kFirst];
+#pragma unroll
+  for (int r = 0; r < kFirst; r++)
+    firstData[r] = r < a.nranks && firstLine < hi
+                       ? loadLine((const char*)a.send + (size_t)r * a.sliceStride * sizeof(T), firstLine, bytes)
+                       : make_uint2(0, 0);
   Call c;
   if (!openCall<kNoPart>(a, &failed, &c, lines)) return;
   const uint64_t epoch = c.epoch;
@@ -55,11 +59,12 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++) {
         if (r >= a.nranks) continue;
-        const uint2 d = loadLine((const char*)a.send + (size_t)r * a.sliceStride * sizeof(T), i, bytes);
+        const uint2 d = i == firstLine ? firstData[r]
+                                       : loadLine((const char*)a.send + (size_t)r * a.sliceStride * sizeof(T), i, bytes);
         storeVolatile16(a.staging[r] + mySlot + i * 16, make_uint4(d.x, flag, d.y, flag));
       }
     } else {
-      const uint2 d = i == firstLine ? firstData : loadLine((const char*)a.send, i, bytes);
+      const uint2 d = i == firstLine ? firstData[0] : loadLine((const char*)a.send, i, bytes);
       const uint4 line = make_uint4(d.x, flag, d.y, flag);
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++)

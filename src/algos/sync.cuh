@@ -254,7 +254,7 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
 
 /* Lamport lines carry only the low 32 bits of their epoch, so a line left untouched for 2^32
  * epochs could look current. Every kernel keeps each line of its own writer slots young: block
- * 0's thread 0 rewrites one line of the slot of this call's parity, in every rank's region, with
+ * 0's last thread rewrites one line of the slot of this call's parity, in every rank's region, with
  * this call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3,
  * one per parity). A slot has 32768 lines, so every line is rewritten at least once per 32768
  * calls of that parity, far fewer epochs than 2^31 (a call uses one epoch per round of the
@@ -263,7 +263,8 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
  * before this call could start; and a Lamport call skips the lines it writes itself. */
 __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,
                                                    size_t linesWritten) {
-  if (!a.lamportRegion || blockIdx.x != 0 || threadIdx.x != 0) return;
+  /* Not thread 0: its cursor load would delay the only line of the smallest calls. */
+  if (!a.lamportRegion || blockIdx.x != 0 || threadIdx.x != blockDim.x - 1) return;
   constexpr size_t kSlotBytes = 2 * SYMM_LAMPORT_MAX_BYTES;
   constexpr size_t kSlotLines = kSlotBytes / 16;
   const int parity = (int)(epoch & 1u);
