@@ -22,6 +22,10 @@ int tuneWins(const struct tuneTimes* t, enum symmAlgo algo, size_t i, double mar
   return ours > 0 && nccl > 0 && ours <= (1.0 - margin) * nccl;
 }
 
+/* A size of 0 bytes times a call that moves nothing (the library hands count 0 to NCCL before
+ * any choice): no algorithm wins or loses there, so it neither picks a step nor guards one. */
+static int movesData(const struct tuneTimes* t, size_t i) { return t->sizes[i] > 0; }
+
 void tuneChoose(const struct tuneTimes* t, double margin, enum symmAlgo* choice) {
   for (size_t i = 0; i < t->n; i++) {
     enum symmAlgo best = SYMM_ALGO_NCCL;
@@ -31,11 +35,11 @@ void tuneChoose(const struct tuneTimes* t, double margin, enum symmAlgo* choice)
         best = (enum symmAlgo)a;
     choice[i] = best;
   }
-  /* A size of 0 bytes times a call that moves nothing (the library hands count 0 to NCCL before
-   * any choice): its winner is noise between no-ops and would only add a step (pull<=0, or an
-   * NCCL step up to the next size). It takes the choice of the first size that moved data. */
+  /* Sizes that move nothing: their winner is noise between no-ops and would only add a step
+   * (pull<=0, or an NCCL step up to the next size). They take the choice of the first size that
+   * moved data. */
   size_t firstData = 0;
-  while (firstData < t->n && t->sizes[firstData] == 0) firstData++;
+  while (firstData < t->n && !movesData(t, firstData)) firstData++;
   for (size_t i = 0; i < firstData; i++)
     choice[i] = firstData < t->n ? choice[firstData] : SYMM_ALGO_NCCL;
 }
@@ -81,7 +85,7 @@ int tuneSteps(const struct tuneTimes* t, double margin, const enum symmAlgo* cho
       const enum symmAlgo b = choice[r.first[j]];
       if (b == SYMM_ALGO_NCCL) break;
       for (size_t i = r.first[k]; i <= r.last[k] && !guard; i++)
-        guard = t->sizes[i] > 0 && !tuneWins(t, b, i, margin); /* 0 bytes: a no-op, above */
+        guard = movesData(t, i) && !tuneWins(t, b, i, margin);
     }
     if (guard) n = push(steps, n, maxSteps, t->sizes[r.last[k]], SYMM_ALGO_NCCL);
   }
