@@ -63,7 +63,9 @@
  * comparison at 8.57 / 11.29 / 16.70 us (1 / 2 / 4 MiB) against NCCL's symmetric kernels'
  * 13.67, 41.64 and 9.56 / 14.35 / 29.55: so the row pulls from 512 KiB on.
  * Only bf16 was measured with windows: other element sizes take the untimed rows there. NCCL
- * steps of no width are guards (above). H100 4-GPU nodes take these rows too (unmeasured there).
+ * steps of no width are guards (above). H100 4-GPU nodes take these rows too; of them only the
+ * windowed reduce-scatter row was compared there (4x H100, perf/RESULTS.md: 1.07-2.99x NCCL's
+ * symmetric kernels from 256 KiB to 64 MiB).
  *
  * Untimed (3 and 5-8 ranks, other archs, types the measured rows lack): only the Lamport
  * kernels, and only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
