@@ -47,6 +47,7 @@ static ncclResult_t launchLocked(struct launchOp* op, const struct symmPeers* pe
   struct symmCapture cap;
   NCCLCHECKGOTO(symmCaptureOf(stream, &cap), res, fail);
   if (op->call.windowPeers != NULL) op->call.windowPeers = op->windowPeers; /* after a copy */
+  op->call.side = symmTransportSideStream(comm);
   /* ncclCommRegister memory is read in place only by eager calls: a graph would keep the
    * descriptor and read whatever the slot holds at a later replay (the region may have been
    * deregistered and another registered since). Captured calls push as usual (descriptor 0). */

@@ -74,14 +74,39 @@ static ncclResult_t copyAsync(void* dst, const void* src, size_t bytes, cudaStre
   return ncclSuccess;
 }
 
-ncclResult_t symmCopyEngineAllGather(const struct symmLaunch* call, const struct symmPeers* peers,
-                                     size_t stagingArea, cudaStream_t stream) {
+/* Our own part (input -> its slot of our output) goes on the side stream, beside the barriers
+ * and peer copies of the call's stream, so another copy engine moves it at the same time. Only
+ * our stream order matters for it (no peer reads or writes that slot); the call's stream waits
+ * for it before it returns. Without a side stream (a launcher that gives none) it copies in
+ * line. *forked says whether joinOwnPart has something to join. */
+static ncclResult_t forkOwnPart(const struct symmSideStream* side, void* dst, const void* src,
+                                size_t bytes, cudaStream_t stream, int* forked) {
+  *forked = 0;
+  if (bytes == 0 || dst == src) return ncclSuccess;
+  if (side->stream == NULL) return copyAsync(dst, src, bytes, stream);
+  CUDACHECK(cudaEventRecord(side->fork, stream));
+  CUDACHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
+  *forked = 1;
+  return copyAsync(dst, src, bytes, side->stream);
+}
+
+/* Also after an error: a capture must not end with the side stream unjoined. */
+static ncclResult_t joinOwnPart(const struct symmSideStream* side, int forked, cudaStream_t stream) {
+  if (!forked) return ncclSuccess;
+  CUDACHECK(cudaEventRecord(side->join, side->stream));
+  CUDACHECK(cudaStreamWaitEvent(stream, side->join, 0));
+  return ncclSuccess;
+}
+
+/* The peers' parts: arrive, then straight into every peer's registered output (zero copy) or
+ * through staging in rounds. */
+static ncclResult_t peerParts(const struct symmLaunch* call, const struct symmPeers* peers,
+                              size_t stagingArea, cudaStream_t stream) {
   const int me = peers->rank, n = peers->nranks;
   const size_t esize = symmTypeSize(call->datatype);
   const size_t share = call->count * esize; /* bytes of one rank's part */
   const char* send = call->sendbuff;
   char* recv = call->recvbuff;
-  NCCLCHECK(symmCuLoad());
   /* The constant lives in the pad: stream memory operations refuse stream-ordered pool memory
    * (localState), while the pad is plain VMM memory as NCCL's own flags are. */
   if (CU_CALL(SYMM_LOG_WARN, cuStreamWriteValue32,
@@ -92,19 +117,15 @@ ncclResult_t symmCopyEngineAllGather(const struct symmLaunch* call, const struct
    * on any rank is done with staging, and every rank's output is free to write. */
   NCCLCHECK(ceBarrier(peers, SYMM_CE_ARRIVE, stream));
   if (call->windowPeers != NULL) {
-    /* Zero copy: our part straight into slot `me` of every rank's registered output (ours is
-     * recvbuff itself; in place it already holds the input). Exit: every part has landed
-     * everywhere and nobody writes ours any more. */
-    for (int q = 0; q < n; q++) {
-      char* dst = q == me ? recv + (size_t)me * share
-                          : (char*)call->windowPeers[q] + (size_t)me * share;
-      NCCLCHECK(copyAsync(dst, send, share, stream));
-    }
+    /* Zero copy: our part straight into slot `me` of every peer's registered output. Exit:
+     * every part has landed everywhere and nobody writes ours any more. */
+    for (int q = 0; q < n; q++)
+      if (q != me)
+        NCCLCHECK(copyAsync((char*)call->windowPeers[q] + (size_t)me * share, send, share, stream));
     return ceBarrier(peers, SYMM_CE_EXIT, stream);
   }
   /* Staged: both staging halves as one area of n slots (the same on every rank: staging sizes
    * are agreed), in rounds of at most one slot per rank. */
-  NCCLCHECK(copyAsync(recv + (size_t)me * share, send, share, stream));
   const size_t slot = (stagingArea / (size_t)n) & ~(size_t)15;
   size_t round = slot / esize * esize;
   const int64_t cap = symmParamCeRoundBytes();
@@ -125,6 +146,19 @@ ncclResult_t symmCopyEngineAllGather(const struct symmLaunch* call, const struct
     NCCLCHECK(ceBarrier(peers, SYMM_CE_EXIT, stream));
   }
   return ncclSuccess;
+}
+
+ncclResult_t symmCopyEngineAllGather(const struct symmLaunch* call, const struct symmPeers* peers,
+                                     size_t stagingArea, cudaStream_t stream) {
+  NCCLCHECK(symmCuLoad());
+  const size_t share = call->count * symmTypeSize(call->datatype);
+  /* Ours is recvbuff itself with windows too; in place it already holds the input. */
+  int forked = 0;
+  ncclResult_t res = forkOwnPart(&call->side, (char*)call->recvbuff + (size_t)peers->rank * share,
+                                 call->sendbuff, share, stream, &forked);
+  if (res == ncclSuccess) res = peerParts(call, peers, stagingArea, stream);
+  const ncclResult_t joined = joinOwnPart(&call->side, forked, stream);
+  return res != ncclSuccess ? res : joined;
 }
 
 void symmCopyEngineRelease(const struct symmPeers* peers, cudaStream_t stream) {

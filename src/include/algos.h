@@ -15,6 +15,13 @@
 extern "C" {
 #endif
 
+/* A second stream of this rank's transport (non-blocking, same device) and two events to fork
+ * work of a call onto it and join it back; in a capture they become graph edges. */
+struct symmSideStream {
+  cudaStream_t stream;
+  cudaEvent_t fork, join;
+};
+
 /* One collective call of ours as the launcher sees it. Every field that changes what runs is
  * identical on all ranks (the host decided it from identical inputs). */
 struct symmLaunch {
@@ -42,6 +49,9 @@ struct symmLaunch {
   /* Launch with programmatic stream serialization (src/algos/sync.cuh, kernelEntry): the
    * SYMMCOLL_PDL knob and every rank sm_90 or newer. */
   int pdl;
+  /* The transport's side stream (the copy-engine all-gather copies our own part there, beside
+   * the peer copies). Not a decision: host resources only. */
+  struct symmSideStream side;
 };
 
 /* 1 when `algo` has kernels for (coll, datatype, op). All-gather ignores op. Multimem: the

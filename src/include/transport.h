@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algos.h"
 #include "comm.h"
 #include "symm_peers.h"
 
@@ -86,6 +87,8 @@ void symmTransportTeardown(struct symmComm* comm, int abort);
 /* Caller holds comm->launchLock: the peer view for a launch (staging built, not aborted), or
  * NULL (forward). Stays valid while the lock is held. */
 const struct symmPeers* symmTransportLaunchPeers(const struct symmComm* comm);
+/* The transport's side stream and its fork/join events (created with the transport). */
+struct symmSideStream symmTransportSideStream(const struct symmComm* comm);
 /* The peer view (tests: no lock, valid while nothing tears the communicator down). */
 const struct symmPeers* symmTransportPeers(const struct symmComm* comm);
 /* Tests: symmTransportLaunchPeers under the lock (End unlocks; NULL Begin holds nothing). */

@@ -42,6 +42,9 @@ static ncclResult_t buildPrivate(const struct symmComm* c, struct symmTransport*
   CUDACHECK(cudaSetDevice(c->cudaDev));
   CUDACHECK(cudaStreamCreateWithFlags(&t->ctl, cudaStreamNonBlocking));
   CUDACHECK(cudaEventCreateWithFlags(&t->readback, cudaEventDisableTiming));
+  CUDACHECK(cudaStreamCreateWithFlags(&t->side.stream, cudaStreamNonBlocking));
+  CUDACHECK(cudaEventCreateWithFlags(&t->side.fork, cudaEventDisableTiming));
+  CUDACHECK(cudaEventCreateWithFlags(&t->side.join, cudaEventDisableTiming));
   NCCLCHECK(symmHostSlotAlloc(&t->flags));
   t->peers.abortFlag = (volatile uint32_t*)t->flags.dev + SYMM_HOST_ABORT;
   t->peers.errorFlag = (volatile uint32_t*)t->flags.dev + SYMM_HOST_ERROR;

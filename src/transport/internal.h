@@ -70,6 +70,7 @@ struct symmTransport {
   cudaStream_t ctl;        /* private, non-blocking: zeroing, failure words, read-backs */
   cudaEvent_t readback;    /* our pad's failure word copied into flags (SYMM_HOST_READBACK) */
   int readbackPending;
+  struct symmSideStream side; /* launches' second stream (symmTransportSideStream) */
   /* Multicast (never on machines where it is forbidden). */
   CUmemGenericAllocationHandle mcHandle;
   int mcCreated, mcBound;

@@ -105,6 +105,11 @@ void symmTransportFree(struct symmTransport* t) {
     (void)cudaStreamDestroy(t->ctl);
   }
   if (t->readback != NULL) (void)cudaEventDestroy(t->readback);
+  /* Captured graphs hold edges, not these handles; eager work still queued on the side stream
+   * finishes before CUDA frees it. */
+  if (t->side.stream != NULL) (void)cudaStreamDestroy(t->side.stream);
+  if (t->side.fork != NULL) (void)cudaEventDestroy(t->side.fork);
+  if (t->side.join != NULL) (void)cudaEventDestroy(t->side.join);
   if (t->released != NULL) (void)cudaEventDestroy(t->released);
   for (int i = 0; i < t->orderEventCount; i++) (void)cudaEventDestroy(t->orderEvents[i]);
   symmHostSlotFree(&t->flags);
@@ -379,6 +384,10 @@ const struct symmPeers* symmTransportLaunchPeers(const struct symmComm* comm) {
   if (t == NULL || !t->staged || __atomic_load_n(&t->flags.host[SYMM_HOST_ABORT], __ATOMIC_ACQUIRE))
     return NULL;
   return &t->peers;
+}
+
+struct symmSideStream symmTransportSideStream(const struct symmComm* comm) {
+  return comm->transport->side;
 }
 
 const struct symmPeers* symmTransportPeers(const struct symmComm* comm) {
