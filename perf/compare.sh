@@ -13,7 +13,8 @@
 # env:   DTYPE (bfloat16), MIN_BYTES (8), MAX_BYTES (256M), ITERS (20), WARMUP (5), GRAPH (0:
 #        eager; N: -G N, e.g. 20), WINDOWS (1; 0: plain buffers only, half the runs), NGPUS (all
 #        visible), BUILD_DIR (build; absolute, or relative to the current directory, as is
-#        results-dir), NCCL_HOME (NCCL root), GPU_ARCHS, EXTRA_ARGS (more perf flags)
+#        results-dir), NCCL_HOME (NCCL root), GPU_ARCHS, EXTRA_ARGS (more perf flags), PERF_BIN
+#        (a directory of prebuilt *_perf binaries: no build)
 # Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x 2 = 24 runs of a perf binary; measured
 # besides the build: GRAPH=10 MAX_BYTES=1G 157-167 s on 4x H200, eager to 64 MiB about 86 s
 # there and 60 s on 2x H200.
@@ -36,7 +37,15 @@ if [ "$NGPUS" -lt 2 ]; then
   exit 0
 fi
 results=$(perf_abs_path "${1:-$repo/perf-results/$(date +%Y%m%d-%H%M%S)}")
-perf_build "$repo"
+if [ -n "${PERF_BIN:-}" ]; then
+  # Prebuilt binaries (copied onto a GPU machine, say): no build; NCCL found as the build would.
+  perf_find_nccl
+  [ -n "$NCCL_LIB_FILE" ] && export SYMMCOLL_NCCL_LIB=$NCCL_LIB_FILE
+  export SYMMCOLL_PERF_PLOT="$repo/perf/plot.py"
+  perf_find_python
+else
+  perf_build "$repo"
+fi
 [ -n "$requested_gpus" ] && NGPUS=$requested_gpus
 
 mkdir -p "$results"
