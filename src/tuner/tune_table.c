@@ -43,7 +43,10 @@
  * kernels won at every size but one: with windows at 2 MiB NCCL beat the zero-copy pull by 1%,
  * and windowed calls below 16 MiB now go through staging (tuner.c, SYMMCOLL_ZERO_COPY_MIN_BYTES),
  * 10.3 us there. The comparison on that pair: 1.04-1.73x (all-gather) and 1.18-1.72x
- * (reduce-scatter) NCCL's best on plain buffers, bf16, graphs.
+ * (reduce-scatter) NCCL's best on plain buffers, bf16, graphs. Windowed all-gathers above
+ * 512 MiB take the copy engine (since its own part moves on a side stream): on 2x H100 NV18,
+ * bf16 graphs -R 2, it took 1391 us at 1 GiB against the push's 1478 (386 against 363 GB/s)
+ * but 765 against 743 at 512 MiB and lost at every smaller size (16 MiB-256 MiB).
  *
  * Measured: all three collectives, 4 ranks, sm_90, NVLink, from symmcoll-tune runs on 4x H200
  * (every pair NV18; perf/results/tune_4xH200_NV18.txt: -P 4 -b 8 -e 1G -f 4, bf16 plain and with
@@ -110,8 +113,11 @@ static const struct symmTuneRow builtinRows[] = {
     {AR, 3, 4, ANY, ANY, NVLINK, 0, 2, {{8 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 5, 8, ANY, ANY, NVLINK, 0, 2, {{4 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 3, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
-    {AG, 2, 2, ANY, 90, NVLINK, ANY, 3,
+    {AG, 2, 2, ANY, 90, NVLINK, 0, 3,
      {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PUSH}}},
+    {AG, 2, 2, ANY, 90, NVLINK, 1, 5,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PUSH},
+      {512 * MiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_COPYENGINE}}},
     {RS, 2, 2, 2, 90, NVLINK, ANY, 3,
      {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PULL}}},
     {RS, 2, 2, 4, 90, NVLINK, ANY, 3,

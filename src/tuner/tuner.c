@@ -202,6 +202,8 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
           if (a == SYMM_ALGO_NCCL || (in->excluded >> a & 1u) ||
               (a == SYMM_ALGO_MULTIMEM && !multimemAllowed(in)))
             continue;
+          /* The copy engine with windows copies straight into peers' outputs: no staging. */
+          if (reg && a == SYMM_ALGO_COPYENGINE && symmTunerZeroCopy(&x, a)) continue;
           if (row->steps[s].upTo > most) most = row->steps[s].upTo;
         }
       }

@@ -223,7 +223,7 @@ static void testUntimedRows(void) {
     }
   }
   /* Measured on 2 ranks, sm_90: Lamport to 512 KiB, then push / pull at every larger size,
-   * plain and with windows. Reduce-scatter rows exist for 2- and 4-byte elements only (other
+   * plain and with windows, but the copy engine for windowed all-gathers above 512 MiB. Reduce-scatter rows exist for 2- and 4-byte elements only (other
    * sizes take the untimed row). */
   for (int c = SYMM_COLL_ALLGATHER; c <= SYMM_COLL_REDUCESCATTER; c++) {
     const enum symmAlgo big = c == SYMM_COLL_ALLGATHER ? SYMM_ALGO_PUSH : SYMM_ALGO_PULL;
@@ -243,8 +243,12 @@ static void testUntimedRows(void) {
         CHECK_EQ_INT(symmTuneRowPick(row, 512 * KiB, all), SYMM_ALGO_LAMPORT);
         CHECK_EQ_INT(symmTuneRowPick(row, 512 * KiB + 1, all), big);
         CHECK_EQ_INT(symmTuneRowPick(row, 128 * MiB, all), big);
-        CHECK_EQ_INT(symmTuneRowPick(row, GiB, all), big);
-        CHECK_EQ_INT(symmTuneRowPick(row, 64 * GiB + 1, all), big);
+        CHECK_EQ_INT(symmTuneRowPick(row, 512 * MiB, all), big);
+        /* Windowed all-gathers above 512 MiB: the copy engine (zero copy). */
+        const enum symmAlgo huge = c == SYMM_COLL_ALLGATHER && reg ? SYMM_ALGO_COPYENGINE : big;
+        CHECK_EQ_INT(symmTuneRowPick(row, 512 * MiB + 1, all), huge);
+        CHECK_EQ_INT(symmTuneRowPick(row, GiB, all), huge);
+        CHECK_EQ_INT(symmTuneRowPick(row, 64 * GiB + 1, all), huge);
         /* A kernel that cannot run a call hands it to NCCL, never to the next kernel, which
          * lost at those sizes (the guards). */
         CHECK_EQ_INT(symmTuneRowPick(row, 2 * MiB, all & ~B(big)), SYMM_ALGO_NCCL);
@@ -531,7 +535,8 @@ static void testLargestStaged(void) {
   /* With only Lamport allowed: the largest Lamport step of the rows, 512 KiB on 2-rank sm_90. */
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 512 * KiB);
   in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE));
-  CHECK_EQ_INT(symmTunerLargestStaged(&in), 0); /* no row names the copy engine */
+  /* No plain row names the copy engine; the windowed all-gather row's runs it zero copy. */
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   in.arch = 80;
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   in.arch = 90;
