@@ -57,18 +57,26 @@
  * against 97.9 us; NCCL from 128 MiB), pull reduce-scatter of 2-byte elements to 512 MiB (1253
  * against 1293 us) and of 4-byte ones to 32 MiB (at 128 MiB and above within 3% of NCCL).
  * Windows, against NCCL's symmetric kernels: all-reduce Lamport to 128 KiB, one-shot to 512 KiB,
- * two-shot to 2 MiB and from 32 to 512 MiB (NCCL at 8 MiB: 63.1 against 63.6 us); all-gather
- * Lamport to 512 KiB and push to 8 MiB (within 3% from 32 MiB); reduce-scatter NCCL to 2 KiB
- * (within 3%), Lamport to 512 KiB, pull to 512 MiB (1220 against 1886 us at 512 MiB). The tuning
+ * two-shot to 2 MiB and from 32 MiB on (NCCL at 8 MiB: 63.1 against 63.6 us); all-gather
+ * Lamport to 512 KiB and push from 2 to 8 MiB (within 3% from 32 MiB); reduce-scatter Lamport to
+ * 512 KiB and pull from there on (1220 against 1886 us at 512 MiB). The tuning
  * run's windowed pull was zero copy and lost to NCCL at 2 MiB (13.80 against 13.67 us); since
  * windowed calls below 16 MiB run it through staging (tuner.c), the pull of 1-8 MiB is the plain
  * buffers' kernel, measured in the same run at 11.16 (2 MiB) and 26.74 us (8 MiB) and in the
  * comparison at 8.57 / 11.29 / 16.70 us (1 / 2 / 4 MiB) against NCCL's symmetric kernels'
  * 13.67, 41.64 and 9.56 / 14.35 / 29.55: so the row pulls from 512 KiB on.
  * Only bf16 was measured with windows: other element sizes take the untimed rows there. NCCL
- * steps of no width are guards (above). H100 4-GPU nodes take these rows too; of them only the
- * windowed reduce-scatter row was compared there (4x H100, perf/RESULTS.md: 1.07-2.99x NCCL's
- * symmetric kernels from 256 KiB to 64 MiB).
+ * steps of no width are guards (above). H100 4-GPU nodes take these rows too: a comparison and
+ * a tuning run on 4x H100 NV18 (perf/results/tune_4xH100_NV18.txt, perf/RESULTS.md "4x H100")
+ * changed three windowed rows, each the same way on both machines: the two-shot all-reduce and
+ * the pull reduce-scatter go on above 512 MiB (at 512 MiB 2672 against NCCL's symmetric 3011 us
+ * and 1217 against 1882 on H100, 2662 / 3041 and 1220 / 1886 on H200; past the sweep's end the
+ * table had forwarded, and NCCL's symmetric kernels took 5980 and 3755 us at 1 GiB); the
+ * reduce-scatter runs Lamport below 2 KiB too (H100 3.5-3.6 us against NCCL's 4.1-4.2; H200
+ * 4.19 against 4.26, a tie the tuner's 3% rule gave to NCCL); the all-gather forwards to 2 MiB
+ * (the push lost at 1 MiB on both: 9.76 against 9.24 us on H100, 9.69 / 8.80 on H200; at 2 MiB
+ * 12.47 / 13.02 and 11.92 / 11.81). Where the plain rows lose on H100 it is to NCCL's symmetric
+ * kernels, which plain buffers cannot use (all-reduce 2 MiB, all-gather 1 and 16-64 MiB).
  *
  * Untimed (3 and 5-8 ranks, other archs, types the measured rows lack): only the Lamport
  * kernels, and only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
@@ -99,17 +107,16 @@ static const struct symmTuneRow builtinRows[] = {
       {2 * MiB, SYMM_ALGO_TWOSHOT}}},
     {AR, 4, 4, 2, 90, NVLINK, 1, 6,
      {{128 * KiB, SYMM_ALGO_LAMPORT}, {128 * KiB, SYMM_ALGO_NCCL}, {512 * KiB, SYMM_ALGO_ONESHOT},
-      {2 * MiB, SYMM_ALGO_TWOSHOT}, {32 * MiB - 1, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_TWOSHOT}}},
+      {2 * MiB, SYMM_ALGO_TWOSHOT}, {32 * MiB - 1, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_TWOSHOT}}},
     {AG, 4, 4, ANY, 90, NVLINK, 0, 2, {{512 * KiB, SYMM_ALGO_LAMPORT}, {32 * MiB, SYMM_ALGO_PUSH}}},
     {AG, 4, 4, ANY, 90, NVLINK, 1, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {8 * MiB, SYMM_ALGO_PUSH}}},
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {2 * MiB, SYMM_ALGO_NCCL}, {8 * MiB, SYMM_ALGO_PUSH}}},
     {RS, 4, 4, 2, 90, NVLINK, 0, 3,
      {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PULL}}},
     {RS, 4, 4, 4, 90, NVLINK, 0, 3,
      {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {32 * MiB, SYMM_ALGO_PULL}}},
-    {RS, 4, 4, 2, 90, NVLINK, 1, 4,
-     {{2 * KiB - 1, SYMM_ALGO_NCCL}, {512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL},
-      {512 * MiB, SYMM_ALGO_PULL}}},
+    {RS, 4, 4, 2, 90, NVLINK, 1, 3,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PULL}}},
     {AR, 3, 4, ANY, ANY, NVLINK, 0, 2, {{8 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 5, 8, ANY, ANY, NVLINK, 0, 2, {{4 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 3, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},

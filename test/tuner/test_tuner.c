@@ -316,15 +316,15 @@ static void testMeasuredFourRanks(void) {
   /* Windows (bf16 measured; other types take the untimed registered rows: NCCL). */
   const size_t arReg[][2] = {{2, L}, {128 * KiB, L}, {128 * KiB + 2, O}, {512 * KiB + 2, T},
                              {2 * MiB, T}, {2 * MiB + 2, N}, {8 * MiB, N}, {32 * MiB - 2, N},
-                             {32 * MiB, T}, {512 * MiB, T}, {512 * MiB + 2, N}};
+                             {32 * MiB, T}, {512 * MiB, T}, {512 * MiB + 2, T}, {2 * GiB, T}};
   CHECK_PICKS4(ar, ncclBfloat16, 1, arReg);
   CHECK_EQ_INT(pick4(ar, ncclFloat32, 1, 64 * MiB), N);
-  const size_t agReg[][2] = {{64, L}, {512 * KiB, L}, {512 * KiB + 4, P}, {8 * MiB, P},
-                             {8 * MiB + 4, N}, {GiB, N}};
+  const size_t agReg[][2] = {{64, L}, {512 * KiB, L}, {512 * KiB + 4, N}, {2 * MiB, N},
+                             {2 * MiB + 4, P}, {8 * MiB, P}, {8 * MiB + 4, N}, {GiB, N}};
   CHECK_PICKS4(ag, ncclBfloat16, 1, agReg);
-  const size_t rsReg[][2] = {{8, N}, {2 * KiB - 8, N}, {2 * KiB, L}, {512 * KiB, L},
+  const size_t rsReg[][2] = {{8, L}, {2 * KiB - 8, L}, {2 * KiB, L}, {512 * KiB, L},
                              {512 * KiB + 8, U}, {8 * MiB - 8, U}, {8 * MiB, U}, {512 * MiB, U},
-                             {512 * MiB + 8, N}};
+                             {512 * MiB + 8, U}, {2 * GiB, U}};
   CHECK_PICKS4(rs, ncclBfloat16, 1, rsReg);
   CHECK_EQ_INT(pick4(rs, ncclFloat32, 1, 64 * MiB), N);
   /* Guards: a kernel that cannot run a call hands it to NCCL where the next kernel lost. */
