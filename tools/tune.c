@@ -208,40 +208,46 @@ static int sweepBounds(const struct tuneOptions* o, size_t* lo, size_t* hi, size
   return perfParseSize(o->minBytes, lo) == 0 && perfParseSize(o->maxBytes, hi) == 0 && *factor >= 2;
 }
 
-/* The largest sweep size (before nccl-tests rounds them to whole elements) up to which `algo`
- * fits (SYMM_ALGO_NCCL: every size): the forced sweep of an algorithm stops there. 0 when it
- * fits none. */
-static size_t largestFitting(const struct tuneOptions* o, enum symmColl coll, enum symmAlgo algo) {
-  size_t lo = 0, hi = 0, factor = 0, best = 0;
-  if (!sweepBounds(o, &lo, &hi, &factor)) return 0;
+/* The largest sweep size (before nccl-tests rounds them to whole elements) of -b lo -e hi -f
+ * factor up to which `algo` fits (SYMM_ALGO_NCCL: every size). 0 when it fits none. */
+static size_t largestFittingIn(size_t lo, size_t hi, size_t factor, int nranks,
+                               enum symmColl coll, enum symmAlgo algo) {
+  size_t best = 0;
   for (size_t s = lo; s > 0 && s <= hi; s = s > hi / factor ? 0 : s * factor)
-    if (algo == SYMM_ALGO_NCCL || symmAlgoFits(coll, algo, s, o->nranks, (size_t)1 << 40))
-      best = s;
+    if (algo == SYMM_ALGO_NCCL || symmAlgoFits(coll, algo, s, nranks, (size_t)1 << 40)) best = s;
   return best;
 }
 
+/* The same for the options' sweep: the forced sweep of an algorithm stops there. */
+static size_t largestFitting(const struct tuneOptions* o, enum symmColl coll, enum symmAlgo algo) {
+  size_t lo = 0, hi = 0, factor = 0;
+  if (!sweepBounds(o, &lo, &hi, &factor)) return 0;
+  return largestFittingIn(lo, hi, factor, o->nranks, coll, algo);
+}
+
 /* When -b x -f^k never lands on -e, the file's rows end at the largest size below it and larger
- * calls forward: say so (in the file too) and name a -b that reaches -e. */
-static void noteSweepTop(const struct tuneOptions* o, FILE* out) {
+ * calls forward: the line that says so (and names a -b that reaches -e) goes into `note`, for
+ * the console and the file; empty when the sweep lands on -e. */
+static void sweepTopNote(const struct tuneOptions* o, char* note, size_t noteBytes) {
+  note[0] = '\0';
   size_t lo = 0, hi = 0, factor = 0;
   if (!sweepBounds(o, &lo, &hi, &factor)) return;
-  const size_t top = largestFitting(o, SYMM_COLL_ALLREDUCE, SYMM_ALGO_NCCL);
+  const size_t top = largestFittingIn(lo, hi, factor, o->nranks, SYMM_COLL_ALLREDUCE, SYMM_ALGO_NCCL);
   if (top == 0 || top == hi) return;
-  char topText[32], hiText[32];
+  char topText[32], hiText[32], reach[64] = "";
   symmTuneFormatSize(top, topText, sizeof(topText));
   symmTuneFormatSize(hi, hiText, sizeof(hiText));
   size_t b = hi; /* the smallest -b, not below the one given, from which -f steps land on -e */
   while (b % factor == 0 && b / factor >= lo) b /= factor;
-  fprintf(out,
-          "# the sweep's largest size is %s (-b %s -f %s), below -e %s: rows end there and "
-          "larger calls forward to NCCL",
-          topText, o->minBytes, o->factor, hiText);
   if (b != hi) {
     char bText[32];
     symmTuneFormatSize(b, bText, sizeof(bText));
-    fprintf(out, "; -b %s reaches -e", bText);
+    snprintf(reach, sizeof(reach), "; -b %s reaches -e", bText);
   }
-  fprintf(out, "\n");
+  snprintf(note, noteBytes,
+           "# the sweep's largest size is %s (-b %s -f %s), below -e %s: rows end there and "
+           "larger calls forward to NCCL%s\n",
+           topText, o->minBytes, o->factor, hiText, reach);
 }
 
 static int cmpSize(const void* x, const void* y) {
@@ -513,7 +519,9 @@ int main(int argc, char** argv) {
   char machine[256], tmp[] = "/tmp/symmcoll-tune-XXXXXX", forwardFile[4200], logPath[4200];
   symmTuneFormatMachine(&m, machine, sizeof(machine));
   printf("# symmcoll-tune: %s\n", machine);
-  noteSweepTop(&o, stdout);
+  char sweepNote[512];
+  sweepTopNote(&o, sweepNote, sizeof(sweepNote));
+  fputs(sweepNote, stdout);
   if (mkdtemp(tmp) == NULL) {
     fprintf(stderr, "symmcoll-tune: mkdtemp: %s\n", strerror(errno));
     return PERF_EXIT_FAILURE;
@@ -557,7 +565,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < argc; i++) fprintf(mem, " %s", argv[i]);
       fprintf(mem, "\n# ours only where it took <= %.0f%% of NCCL's time; NCCL elsewhere\n",
               100.0 * (1.0 - o.margin));
-      noteSweepTop(&o, mem);
+      fputs(sweepNote, mem);
       fprintf(mem, "symmcoll-tuning %d\n%s\n%s", SYMM_TUNE_VERSION, machine,
               rowsText ? rowsText : "");
       fclose(mem);
