@@ -95,7 +95,7 @@ exit 0
 EOF
 chmod +x "$stub"/* "$tmp/fake_perf"
 export PATH="$stub:$PATH" FAKE_PERF=$tmp/fake_perf FAKE_LOG=$tmp/fake.log NCCL_HOME=$tmp/nccl
-unset BUILD_DIR GRAPH MAX_BYTES MIN_BYTES ITERS NGPUS EXTRA_ARGS
+unset BUILD_DIR GRAPH MAX_BYTES MIN_BYTES ITERS NGPUS EXTRA_ARGS PERF_BIN
 
 # ---- BUILD_DIR and paths, as build_env.sh's functions see them --------------------------------
 paths=$(cd "$tmp/cwd" && . "$src/perf/build_env.sh" &&
@@ -141,6 +141,17 @@ check graph_exit '[ $rc -eq 1 ] && grep -q "all_gather failed or found wrong dat
 check graph_args '[ "$(grep -c -- "-e 64K .*-G 20 -X" "$FAKE_LOG")" = 3 ] && ! grep -q -- "-R 2" "$FAKE_LOG"' "$(cat "$FAKE_LOG")"
 check graph_summary 'grep -q "^# all_reduce: ours vs NCCL.s best: .*below 1.0x: none$" "$tmp/compare2.out"' \
   "$(grep "^# all_reduce:" "$tmp/compare2.out")"
+
+# Prebuilt binaries (PERF_BIN): those run, and nothing is configured or built.
+mkdir -p "$tmp/prebuilt"
+for c in all_reduce all_gather reduce_scatter; do cp "$FAKE_PERF" "$tmp/prebuilt/${c}_perf"; done
+: >"$FAKE_LOG"
+(cd "$tmp/cwd" && BUILD_DIR=$tmp/nobuild PERF_BIN=$tmp/prebuilt WINDOWS=0 MAX_BYTES=64K \
+   "$src/perf/compare.sh" res3 >"$tmp/compare3.out" 2>&1)
+rc=$?
+check prebuilt_runs '[ $rc -eq 0 ] && [ -f "$tmp/cwd/res3/all_reduce.csv" ]' "exit $rc: $(tail -5 "$tmp/compare3.out")"
+check prebuilt_no_build '[ ! -e "$tmp/nobuild" ]' "built into $tmp/nobuild: $(ls "$tmp/nobuild" 2>&1)"
+check prebuilt_count '[ "$(grep -c "^fake " "$FAKE_LOG")" = 3 ]' "$(cat "$FAKE_LOG")"
 
 echo "test_perf_scripts: $checks checks, $failed failed"
 [ "$failed" = 0 ]
