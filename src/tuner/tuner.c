@@ -202,8 +202,9 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
           if (a == SYMM_ALGO_NCCL || (in->excluded >> a & 1u) ||
               (a == SYMM_ALGO_MULTIMEM && !multimemAllowed(in)))
             continue;
-          /* The copy engine with windows copies straight into peers' outputs: no staging. */
-          if (reg && a == SYMM_ALGO_COPYENGINE && symmTunerZeroCopy(&x, a)) continue;
+          /* The copy engine with windows copies straight into peers' outputs at every size (its
+           * zero copy does not depend on the call's size, unlike push and pull): no staging. */
+          if (a == SYMM_ALGO_COPYENGINE && symmTunerZeroCopy(&x, a)) continue;
           if (row->steps[s].upTo > most) most = row->steps[s].upTo;
         }
       }
