@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "copyengine.h"
+#include "family.cuh"
 #include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
@@ -168,57 +169,18 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
   endCall(a, epoch, c.ticket);
 }
 
-template <typename E>
-static cudaError_t launchPushTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
-  return launchKernel(allGatherPushKernel<E>, blocks, stream, args);
-}
+/* The instances of each algorithm (family.cuh): one per datatype, whatever the op. */
+struct AllGatherPushFamily {
+  static constexpr bool kReduces = false;
+  template <typename E, int> static KernelFn of(bool) { return allGatherPushKernel<E>; }
+};
 
-static cudaError_t launchAllGatherPush(const struct symmLaunch* call, int blocks,
-                                       cudaStream_t stream, const KernelArgs& args) {
-  cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(call->datatype, err = launchPushTyped<E>(blocks, stream, args));
-  return err;
-}
-
-static cudaError_t loadAllGatherPush() {
-  cudaError_t err = cudaSuccess;
-  cudaFuncAttributes attr;
-  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-    SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
-                        err = cudaFuncGetAttributes(&attr, (const void*)allGatherPushKernel<E>));
-  return err;
-}
-
-template <typename E>
-static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t stream,
-                                       const KernelArgs& args) {
-  return launchKernel(emulate ? allGatherMultimemKernel<E, true> : allGatherMultimemKernel<E, false>,
-                      blocks, stream, args);
-}
-
-static cudaError_t launchAllGatherMultimem(const struct symmLaunch* call, int blocks,
-                                           cudaStream_t stream, const KernelArgs& args) {
-  const bool emulate = call->emulateMultimem != 0;
-  cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(call->datatype, err = launchMultimemTyped<E>(emulate, blocks, stream, args));
-  return err;
-}
-
-template <typename E> static cudaError_t loadMultimemTyped() {
-  cudaFuncAttributes attr;
-  /* Loading only: nothing here touches a multicast object. */
-  cudaError_t err = cudaFuncGetAttributes(&attr, (const void*)allGatherMultimemKernel<E, true>);
-  if (err == cudaSuccess)
-    err = cudaFuncGetAttributes(&attr, (const void*)allGatherMultimemKernel<E, false>);
-  return err;
-}
-
-static cudaError_t loadAllGatherMultimem() {
-  cudaError_t err = cudaSuccess;
-  for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-    SYMM_DISPATCH_DTYPE((ncclDataType_t)dt, err = loadMultimemTyped<E>());
-  return err;
-}
+struct AllGatherMultimemFamily {
+  static constexpr bool kReduces = false;
+  template <typename E, int> static KernelFn of(bool emulate) {
+    return emulate ? allGatherMultimemKernel<E, true> : allGatherMultimemKernel<E, false>;
+  }
+};
 
 /* The copy engine runs no kernel of ours (copyengine.c: peer copies and stream memory
  * operations over both staging halves); the kernels share reduce-scatter's launcher. */
@@ -229,14 +191,13 @@ static ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct 
   return gatherScatterLaunch(&kAllGather, call, peers, stream);
 }
 
-/* All-gather's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. It moves
+/* All-gather's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). It moves
  * bits: every datatype has every kernel, whatever the op. */
 static const AlgoKernels kAllGatherAlgos[] = {
-    {SYMM_ALGO_LAMPORT, launchLamport<SYMM_COLL_ALLGATHER>, loadLamport<SYMM_COLL_ALLGATHER>,
-     anyTypeAndOp},
-    {SYMM_ALGO_PUSH, launchAllGatherPush, loadAllGatherPush, anyTypeAndOp},
+    familyAlgo<LamportFamily<SYMM_COLL_ALLGATHER>>(SYMM_ALGO_LAMPORT, anyTypeAndOp),
+    familyAlgo<AllGatherPushFamily>(SYMM_ALGO_PUSH, anyTypeAndOp),
     {SYMM_ALGO_COPYENGINE, launchNoKernel, loadNothing, anyTypeAndOp},
-    {SYMM_ALGO_MULTIMEM, launchAllGatherMultimem, loadAllGatherMultimem, anyTypeAndOp},
+    familyAlgo<AllGatherMultimemFamily>(SYMM_ALGO_MULTIMEM, anyTypeAndOp),
 };
 
 const CollKernels kAllGather = {SYMM_COLL_ALLGATHER, false, allGatherLaunch, kAllGatherAlgos,

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "family.cuh"
 #include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
@@ -119,69 +120,21 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
   endCall(a, epoch, c.ticket);
 }
 
-template <typename E, int Kind>
-static cudaError_t launchOneShotTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
-  return launchKernel(oneShotKernel<E, Kind>, blocks, stream, args);
-}
+/* The instances of each algorithm (family.cuh). */
+struct AllReduceOneShotFamily {
+  static constexpr bool kReduces = true;
+  template <typename E, int Kind> static KernelFn of(bool) { return oneShotKernel<E, Kind>; }
+};
 
-static cudaError_t launchOneShot(const struct symmLaunch* call, int blocks, cudaStream_t stream,
-                                 const KernelArgs& args) {
-  cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(call->datatype,
-                      SYMM_DISPATCH_OP(call->op,
-                                       err = (launchOneShotTyped<E, Kind>(blocks, stream, args))));
-  return err;
-}
-
-template <typename E, int Kind>
-static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t stream,
-                                       const KernelArgs& args) {
-  if constexpr (Mm<E, Kind>::kOk) {
-    return launchKernel(emulate ? multimemKernel<E, Kind, true> : multimemKernel<E, Kind, false>,
-                        blocks, stream, args);
-  } else {
-    return cudaErrorInvalidValue;
+struct AllReduceMultimemFamily {
+  static constexpr bool kReduces = true;
+  template <typename E, int Kind> static KernelFn of(bool emulate) {
+    if constexpr (Mm<E, Kind>::kOk)
+      return emulate ? multimemKernel<E, Kind, true> : multimemKernel<E, Kind, false>;
+    else
+      return nullptr;
   }
-}
-
-static cudaError_t launchMultimem(const struct symmLaunch* call, int blocks, cudaStream_t stream,
-                                  const KernelArgs& args) {
-  const bool emulate = call->emulateMultimem != 0;
-  cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(call->datatype,
-                      SYMM_DISPATCH_OP(call->op,
-                                       err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream,
-                                                                           args))));
-  return err;
-}
-
-template <typename E, int Kind> static cudaError_t loadOneShotTyped() {
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, (const void*)oneShotKernel<E, Kind>);
-}
-
-template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
-  cudaFuncAttributes attr;
-  cudaError_t err = cudaSuccess;
-  if constexpr (Mm<E, Kind>::kOk) {
-    /* Loading only: nothing here touches a multicast object. */
-    err = cudaFuncGetAttributes(&attr, (const void*)multimemKernel<E, Kind, true>);
-    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, (const void*)multimemKernel<E, Kind, false>);
-  }
-  return err;
-}
-
-static cudaError_t loadOneShot() {
-  cudaError_t err = cudaSuccess;
-  SYMM_FOR_EACH_TYPE_AND_OP(err, loadOneShotTyped<E, Kind>());
-  return err;
-}
-
-static cudaError_t loadMultimem() {
-  cudaError_t err = cudaSuccess;
-  SYMM_FOR_EACH_TYPE_AND_OP(err, loadMultimemTyped<E, Kind>());
-  return err;
-}
+};
 
 /* One-shot, multimem and Lamport: one launch per staging half of the message (each a call of
  * its own); two-shot: the whole message in one launch, in rounds (all_reduce_twoshot.cuh). */
@@ -213,13 +166,12 @@ static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct 
   return launchPieces(&kAllReduce, "all-reduce", call, peers, stream, &args, launchElems);
 }
 
-/* All-reduce's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. */
+/* All-reduce's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). */
 static const AlgoKernels kAllReduceAlgos[] = {
-    {SYMM_ALGO_LAMPORT, launchLamport<SYMM_COLL_ALLREDUCE>, loadLamport<SYMM_COLL_ALLREDUCE>,
-     anyTypeAndOp},
-    {SYMM_ALGO_ONESHOT, launchOneShot, loadOneShot, anyTypeAndOp},
+    familyAlgo<LamportFamily<SYMM_COLL_ALLREDUCE>>(SYMM_ALGO_LAMPORT, anyTypeAndOp),
+    familyAlgo<AllReduceOneShotFamily>(SYMM_ALGO_ONESHOT, anyTypeAndOp),
     {SYMM_ALGO_TWOSHOT, launchTwoShot, loadTwoShot, anyTypeAndOp},
-    {SYMM_ALGO_MULTIMEM, launchMultimem, loadMultimem, multimemHasKernel},
+    familyAlgo<AllReduceMultimemFamily>(SYMM_ALGO_MULTIMEM, multimemHasKernel),
 };
 
 const CollKernels kAllReduce = {SYMM_COLL_ALLREDUCE, true, allReduceLaunch, kAllReduceAlgos,

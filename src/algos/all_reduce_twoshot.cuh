@@ -6,6 +6,7 @@
  * side. */
 #ifndef SYMM_ALL_REDUCE_TWOSHOT_CUH
 #define SYMM_ALL_REDUCE_TWOSHOT_CUH
+#include "family.cuh"
 #include "launch.h"
 #include "primitives.cuh"
 
@@ -207,26 +208,11 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 
-template <typename E, int Kind, int R>
-static cudaError_t twoShotLaunchTyped(int blocks, cudaStream_t stream, const KernelArgs& a) {
-  return launchKernel(twoShotKernel<E, Kind, R>, blocks, stream, a);
-}
-
-/* Launch (or load every type/op instance of) the kernel for at most R ranks. */
-template <int R>
-static cudaError_t twoShotLaunchRanks(ncclDataType_t dt, ncclRedOp_t op, int blocks,
-                                      cudaStream_t stream, const KernelArgs& args) {
-  cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(dt, SYMM_DISPATCH_OP(op, err = (twoShotLaunchTyped<E, Kind, R>(blocks, stream, args))));
-  return err;
-}
-
-template <int R> static cudaError_t twoShotLoadRanks() {
-  cudaError_t err = cudaSuccess;
-  cudaFuncAttributes attr;
-  SYMM_FOR_EACH_TYPE_AND_OP(err, cudaFuncGetAttributes(&attr, (const void*)twoShotKernel<E, Kind, R>));
-  return err;
-}
+/* The instances for at most R ranks (family.cuh). */
+template <int R> struct TwoShotFamily {
+  static constexpr bool kReduces = true;
+  template <typename E, int Kind> static KernelFn of(bool) { return twoShotKernel<E, Kind, R>; }
+};
 
 }  // namespace symm
 

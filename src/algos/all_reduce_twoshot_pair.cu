@@ -6,9 +6,9 @@ namespace symm {
 
 cudaError_t launchTwoShotPair(const struct symmLaunch* call, int blocks, cudaStream_t stream,
                               const KernelArgs& args) {
-  return twoShotLaunchRanks<2>(call->datatype, call->op, blocks, stream, args);
+  return launchFamily<TwoShotFamily<2>>(call, blocks, stream, args);
 }
 
-cudaError_t loadTwoShotPair() { return twoShotLoadRanks<2>(); }
+cudaError_t loadTwoShotPair() { return loadFamily<TwoShotFamily<2>>(); }
 
 }  // namespace symm

@@ -9,11 +9,12 @@
  * is cleared and stale lines never match (refreshLamportLine keeps every line younger than 2^31
  * epochs). Two passes: wait for all lines first, so a block that gives up wrote no user memory.
  * In place is safe: each block reads its own lines of the input before it writes any output.
- * Each collective's file launches and loads the instances of its own Coll (launchLamport,
- * loadLamport below), so no instance is compiled twice. */
+ * Each collective's file launches and loads the instances of its own Coll (LamportFamily below),
+ * so no instance is compiled twice. */
 #ifndef SYMMCOLL_LAMPORT_CUH
 #define SYMMCOLL_LAMPORT_CUH
 
+#include "family.cuh"
 #include "launch.h"
 #include "primitives.cuh"
 
@@ -36,6 +37,10 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   const size_t lo = minSize((size_t)blockIdx.x * per, lines);
   const size_t hi = minSize(lo + per, lines);
   const size_t firstLine = lo + threadIdx.x;
+  /* Reduce-scatter: reader r's slice of our input. */
+  auto readerSlice = [&](int r) {
+    return (const char*)a.send + (size_t)r * a.sliceStride * sizeof(T);
+  };
   /* Our first input line (reduce-scatter: the first line of each reader's slice) is loaded
    * while openCall fetches the epoch: two memory latencies overlap instead of adding up (the
    * input is ready: earlier work on the stream is done). */
@@ -44,7 +49,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
 #pragma unroll
   for (int r = 0; r < kFirst; r++)
     firstData[r] = r < a.nranks && firstLine < hi
-                       ? loadLine((const char*)a.send + (size_t)r * a.sliceStride * sizeof(T), firstLine, bytes)
+                       ? loadLine(readerSlice(r), firstLine, bytes)
                        : make_uint2(0, 0);
   Call c;
   if (!openCall<kNoPart>(a, &failed, &c, lines)) return;
@@ -59,8 +64,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++) {
         if (r >= a.nranks) continue;
-        const uint2 d = i == firstLine ? firstData[r]
-                                       : loadLine((const char*)a.send + (size_t)r * a.sliceStride * sizeof(T), i, bytes);
+        const uint2 d = i == firstLine ? firstData[r] : loadLine(readerSlice(r), i, bytes);
         storeVolatile16(a.staging[r] + mySlot + i * 16, make_uint4(d.x, flag, d.y, flag));
       }
     } else {
@@ -155,36 +159,12 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   endCall(a, epoch, c.ticket);
 }
 
-/* Launches the instance a call of collective Coll needs. All-gather moves bits: one instance
- * per datatype (kSum), whatever the op. */
-template <int Coll>
-static cudaError_t launchLamport(const struct symmLaunch* call, int blocks, cudaStream_t stream,
-                                 const KernelArgs& args) {
-  cudaError_t err = cudaErrorInvalidValue;
-  if constexpr (Coll == SYMM_COLL_ALLGATHER) {
-    SYMM_DISPATCH_DTYPE(call->datatype,
-                        err = launchKernel(lamportKernel<E, kSum, Coll>, blocks, stream, args));
-  } else {
-    SYMM_DISPATCH_DTYPE(call->datatype,
-                        SYMM_DISPATCH_OP(call->op, err = launchKernel(lamportKernel<E, Kind, Coll>,
-                                                                      blocks, stream, args)));
-  }
-  return err;
-}
-
-/* Loads every instance of collective Coll. */
-template <int Coll> static cudaError_t loadLamport() {
-  cudaError_t err = cudaSuccess;
-  cudaFuncAttributes attr;
-  if constexpr (Coll == SYMM_COLL_ALLGATHER) {
-    for (int dt = 0; dt < (int)ncclNumTypes && err == cudaSuccess; dt++)
-      SYMM_DISPATCH_DTYPE((ncclDataType_t)dt,
-                          err = cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, kSum, Coll>));
-  } else {
-    SYMM_FOR_EACH_TYPE_AND_OP(err, cudaFuncGetAttributes(&attr, (const void*)lamportKernel<E, Kind, Coll>));
-  }
-  return err;
-}
+/* The instances of collective Coll (family.cuh). All-gather moves bits: one instance per
+ * datatype (kSum), whatever the op. */
+template <int Coll> struct LamportFamily {
+  static constexpr bool kReduces = Coll != SYMM_COLL_ALLGATHER;
+  template <typename E, int Kind> static KernelFn of(bool) { return lamportKernel<E, Kind, Coll>; }
+};
 
 }  // namespace symm
 

@@ -23,6 +23,7 @@
  * it). In place, the elements a thread writes are the ones it has just read. */
 #include <stdint.h>
 
+#include "family.cuh"
 #include "lamport.cuh"
 #include "launch.h"
 #include "multimem.cuh"
@@ -166,80 +167,31 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
   endCall(a, epoch, c.ticket);
 }
 
-template <typename E, int Kind>
-static cudaError_t launchPullTyped(int blocks, cudaStream_t stream, const KernelArgs& args) {
-  return launchKernel(reduceScatterPullKernel<E, Kind>, blocks, stream, args);
-}
-
-static cudaError_t launchReduceScatterPull(const struct symmLaunch* call, int blocks,
-                                           cudaStream_t stream, const KernelArgs& args) {
-  cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(call->datatype,
-                      SYMM_DISPATCH_OP(call->op,
-                                       err = (launchPullTyped<E, Kind>(blocks, stream, args))));
-  return err;
-}
-
-template <typename E, int Kind> static cudaError_t loadPullTyped() {
-  cudaFuncAttributes attr;
-  return cudaFuncGetAttributes(&attr, (const void*)reduceScatterPullKernel<E, Kind>);
-}
-
-static cudaError_t loadReduceScatterPull() {
-  cudaError_t err = cudaSuccess;
-  SYMM_FOR_EACH_TYPE_AND_OP(err, loadPullTyped<E, Kind>());
-  return err;
-}
-
-template <typename E, int Kind>
-static cudaError_t launchMultimemTyped(bool emulate, int blocks, cudaStream_t stream,
-                                       const KernelArgs& args) {
-  if constexpr (Mm<E, Kind>::kOk) {
-    return launchKernel(emulate ? reduceScatterMultimemKernel<E, Kind, true>
-                                : reduceScatterMultimemKernel<E, Kind, false>,
-                        blocks, stream, args);
-  } else {
-    return cudaErrorInvalidValue;
+/* The instances of each algorithm (family.cuh). */
+struct ReduceScatterPullFamily {
+  static constexpr bool kReduces = true;
+  template <typename E, int Kind> static KernelFn of(bool) {
+    return reduceScatterPullKernel<E, Kind>;
   }
-}
+};
 
-static cudaError_t launchReduceScatterMultimem(const struct symmLaunch* call, int blocks,
-                                               cudaStream_t stream, const KernelArgs& args) {
-  const bool emulate = call->emulateMultimem != 0;
-  cudaError_t err = cudaErrorInvalidValue;
-  SYMM_DISPATCH_DTYPE(call->datatype,
-                      SYMM_DISPATCH_OP(call->op,
-                                       err = (launchMultimemTyped<E, Kind>(emulate, blocks, stream,
-                                                                           args))));
-  return err;
-}
-
-template <typename E, int Kind> static cudaError_t loadMultimemTyped() {
-  cudaFuncAttributes attr;
-  cudaError_t err = cudaSuccess;
-  if constexpr (Mm<E, Kind>::kOk) {
-    /* Loading only: nothing here touches a multicast object. */
-    err = cudaFuncGetAttributes(&attr, (const void*)reduceScatterMultimemKernel<E, Kind, true>);
-    if (err == cudaSuccess)
-      err = cudaFuncGetAttributes(&attr, (const void*)reduceScatterMultimemKernel<E, Kind, false>);
+struct ReduceScatterMultimemFamily {
+  static constexpr bool kReduces = true;
+  template <typename E, int Kind> static KernelFn of(bool emulate) {
+    if constexpr (Mm<E, Kind>::kOk)
+      return emulate ? reduceScatterMultimemKernel<E, Kind, true>
+                     : reduceScatterMultimemKernel<E, Kind, false>;
+    else
+      return nullptr;
   }
-  return err;
-}
+};
 
-static cudaError_t loadReduceScatterMultimem() {
-  cudaError_t err = cudaSuccess;
-  SYMM_FOR_EACH_TYPE_AND_OP(err, loadMultimemTyped<E, Kind>());
-  return err;
-}
-
-/* Reduce-scatter's algorithms (launch.h, AlgoKernels): algorithm, launch, load, exists. Its
+/* Reduce-scatter's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). Its
  * launcher is the one it shares with all-gather (launch.cu). */
 static const AlgoKernels kReduceScatterAlgos[] = {
-    {SYMM_ALGO_LAMPORT, launchLamport<SYMM_COLL_REDUCESCATTER>,
-     loadLamport<SYMM_COLL_REDUCESCATTER>, anyTypeAndOp},
-    {SYMM_ALGO_PULL, launchReduceScatterPull, loadReduceScatterPull, anyTypeAndOp},
-    {SYMM_ALGO_MULTIMEM, launchReduceScatterMultimem, loadReduceScatterMultimem,
-     multimemHasKernel},
+    familyAlgo<LamportFamily<SYMM_COLL_REDUCESCATTER>>(SYMM_ALGO_LAMPORT, anyTypeAndOp),
+    familyAlgo<ReduceScatterPullFamily>(SYMM_ALGO_PULL, anyTypeAndOp),
+    familyAlgo<ReduceScatterMultimemFamily>(SYMM_ALGO_MULTIMEM, multimemHasKernel),
 };
 
 static ncclResult_t reduceScatterLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
