@@ -50,8 +50,10 @@ extern "C" int symmAlgoFits(enum symmColl coll, enum symmAlgo algo, size_t bytes
   if (algo != SYMM_ALGO_LAMPORT) return 1;
   /* Lamport: each writer's payload (the whole message, or one rank's share) in a writer slot. */
   const size_t perWriter = coll == SYMM_COLL_ALLREDUCE || nranks < 1 ? bytes : bytes / (size_t)nranks;
-  return perWriter <= SYMM_LAMPORT_MAX_BYTES && symm::hasLamportRegion(stagingBytes);
+  return perWriter <= symmLamportMaxBytes(nranks) && symm::hasLamportRegion(stagingBytes);
 }
+
+extern "C" size_t symmLamportMaxBytes(int nranks) { return symm::lamportSlotBytes(nranks) / 2; }
 
 extern "C" size_t symmAlgosStagingBytes(int nranks, size_t largestMessage) {
   (void)nranks;

@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   Call c;
   if (!openCall<kNoPart>(a, &failed, &c, lines)) return;
   const uint64_t epoch = c.epoch;
-  const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * SYMM_MAX_RANKS * kLamportSlot;
-  const size_t mySlot = half + (size_t)a.rank * kLamportSlot;
+  const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * a.nranks * a.lamportSlot;
+  const size_t mySlot = half + (size_t)a.rank * a.lamportSlot;
   /* Lines carry the epoch's low 32 bits (8-byte halves arrive whole; see README for why a stale
    * line never matches). */
   const uint32_t flag = (uint32_t)epoch;
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
       uint4 v[SYMM_MAX_RANKS];
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++)
-        if ((pending >> r) & 1u) v[r] = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
+        if ((pending >> r) & 1u) v[r] = loadVolatile16(region + (size_t)r * a.lamportSlot + i * 16);
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++) {
         if (((pending >> r) & 1u) && v[r].y == flag && v[r].w == flag) {
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
       if (i == firstLine) {
         d[r] = kept[r];
       } else {
-        const uint4 v = loadVolatile16(region + (size_t)r * kLamportSlot + i * 16);
+        const uint4 v = loadVolatile16(region + (size_t)r * a.lamportSlot + i * 16);
         d[r] = make_uint2(v.x, v.z);
       }
     }

@@ -32,9 +32,14 @@ SYMMCOLL_PARAM_FULL(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048, 1024, INT64_MAX
 
 namespace symm {
 
-/* Lamport region: 2 parities x SYMM_MAX_RANKS writer slots x 2x the largest payload (each 8
- * bytes travel as 4 data + 4 flag + 4 data + 4 flag). */
-const size_t kLamportRegionBytes = (size_t)2 * SYMM_MAX_RANKS * 2 * SYMM_LAMPORT_MAX_BYTES;
+const size_t kLamportRegionBytes = SYMM_LAMPORT_REGION_BYTES;
+
+size_t lamportSlotBytes(int nranks) {
+  /* At least 2 ranks' worth: a slot's lines must all be refreshed within 2^31 epochs
+   * (refreshLamportLine, sync.cuh). */
+  const size_t writers = nranks < 2 ? 2 : (size_t)nranks;
+  return (kLamportRegionBytes / 2 / writers) & ~(size_t)15;
+}
 
 /* Blocks all ranks sharing one GPU may use together (tests only, see gridBlocks). */
 static const int kSharedGpuBlocks = 64;
@@ -60,6 +65,7 @@ void fillArgs(const struct symmLaunch* call, const struct symmPeers* peers, Kern
   args->halfBytes = halfBytesOf(peers);
   args->lamportOffset = 2 * args->halfBytes;
   args->lamportRegion = hasLamportRegion(peers->bufferBytes);
+  args->lamportSlot = lamportSlotBytes(peers->nranks);
   args->deadlineNs = (uint64_t)symmParamSpinDeadlineMs() * 1000000ull;
   args->rank = peers->rank;
   args->nranks = peers->nranks;

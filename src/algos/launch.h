@@ -36,7 +36,7 @@ size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t e
 size_t gatherScatterSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize);
 /* Most rounds (epochs) one all-gather or reduce-scatter launch uses; longer messages take
  * several launches. It bounds the epochs between two refreshes of a Lamport line
- * (refreshLamportLine: 32768 calls of a parity) to 2^16 x 4096 = 2^28, far below 2^31. */
+ * (refreshLamportLine: 2^17 calls of a parity) to 2^18 x 4096 = 2^30, below 2^31. */
 constexpr uint32_t kMaxRounds = 4096;
 
 /* Every kernel of ours takes one KernelArgs. launchKernel starts blocks x kThreads of one on
@@ -56,8 +56,11 @@ struct Recorder {
 void setRecorder(Recorder* recorder);
 CUresult launchDriverPdl(CUfunction function, unsigned blocks, CUstream stream, void** params);
 
-/* Lamport region: 2 parities x SYMM_MAX_RANKS writer slots x 2x the largest payload. */
+/* Lamport region (SYMM_LAMPORT_REGION_BYTES): per parity, one writer slot per rank of
+ * lamportSlotBytes(nranks), a multiple of 16 that holds 2x the writer's payload (each 8 bytes
+ * travel as 4 data + 4 flag + 4 data + 4 flag). Fewer ranks, larger slots. */
 extern const size_t kLamportRegionBytes;
+size_t lamportSlotBytes(int nranks);
 
 /* One algorithm of a collective, a line in its collective's table: `launch` starts the instance
  * a call needs (datatype, op and variant from the call) with `blocks` x kThreads threads, `load`

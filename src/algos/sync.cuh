@@ -32,6 +32,7 @@ struct KernelArgs {
    * rank's slice (share) per round, from staging and SYMMCOLL_AR_ROUND_BYTES; >= 16 bytes. */
   size_t sliceMax;
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
+  size_t lamportSlot;                 /* bytes of one writer slot there (lamportSlotBytes) */
   int lamportRegion;                  /* the staging buffers have a Lamport region */
   /* All-gather: elements between the ranks' parts of the output; reduce-scatter: between the
    * slices of the input. */
@@ -256,26 +257,26 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
  * epochs could look current. Every kernel keeps each line of its own writer slots young: block
  * 0's last thread rewrites one line of the slot of this call's parity, in every rank's region, with
  * this call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3,
- * one per parity). A slot has 32768 lines, so every line is rewritten at least once per 32768
- * calls of that parity, far fewer epochs than 2^31 (a call uses one epoch per round of the
- * two-shot, all-gather push or reduce-scatter pull; the latter two at most kMaxRounds, launch.h).
+ * one per parity). A slot has at most 2^17 lines (2 MiB at 2 ranks, lamportSlotBytes), so every
+ * line is rewritten at least once per 2^17 calls of that parity, 2^18 calls in all; a call uses
+ * one epoch per round of the two-shot, all-gather push or reduce-scatter pull (the latter two at
+ * most kMaxRounds = 2^12, launch.h), so a line is at most 2^30 epochs old, below 2^31.
  * Safe for readers: the slot of this parity was last read in call k-2, which every rank finished
  * before this call could start; and a Lamport call skips the lines it writes itself. */
 __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,
                                                    size_t linesWritten) {
   /* Not thread 0: its cursor load would delay the only line of the smallest calls. */
   if (!a.lamportRegion || blockIdx.x != 0 || threadIdx.x != blockDim.x - 1) return;
-  constexpr size_t kSlotBytes = 2 * SYMM_LAMPORT_MAX_BYTES;
-  constexpr size_t kSlotLines = kSlotBytes / 16;
+  const size_t slotLines = a.lamportSlot / 16;
   const int parity = (int)(epoch & 1u);
   uint64_t* cursor = a.localState + 2 + parity;
   const uint64_t c = *cursor;
   *cursor = c + 1;
-  const size_t line = (size_t)(c % kSlotLines);
+  const size_t line = (size_t)(c % slotLines);
   if (line < linesWritten) return;
   const uint32_t flag = (uint32_t)epoch;
-  const size_t off = a.lamportOffset + (size_t)parity * SYMM_MAX_RANKS * kSlotBytes +
-                     (size_t)a.rank * kSlotBytes + line * 16;
+  const size_t off = a.lamportOffset + ((size_t)parity * a.nranks + a.rank) * a.lamportSlot +
+                     line * 16;
   for (int r = 0; r < a.nranks; r++)
     asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(a.staging[r] + off),
                  "r"(0u), "r"(flag), "r"(0u), "r"(flag)

@@ -116,8 +116,14 @@ int symmCollReplay(struct symmLaunchRecord* record, cudaStream_t stream);
  * word before waiting on it again: the caller repeats this until the stream has drained. */
 void symmCopyEngineRelease(const struct symmPeers* peers, cudaStream_t stream);
 
-/* Largest message (symmCollBytes) of the Lamport kernels, per writer's payload. */
-#define SYMM_LAMPORT_MAX_BYTES ((size_t)256 << 10)
+/* The Lamport region in every staging buffer (when staging holds 4x it): two parities of one
+ * writer slot per rank, each slot twice its writer's payload (flags). */
+#define SYMM_LAMPORT_REGION_BYTES ((size_t)8 << 20)
+
+/* Largest payload of one writer of the Lamport kernels (symmCollBytes: the whole message of an
+ * all-reduce, one rank's share of the others) in a world of nranks: 1 MiB at 2 ranks, 512 KiB at
+ * 4, 256 KiB at 8. */
+size_t symmLamportMaxBytes(int nranks);
 
 /* Most thread blocks of any kernel of ours (grids pair block b with block b on every peer). */
 #define SYMM_MAX_BLOCKS 128

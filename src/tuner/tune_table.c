@@ -22,7 +22,10 @@
  * at every size (eager 0.56-0.79x; registered windows, -R 2, 0.51-0.89x). H100 NVLink pairs
  * take this row too (same arch, same kind of link): a tuning run on 2x H100 NV18
  * (perf/results/tune_2xH100_NV18.txt) picked the same kernels at every size it measured, and
- * the comparison there ran 1.09-2.05x NCCL's best (bf16, graphs).
+ * the comparison there ran 1.09-2.05x NCCL's best (bf16, graphs). Lamport runs to 512 KiB since
+ * its slots grew with fewer ranks (1 MiB of payload per writer at 2): on 2x H100 it took 6.76-6.92
+ * us at 512 KiB against the one-shot's 8.15-8.28 (bf16 and float, graphs; NCCL's best about
+ * 10.0), and lost at 1 MiB (10.56-10.96 against 9.89-10.02); on 2x H200 the two tied at 512 KiB.
  *
  * Measured: all-gather and reduce-scatter, 2 ranks, sm_90, NVLink, from two symmcoll-tune runs on
  * 2x H200 NV18 (perf/results/: driver, NCCL 2.28.9, date). Small sizes
@@ -100,7 +103,7 @@
 static const struct symmTuneRow builtinRows[] = {
     /* coll ranks elem arch link reg steps */
     {AR, 2, 2, ANY, 90, NVLINK, ANY, 3,
-     {{256 * KiB, SYMM_ALGO_LAMPORT}, {4 * MiB, SYMM_ALGO_ONESHOT}, {SIZE_MAX, SYMM_ALGO_TWOSHOT}}},
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {4 * MiB, SYMM_ALGO_ONESHOT}, {SIZE_MAX, SYMM_ALGO_TWOSHOT}}},
     {AR, 2, 2, ANY, ANY, NVLINK, 0, 1, {{32 * KiB, SYMM_ALGO_LAMPORT}}},
     {AR, 4, 4, ANY, 90, NVLINK, 0, 4,
      {{128 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_ONESHOT}, {512 * KiB, SYMM_ALGO_NCCL},

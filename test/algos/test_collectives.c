@@ -157,8 +157,8 @@ static void sweep(struct rank* r, int coll, const char* algo) {
       for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         const size_t count = sizes[k];
         if (quick && count > 65537) continue;
-        /* Lamport carries one rank's share of at most SYMM_LAMPORT_MAX_BYTES. */
-        if (lamport && count * es > ((size_t)256 << 10)) continue;
+        /* Lamport carries one rank's share of at most symmLamportMaxBytes. */
+        if (lamport && count * es > symmLamportMaxBytes(nranks)) continue;
         /* Multimem reduce-scatter exists for the types and ops the switch reduces; the others
          * go where the table sends them, checked all the same. */
         const int exists = symmAlgoExists(which, (enum symmAlgo)symmAlgoParse(algo),

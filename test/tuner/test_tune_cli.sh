@@ -17,31 +17,32 @@ check "exit 0 (got $rc)" [ "$rc" = 0 ]
 check "file written" [ -s "$tmp/t.txt" ]
 check "machine line" grep -qxF "machine $machine" "$tmp/t.txt"
 check "version line" grep -qx 'symmcoll-tuning 1' "$tmp/t.txt"
-# Fake times (tune_fake_perf.sh): NCCL 10 us; push and pull 9; Lamport 5 (it runs only to 256 KiB); one-shot 7 to
-# 4 MiB, 20 above; two-shot 8: Lamport to 256 KiB, one-shot to 4 MiB, two-shot to the last size.
+# Fake times (tune_fake_perf.sh): NCCL 10 us; push and pull 9; Lamport 5 (it runs only while a
+# writer's payload fits its slot: 1 MiB at 2 ranks); one-shot 7 to 4 MiB, 20 above; two-shot 8:
+# Lamport to 1 MiB, one-shot to 4 MiB, two-shot to the last size.
 for d in 2 4; do
   check "allreduce dtype=$d row" grep -qxF \
-    "allreduce ranks=2 dtype=$d arch=90 link=nvlink reg=0 lamport<=256K oneshot<=4M twoshot<=1G" "$tmp/t.txt"
+    "allreduce ranks=2 dtype=$d arch=90 link=nvlink reg=0 lamport<=1M oneshot<=4M twoshot<=1G" "$tmp/t.txt"
 done
 # All-gather (push 9 us) and reduce-scatter (pull 9 us): Lamport while one rank's share fits
-# (256 KiB x 2 ranks), then push/pull.
+# (1 MiB x 2 ranks), then push/pull.
 check "allgather row" grep -qxF \
-  "allgather ranks=2 dtype=any arch=90 link=nvlink reg=0 lamport<=512K push<=1G" "$tmp/t.txt"
+  "allgather ranks=2 dtype=any arch=90 link=nvlink reg=0 lamport<=2M push<=1G" "$tmp/t.txt"
 for d in 2 4; do
   check "reducescatter dtype=$d row" grep -qxF \
-    "reducescatter ranks=2 dtype=$d arch=90 link=nvlink reg=0 lamport<=512K pull<=1G" "$tmp/t.txt"
+    "reducescatter ranks=2 dtype=$d arch=90 link=nvlink reg=0 lamport<=2M pull<=1G" "$tmp/t.txt"
 done
 # Every child saw what it should (the fake exits 9 otherwise, and logs its environment).
 check "children consistent" bash -c "! grep -q 'exit 9' '$tmp/out'"
 check "3 NCCL runs per type" [ "$(grep -c 'run nccl allreduce' "$tmp/t.txt.log")" = 6 ]
-check "Lamport swept to 256 KiB" grep -q 'run lamport allreduce .* -e 256K ' "$tmp/t.txt.log"
+check "Lamport swept to 1 MiB" grep -q 'run lamport allreduce .* -e 1M ' "$tmp/t.txt.log"
 check "graphs and data check" bash -c "! grep 'run ' '$tmp/t.txt.log' | grep -v -- '-c 1 -G 20 ' >/dev/null"
 
 # A registered-windows run writes reg=1 rows; a wider margin forwards what wins by less.
 "$tune" -o "$tmp/r.txt" -P 2 --reps 1 -R 2 -d float --colls allreduce --margin 0.25 \
   --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
 check "registered, margin 25%" grep -qxF \
-  "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=1 lamport<=256K oneshot<=4M" "$tmp/r.txt"
+  "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=1 lamport<=1M oneshot<=4M" "$tmp/r.txt"
 # Plain buffers and windows in one run: both rows per type, one machine line, and the command
 # line in the file as given (lists included).
 "$tune" -o "$tmp/b.txt" -P 2 --reps 1 -R 0,2 -d bf16,float --colls allreduce \
@@ -60,7 +61,7 @@ check "command line kept" grep -q -- "-R 0,2 -d bf16,float --colls allreduce" "$
 FAKE_WRONG=twoshot:16777216 "$tune" -o "$tmp/w.txt" -P 2 --reps 1 -d bf16 --colls allreduce \
   --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
 check "wrong results excluded" grep -qxF \
-  "allreduce ranks=2 dtype=2 arch=90 link=nvlink reg=0 lamport<=256K oneshot<=4M twoshot<=8M nccl<=33554431 twoshot<=1G" "$tmp/w.txt"
+  "allreduce ranks=2 dtype=2 arch=90 link=nvlink reg=0 lamport<=1M oneshot<=4M twoshot<=8M nccl<=33554431 twoshot<=1G" "$tmp/w.txt"
 
 # A sweep whose -b x -f^k misses -e: its rows end below -e, and the file and the output say so.
 check "no note when -e is reached" bash -c "! grep -q 'largest size' '$tmp/t.txt'"
@@ -70,7 +71,7 @@ note="# the sweep's largest size is 512M (-b 8 -f 4), below -e 1G: rows end ther
 check "-f 4 from 8: note in the file" grep -qxF "$note" "$tmp/f.txt"
 check "-f 4 from 8: note printed" grep -qxF "$note" "$tmp/out"
 check "-f 4 from 8: row ends at 512M" grep -qxF \
-  "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=0 lamport<=128K oneshot<=2M twoshot<=512M" "$tmp/f.txt"
+  "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=0 lamport<=512K oneshot<=2M twoshot<=512M" "$tmp/f.txt"
 
 # Without --perf-dir, a build tree's symmcoll-tune (build/tools) runs the binaries of build/perf.
 out=$("$tune" -o "$tmp/d.txt" -P 2 --dry-run --colls allreduce -d float -e 16 --machine "$machine" 2>&1)

@@ -81,9 +81,14 @@ static void testAvailability(void) {
   in = tin(SYMM_COLL_ALLREDUCE, 2, (ncclDataType_t)ncclNumTypes, ncclSum, 4096);
   CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_ALGO_NCCL));
   /* Lamport: up to its largest message, and only with room for its region in staging. */
-  in = tin(SYMM_COLL_ALLREDUCE, 2, ncclFloat64, ncclMax, SYMM_LAMPORT_MAX_BYTES);
+  in = tin(SYMM_COLL_ALLREDUCE, 2, ncclFloat64, ncclMax, symmLamportMaxBytes(2));
   CHECK(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT));
-  in.bytes = SYMM_LAMPORT_MAX_BYTES + 8;
+  in.bytes = symmLamportMaxBytes(2) + 8;
+  CHECK(!(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT)));
+  /* Its slots shrink as ranks grow: 1 MiB of payload per writer at 2 ranks, 256 KiB at 8. */
+  CHECK(symmLamportMaxBytes(2) == (size_t)1 << 20);
+  CHECK(symmLamportMaxBytes(8) == (size_t)256 << 10);
+  in = tin(SYMM_COLL_ALLREDUCE, 8, ncclFloat32, ncclSum, symmLamportMaxBytes(8) + 16);
   CHECK(!(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT)));
   in.bytes = 1024;
   in.stagingBytes = 1 << 20;
@@ -138,7 +143,7 @@ static void testExcluded(void) {
   CHECK_EQ_INT(symmTuneRowPick(&row, 1024, B(SYMM_ALGO_NCCL)), SYMM_ALGO_NCCL);
 }
 
-/* 2 ranks, sm_90, NVLink: measured. Lamport to 256 KiB, one-shot to 4 MiB, two-shot above,
+/* 2 ranks, sm_90, NVLink: measured. Lamport to 512 KiB, one-shot to 4 MiB, two-shot above,
  * registered or not, every type; H100 pairs (sm_90) and ranks sharing a GPU alike. */
 static void testMeasuredRow(void) {
   for (int link = SYMM_LINK_NVLINK; link <= SYMM_LINK_SAME_GPU; link += 2) {
@@ -149,9 +154,9 @@ static void testMeasuredRow(void) {
         in.link = link;
         in.registered = reg;
         CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_LAMPORT);
-        in.bytes = 256 * KiB;
+        in.bytes = 512 * KiB;
         CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_LAMPORT);
-        in.bytes = 256 * KiB + es;
+        in.bytes = 512 * KiB + es;
         CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_ONESHOT);
         in.bytes = 4 * MiB;
         CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_ONESHOT);
