@@ -228,8 +228,9 @@ static void testUntimedRows(void) {
     }
   }
   /* Measured on 2 ranks, sm_90: Lamport to 512 KiB, then push / pull at every larger size,
-   * plain and with windows, but the copy engine for windowed all-gathers above 512 MiB. Reduce-scatter rows exist for 2- and 4-byte elements only (other
-   * sizes take the untimed row). */
+   * plain and with windows, but the copy engine for windowed all-gathers above 512 MiB.
+   * Reduce-scatter rows exist for 2- and 4-byte elements only (other sizes take the untimed
+   * row). */
   for (int c = SYMM_COLL_ALLGATHER; c <= SYMM_COLL_REDUCESCATTER; c++) {
     const enum symmAlgo big = c == SYMM_COLL_ALLGATHER ? SYMM_ALGO_PUSH : SYMM_ALGO_PULL;
     for (int reg = 0; reg <= 1; reg++) {
