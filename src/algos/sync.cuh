@@ -260,13 +260,13 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
  * one per parity). A slot has at most 2^17 lines (2 MiB at 2 ranks, lamportSlotBytes), so every
  * line is rewritten at least once per 2^17 calls of that parity, 2^18 calls in all; a call uses
  * one epoch per round of the two-shot, all-gather push or reduce-scatter pull (the latter two at
- * most kMaxRounds = 2^12, launch.h), so a line is at most 2^30 epochs old, below 2^31 - as
- * long as calls of both parities keep coming. Not handled yet: a call's parity is that of its
- * first epoch, so a run of calls that each use an even number of epochs (two-shot, push or pull
- * calls of 2, 4, ... rounds) refreshes one parity only; a Lamport call of the other parity after
- * 2^32 epochs of that could meet a line whose stale flag matches. The fix is a refresh of the
- * other parity in the multi-round kernels after their first wait (every peer has then finished
- * the previous calls, so no reader of that slot is left).
+ * most kMaxRounds = 2^12, launch.h), so a line is at most 2^30 epochs old, below 2^31. A
+ * call's parity is that of its first epoch, and a call of an even number of epochs (two-shot,
+ * push or pull of 2, 4, ... rounds) leaves the next call on the same parity: such a call also
+ * refreshes a line of the other parity, after its first wait (every peer has then started this
+ * call, so finished every earlier one: no reader of that slot is left, and a peer's later
+ * Lamport call, whose flag differs, finds our real line after this one in stream order). So
+ * every parity is refreshed at least once per two calls, whatever their sizes.
  * Safe for readers: the slot of this parity was last read in call k-2, which every rank finished
  * before this call could start; and a Lamport call skips the lines it writes itself. */
 __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,

@@ -129,6 +129,37 @@ void selectAlgo(const struct driver* d, enum symmAlgo algo) {
   if (opt.mode == MODE_NCCL) setAlgoEnv(d, symmAlgoName(algo));
 }
 
+/* Epoch (localState word 0) and the two Lamport refresh cursors (words 2 and 3) of every local
+ * rank, direct mode (in nccl mode the library owns that memory). */
+struct refreshState {
+  uint64_t w[SYMM_MAX_RANKS][4];
+};
+static void readRefreshState(struct driver* d, struct refreshState* s) {
+  for (int i = 0; i < d->nlocal; i++) {
+    CUDA_OR_DIE(cudaSetDevice(d->local[i]->dev));
+    CUDA_OR_DIE(cudaMemcpy(s->w[i], d->local[i]->stateMem, sizeof(s->w[i]), cudaMemcpyDeviceToHost));
+  }
+}
+
+/* A call that leaves the next one on its own parity (an even number of epochs) must also have
+ * refreshed a line of the other parity, or a run of such calls would let that parity's Lamport
+ * lines age past 2^32 epochs (refreshLamportLine, sync.cuh). Only with a Lamport region. */
+static long refreshChecks; /* calls whose other-parity refresh was checked */
+static void checkRefresh(struct driver* d, const struct refreshState* before, const char* algo) {
+  if (opt.mode != MODE_DIRECT || opt.stagingBytes < 4 * SYMM_LAMPORT_REGION_BYTES) return;
+  struct refreshState after;
+  readRefreshState(d, &after);
+  for (int i = 0; i < d->nlocal; i++) {
+    const uint64_t used = after.w[i][0] - before->w[i][0];
+    if (used == 0 || used % 2 != 0) continue;
+    refreshChecks++;
+    const int other = (int)((before->w[i][0] + 2) & 1u); /* the first epoch's is (e0 + 1) & 1 */
+    TCHECK(after.w[i][2 + other] != before->w[i][2 + other], /* the cursor wraps */
+           "rank %d, %s: %llu epochs, the other parity's Lamport lines not refreshed",
+           d->local[i]->rank, algo, (unsigned long long)used);
+  }
+}
+
 /* Runs `a` with every wanted algorithm on the same data; in nccl mode also NCCL's own. */
 static void runCase(struct driver* d, struct arCall* a, struct hostCase* h, int tries) {
   const int exactForNccl = !opt.real && a->op != ncclAvg;
@@ -146,10 +177,16 @@ static void runCase(struct driver* d, struct arCall* a, struct hostCase* h, int 
       a->exchangeDescs = a->algo == SYMM_ALGO_TWOSHOT && allRanks != NULL && mode == 2;
       a->descMask = (uint32_t)rnd();
       uploadInputs(d, a, h);
+      struct refreshState before;
+      if (opt.mode == MODE_DIRECT) {
+        TCHECK(syncAll(d), "sync before algo=%s", symmAlgoName(a->algo));
+        readRefreshState(d, &before);
+      }
       ncclResult_t r = issueAll(d, a, 0);
       TCHECK(r == ncclSuccess, "issue algo=%s: %s", symmAlgoName(a->algo), ncclGetErrorString(r));
       TCHECK(syncAll(d), "sync algo=%s dtype=%s op=%s count=%zu", symmAlgoName(a->algo),
              arTypeName(a->dtype), arOpName(a->op), a->count);
+      if (opt.mode == MODE_DIRECT) checkRefresh(d, &before, symmAlgoName(a->algo));
       checkResults(d, a, h, "vs host reference", -1.0);
     }
   }
@@ -217,7 +254,22 @@ void sweepLarge(struct driver* d) {
       cases++;
     }
   }
-  if (d->isLeader) printf("large sizes (bf16, float sum, up to %zu MiB): %ld cases\n",
-                          opt.maxBytes >> 20, cases);
+  /* A staged two-shot of two rounds leaves the next call on its own parity: its refresh of the
+   * other parity must show (checkRefresh). Three tries: some may go zero copy (one round). */
+  const size_t twoRounds =
+      opt.mode == MODE_DIRECT ? arTwoShotRoundElems(&d->local[0]->peers, 4) * 3 / 2 : 0;
+  if (twoRounds > 0 && (opt.algoMask & (1u << SYMM_ALGO_TWOSHOT)) &&
+      opt.stagingBytes >= 4 * SYMM_LAMPORT_REGION_BYTES && twoRounds * 4 + 64 <= opt.maxBytes) {
+    const long checksBefore = refreshChecks;
+    struct arCall a = {.dtype = ncclFloat32, .op = ncclSum, .count = twoRounds};
+    hostCaseFill(&h, &a, opt.seed ^ twoRounds);
+    randomOffsets(&a);
+    runCase(d, &a, &h, 3);
+    cases++;
+    TCHECK(refreshChecks > checksBefore, "two-shot of %zu floats: no call of an even number of "
+           "epochs, the refresh check did not run", twoRounds);
+  }
+  if (d->isLeader) printf("large sizes (bf16, float sum, up to %zu MiB): %ld cases, %ld refresh "
+                          "checks\n", opt.maxBytes >> 20, cases, refreshChecks);
   hostCaseFree(&h);
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../src/algos/launch.h"
 #include "../../src/algos/reduce.cuh"
 #include "ar_helpers.h"
 #include "nccl_api.h"
@@ -183,4 +184,8 @@ extern "C" cudaError_t arCompareDevice(const void* a, const void* b, size_t byte
   compareKernel<<<blocks, 256, 0, stream>>>((const unsigned char*)a, (const unsigned char*)b,
                                             bytes, mismatches);
   return cudaGetLastError();
+}
+
+extern "C" size_t arTwoShotRoundElems(const struct symmPeers* peers, size_t esize) {
+  return symm::twoShotSliceMax(peers, symm::halfBytesOf(peers), esize) * (size_t)peers->nranks;
 }

@@ -39,6 +39,11 @@ cudaError_t arAddOneDevice(void* buf, size_t count, ncclDataType_t dtype, cudaSt
 cudaError_t arCompareDevice(const void* a, const void* b, size_t bytes,
                             unsigned long long* mismatches, cudaStream_t stream);
 
+struct symmPeers;
+/* Elements of one two-shot round (all ranks' slices) with this staging, for esize-byte elements:
+ * the launcher's own rule (src/algos/launch.h), so a test can ask for a call of k rounds. */
+size_t arTwoShotRoundElems(const struct symmPeers* peers, size_t esize);
+
 #ifdef __cplusplus
 }
 #endif
