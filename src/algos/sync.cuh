@@ -253,32 +253,34 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
   return *failed == 0;
 }
 
-/* Lamport lines carry only the low 32 bits of their epoch, so a line left untouched for 2^32
- * epochs could look current. Every kernel keeps each line of its own writer slots young: block
- * 0's last thread rewrites one line of the slot of this call's parity, in every rank's region, with
- * this call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3,
- * one per parity). A slot has at most 2^17 lines (2 MiB at 2 ranks, lamportSlotBytes), so every
- * line is rewritten at least once per 2^17 calls of that parity, 2^18 calls in all; a call uses
- * one epoch per round of the two-shot, all-gather push or reduce-scatter pull (the latter two at
- * most kMaxRounds = 2^12, launch.h), so a line is at most 2^30 epochs old, below 2^31. A
- * call's parity is that of its first epoch, and a call of an even number of epochs (two-shot,
- * push or pull of 2, 4, ... rounds) leaves the next call on the same parity: such a call also
- * refreshes a line of the other parity, after its first wait (every peer has then started this
- * call, so finished every earlier one: no reader of that slot is left, and a peer's later
- * Lamport call, whose flag differs, finds our real line after this one in stream order). So
- * every parity is refreshed at least once per two calls, whatever their sizes.
+/* Lamport lines carry only the low 32 bits of their epoch, so a line left untouched for 2^32 epochs
+ * could look current. Every kernel keeps each line of its own writer slots young: block 0's last
+ * thread rewrites one line of the slot of this call's parity, in every rank's region, with this
+ * call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3, one per
+ * parity: the next line, wrapping at the slot's end). A slot has at most 2^17 lines (2 MiB at 2
+ * ranks, lamportSlotBytes), so every line is rewritten at least once per 2^17 calls of that parity,
+ * 2^18 calls in all; a call uses one epoch per round of the two-shot, all-gather push or
+ * reduce-scatter pull (the latter two at most kMaxRounds = 2^12, launch.h), so a line is at most
+ * 2^30 epochs old, below 2^31. A call's parity is that of its first epoch, and a call of an even
+ * number of epochs (two-shot, push or pull of 2, 4, ... rounds) leaves the next call on the same
+ * parity: such a call also refreshes a line of the other parity, after its first wait (every peer
+ * has then started this call, so finished every earlier one: no reader of that slot is left, and a
+ * peer's later Lamport call, whose flag differs, finds our real line after this one in stream
+ * order). So every parity is refreshed at least once per two calls, whatever their sizes.
  * Safe for readers: the slot of this parity was last read in call k-2, which every rank finished
  * before this call could start; and a Lamport call skips the lines it writes itself. */
 __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,
                                                    size_t linesWritten) {
   /* Not thread 0: its cursor load would delay the only line of the smallest calls. */
   if (!a.lamportRegion || blockIdx.x != 0 || threadIdx.x != blockDim.x - 1) return;
-  const size_t slotLines = a.lamportSlot / 16;
+  const uint64_t slotLines = a.lamportSlot / 16;
   const int parity = (int)(epoch & 1u);
   uint64_t* cursor = a.localState + 2 + parity;
-  const uint64_t c = *cursor;
-  *cursor = c + 1;
-  const size_t line = (size_t)(c % slotLines);
+  /* The cursor is the line itself and wraps by comparison: a remainder by the runtime slot size
+   * would put a 64-bit division on this warp's path ahead of its data. */
+  uint64_t line = *cursor;
+  if (line >= slotLines) line = 0;
+  *cursor = line + 1 == slotLines ? 0 : line + 1;
   if (line < linesWritten) return;
   const uint32_t flag = (uint32_t)epoch;
   const size_t off = a.lamportOffset + ((size_t)parity * a.nranks + a.rank) * a.lamportSlot +
