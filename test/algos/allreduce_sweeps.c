@@ -137,7 +137,8 @@ struct refreshState {
 static void readRefreshState(struct driver* d, struct refreshState* s) {
   for (int i = 0; i < d->nlocal; i++) {
     CUDA_OR_DIE(cudaSetDevice(d->local[i]->dev));
-    CUDA_OR_DIE(cudaMemcpy(s->w[i], d->local[i]->stateMem, sizeof(s->w[i]), cudaMemcpyDeviceToHost));
+    CUDA_OR_DIE(
+        cudaMemcpy(s->w[i], d->local[i]->stateMem, sizeof(s->w[i]), cudaMemcpyDeviceToHost));
   }
 }
 
