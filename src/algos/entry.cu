@@ -59,8 +59,8 @@ extern "C" size_t symmAlgosStagingBytes(int nranks, size_t largestMessage) {
   (void)nranks;
   /* Two halves holding the largest message plus the Lamport region; at least 4x the region. */
   const size_t halves = largestMessage > ((size_t)1 << 40) ? ((size_t)1 << 40) : 2 * largestMessage;
-  const size_t want = halves + symm::kLamportRegionBytes;
-  return want < 4 * symm::kLamportRegionBytes ? 4 * symm::kLamportRegionBytes : want;
+  const size_t want = halves + SYMM_LAMPORT_REGION_BYTES;
+  return want < 4 * SYMM_LAMPORT_REGION_BYTES ? 4 * SYMM_LAMPORT_REGION_BYTES : want;
 }
 
 extern "C" size_t symmAlgosPadBytes(void) { return symm::kPadBytes; }

@@ -32,23 +32,21 @@ SYMMCOLL_PARAM_FULL(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048, 1024, INT64_MAX
 
 namespace symm {
 
-const size_t kLamportRegionBytes = SYMM_LAMPORT_REGION_BYTES;
-
 size_t lamportSlotBytes(int nranks) {
   /* At least 2 ranks' worth: a slot's lines must all be refreshed within 2^31 epochs
    * (refreshLamportLine, sync.cuh). */
   const size_t writers = nranks < 2 ? 2 : (size_t)nranks;
-  return (kLamportRegionBytes / 2 / writers) & ~(size_t)15;
+  return (SYMM_LAMPORT_REGION_BYTES / 2 / writers) & ~(size_t)15;
 }
 
 /* Blocks all ranks sharing one GPU may use together (tests only, see gridBlocks). */
 static const int kSharedGpuBlocks = 64;
 
-bool hasLamportRegion(size_t bufferBytes) { return bufferBytes >= 4 * kLamportRegionBytes; }
+bool hasLamportRegion(size_t bufferBytes) { return bufferBytes >= 4 * SYMM_LAMPORT_REGION_BYTES; }
 
 size_t halfBytesOf(const struct symmPeers* peers) {
   const size_t usable =
-      peers->bufferBytes - (hasLamportRegion(peers->bufferBytes) ? kLamportRegionBytes : 0);
+      peers->bufferBytes - (hasLamportRegion(peers->bufferBytes) ? SYMM_LAMPORT_REGION_BYTES : 0);
   return (usable / 2) & ~(size_t)15;
 }
 

@@ -59,7 +59,6 @@ CUresult launchDriverPdl(CUfunction function, unsigned blocks, CUstream stream, 
 /* Lamport region (SYMM_LAMPORT_REGION_BYTES): per parity, one writer slot per rank of
  * lamportSlotBytes(nranks), a multiple of 16 that holds 2x the writer's payload (each 8 bytes
  * travel as 4 data + 4 flag + 4 data + 4 flag). Fewer ranks, larger slots. */
-extern const size_t kLamportRegionBytes;
 size_t lamportSlotBytes(int nranks);
 
 /* One algorithm of a collective, a line in its collective's table: `launch` starts the instance

@@ -358,14 +358,4 @@ __device__ __forceinline__ void storeLine(char* dst, size_t line, size_t bytes, 
       break;                                       \
   }
 
-/* err = (CALL) for every datatype and built-in op but avg (avg runs sum's kernels) with E and
- * Kind set, until the first error: how a kernel family loads every instance it has. Variadic:
- * CALL may hold template commas. */
-#define SYMM_FOR_EACH_TYPE_AND_OP(err, ...)                                    \
-  for (int dt_ = 0; dt_ < (int)ncclNumTypes && (err) == cudaSuccess; dt_++)   \
-    for (int op_ = 0; op_ < (int)ncclNumOps && (err) == cudaSuccess; op_++)   \
-      if (op_ != ncclAvg)                                                      \
-        SYMM_DISPATCH_DTYPE((ncclDataType_t)dt_,                               \
-                            SYMM_DISPATCH_OP((ncclRedOp_t)op_, (err) = (__VA_ARGS__)))
-
 #endif
