@@ -194,7 +194,7 @@ static ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct 
 /* All-gather's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). It moves
  * bits: every datatype has every kernel, whatever the op. */
 static const AlgoKernels kAllGatherAlgos[] = {
-    familyAlgo<LamportFamily<SYMM_COLL_ALLGATHER>>(SYMM_ALGO_LAMPORT, anyTypeAndOp),
+    lamportAlgo<SYMM_COLL_ALLGATHER>(anyTypeAndOp),
     familyAlgo<AllGatherPushFamily>(SYMM_ALGO_PUSH, anyTypeAndOp),
     {SYMM_ALGO_COPYENGINE, launchNoKernel, loadNothing, anyTypeAndOp},
     familyAlgo<AllGatherMultimemFamily>(SYMM_ALGO_MULTIMEM, anyTypeAndOp),

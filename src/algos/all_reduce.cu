@@ -168,7 +168,7 @@ static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct 
 
 /* All-reduce's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). */
 static const AlgoKernels kAllReduceAlgos[] = {
-    familyAlgo<LamportFamily<SYMM_COLL_ALLREDUCE>>(SYMM_ALGO_LAMPORT, anyTypeAndOp),
+    lamportAlgo<SYMM_COLL_ALLREDUCE>(anyTypeAndOp),
     familyAlgo<AllReduceOneShotFamily>(SYMM_ALGO_ONESHOT, anyTypeAndOp),
     {SYMM_ALGO_TWOSHOT, launchTwoShot, loadTwoShot, anyTypeAndOp},
     familyAlgo<AllReduceMultimemFamily>(SYMM_ALGO_MULTIMEM, multimemHasKernel),

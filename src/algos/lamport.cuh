@@ -9,8 +9,10 @@
  * is cleared and stale lines never match (refreshLamportLine keeps every line younger than 2^31
  * epochs). Two passes: wait for all lines first, so a block that gives up wrote no user memory.
  * In place is safe: each block reads its own lines of the input before it writes any output.
- * Each collective's file launches and loads the instances of its own Coll (LamportFamily below),
- * so no instance is compiled twice. */
+ * Slots (sync.cuh) are a template constant: one instance set for a pair (kWriters = 2, 2 MiB
+ * slots) and one for any other world (kWriters = SYMM_MAX_RANKS, 512 KiB); lamportAlgo picks by
+ * world size. Each collective's file launches and loads the instances of its own Coll
+ * (lamportAlgo below), so no instance is compiled twice. */
 #ifndef SYMMCOLL_LAMPORT_CUH
 #define SYMMCOLL_LAMPORT_CUH
 
@@ -20,7 +22,7 @@
 
 namespace symm {
 
-template <typename E, int Kind, int Coll>
+template <typename E, int Kind, int Coll, int kWriters>
 __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   kernelEntry();
   if constexpr (Coll != SYMM_COLL_ALLGATHER) {
@@ -54,8 +56,9 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   Call c;
   if (!openCall<kNoPart>(a, &failed, &c, lines)) return;
   const uint64_t epoch = c.epoch;
-  const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * a.nranks * a.lamportSlot;
-  const size_t mySlot = half + (size_t)a.rank * a.lamportSlot;
+  constexpr size_t kSlot = lamportSlotOf(kWriters);
+  const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * kLamportParityBytes;
+  const size_t mySlot = half + (size_t)a.rank * kSlot;
   /* Lines carry the epoch's low 32 bits (8-byte halves arrive whole; see README for why a stale
    * line never matches). */
   const uint32_t flag = (uint32_t)epoch;
@@ -88,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
       uint4 v[SYMM_MAX_RANKS];
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++)
-        if ((pending >> r) & 1u) v[r] = loadVolatile16(region + (size_t)r * a.lamportSlot + i * 16);
+        if ((pending >> r) & 1u) v[r] = loadVolatile16(region + (size_t)r * kSlot + i * 16);
 #pragma unroll
       for (int r = 0; r < SYMM_MAX_RANKS; r++) {
         if (((pending >> r) & 1u) && v[r].y == flag && v[r].w == flag) {
@@ -126,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
       if (i == firstLine) {
         d[r] = kept[r];
       } else {
-        const uint4 v = loadVolatile16(region + (size_t)r * a.lamportSlot + i * 16);
+        const uint4 v = loadVolatile16(region + (size_t)r * kSlot + i * 16);
         d[r] = make_uint2(v.x, v.z);
       }
     }
@@ -159,12 +162,33 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   endCall(a, epoch, c.ticket);
 }
 
-/* The instances of collective Coll (family.cuh). All-gather moves bits: one instance per
- * datatype (kSum), whatever the op. */
-template <int Coll> struct LamportFamily {
+/* The instances of collective Coll for one slot class (family.cuh). All-gather moves bits: one
+ * instance per datatype (kSum), whatever the op. */
+template <int Coll, int kWriters> struct LamportFamily {
   static constexpr bool kReduces = Coll != SYMM_COLL_ALLGATHER;
-  template <typename E, int Kind> static KernelFn of(bool) { return lamportKernel<E, Kind, Coll>; }
+  template <typename E, int Kind> static KernelFn of(bool) {
+    return lamportKernel<E, Kind, Coll, kWriters>;
+  }
 };
+
+/* Collective Coll's Lamport line of its table: the launch takes the slot class of the world
+ * (lamportWriters, the same rule fillArgs gives the refresh through lamportSlot); the load loads
+ * both classes. */
+template <int Coll>
+cudaError_t launchLamport(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                          const KernelArgs& args) {
+  if (lamportWriters(args.nranks) == 2)
+    return launchFamily<LamportFamily<Coll, 2>>(call, blocks, stream, args);
+  return launchFamily<LamportFamily<Coll, SYMM_MAX_RANKS>>(call, blocks, stream, args);
+}
+template <int Coll> cudaError_t loadLamport() {
+  const cudaError_t err = loadFamily<LamportFamily<Coll, 2>>();
+  return err != cudaSuccess ? err : loadFamily<LamportFamily<Coll, SYMM_MAX_RANKS>>();
+}
+template <int Coll>
+constexpr AlgoKernels lamportAlgo(bool (*exists)(ncclDataType_t, ncclRedOp_t)) {
+  return {SYMM_ALGO_LAMPORT, launchLamport<Coll>, loadLamport<Coll>, exists};
+}
 
 }  // namespace symm
 

@@ -32,12 +32,7 @@ SYMMCOLL_PARAM_FULL(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048, 1024, INT64_MAX
 
 namespace symm {
 
-size_t lamportSlotBytes(int nranks) {
-  /* At least 2 ranks' worth: a slot's lines must all be refreshed within 2^31 epochs
-   * (refreshLamportLine, sync.cuh). */
-  const size_t writers = nranks < 2 ? 2 : (size_t)nranks;
-  return (SYMM_LAMPORT_REGION_BYTES / 2 / writers) & ~(size_t)15;
-}
+size_t lamportSlotBytes(int nranks) { return lamportSlotOf(lamportWriters(nranks)); }
 
 /* Blocks all ranks sharing one GPU may use together (tests only, see gridBlocks). */
 static const int kSharedGpuBlocks = 64;

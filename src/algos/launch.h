@@ -56,9 +56,9 @@ struct Recorder {
 void setRecorder(Recorder* recorder);
 CUresult launchDriverPdl(CUfunction function, unsigned blocks, CUstream stream, void** params);
 
-/* Lamport region (SYMM_LAMPORT_REGION_BYTES): per parity, one writer slot per rank of
- * lamportSlotBytes(nranks), a multiple of 16 that holds 2x the writer's payload (each 8 bytes
- * travel as 4 data + 4 flag + 4 data + 4 flag). Fewer ranks, larger slots. */
+/* Bytes of one writer slot of the Lamport region in a world of nranks (lamportSlotOf, sync.cuh:
+ * 2 MiB for a pair, 512 KiB otherwise); a slot holds 2x its writer's payload (each 8 bytes
+ * travel as 4 data + 4 flag + 4 data + 4 flag). */
 size_t lamportSlotBytes(int nranks);
 
 /* One algorithm of a collective, a line in its collective's table: `launch` starts the instance

@@ -189,7 +189,7 @@ struct ReduceScatterMultimemFamily {
 /* Reduce-scatter's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). Its
  * launcher is the one it shares with all-gather (launch.cu). */
 static const AlgoKernels kReduceScatterAlgos[] = {
-    familyAlgo<LamportFamily<SYMM_COLL_REDUCESCATTER>>(SYMM_ALGO_LAMPORT, anyTypeAndOp),
+    lamportAlgo<SYMM_COLL_REDUCESCATTER>(anyTypeAndOp),
     familyAlgo<ReduceScatterPullFamily>(SYMM_ALGO_PULL, anyTypeAndOp),
     familyAlgo<ReduceScatterMultimemFamily>(SYMM_ALGO_MULTIMEM, multimemHasKernel),
 };

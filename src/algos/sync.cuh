@@ -32,7 +32,7 @@ struct KernelArgs {
    * rank's slice (share) per round, from staging and SYMMCOLL_AR_ROUND_BYTES; >= 16 bytes. */
   size_t sliceMax;
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
-  size_t lamportSlot;                 /* bytes of one writer slot there (lamportSlotBytes) */
+  size_t lamportSlot;                 /* bytes of one writer slot there (lamportSlotOf) */
   int lamportRegion;                  /* the staging buffers have a Lamport region */
   /* All-gather: elements between the ranks' parts of the output; reduce-scatter: between the
    * slices of the input. */
@@ -253,12 +253,25 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
   return *failed == 0;
 }
 
+/* Lamport region layout: two parity halves of kLamportParityBytes; in each, writer w's slot
+ * starts w x lamportSlotOf(writers) bytes in: 2 MiB for a pair (writers = 2), 512 KiB for any other
+ * world (writers = SYMM_MAX_RANKS). Slots are fixed per class, not sized by world size, because
+ * the Lamport kernels take the slot as a template constant (lamport.cuh): as a runtime value its
+ * address arithmetic in the poll loop cost every small call 0.1-0.3 us on an H100 pair. */
+constexpr size_t kLamportParityBytes = SYMM_LAMPORT_REGION_BYTES / 2;
+__host__ __device__ constexpr int lamportWriters(int nranks) {
+  return nranks == 2 ? 2 : SYMM_MAX_RANKS;
+}
+__host__ __device__ constexpr size_t lamportSlotOf(int writers) {
+  return kLamportParityBytes / (size_t)writers;
+}
+
 /* Lamport lines carry only the low 32 bits of their epoch, so a line left untouched for 2^32 epochs
  * could look current. Every kernel keeps each line of its own writer slots young: block 0's last
  * thread rewrites one line of the slot of this call's parity, in every rank's region, with this
  * call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3, one per
  * parity: the next line, wrapping at the slot's end). A slot has at most 2^17 lines (2 MiB at 2
- * ranks, lamportSlotBytes), so every line is rewritten at least once per 2^17 calls of that parity,
+ * ranks, lamportSlotOf), so every line is rewritten at least once per 2^17 calls of that parity,
  * 2^18 calls in all; a call uses one epoch per round of the two-shot, all-gather push or
  * reduce-scatter pull (the latter two at most kMaxRounds = 2^12, launch.h), so a line is at most
  * 2^30 epochs old, below 2^31. A call's parity is that of its first epoch, and a call of an even
@@ -283,8 +296,8 @@ __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t
   *cursor = line + 1 == slotLines ? 0 : line + 1;
   if (line < linesWritten) return;
   const uint32_t flag = (uint32_t)epoch;
-  const size_t off = a.lamportOffset + ((size_t)parity * a.nranks + a.rank) * a.lamportSlot +
-                     line * 16;
+  const size_t off = a.lamportOffset + (size_t)parity * kLamportParityBytes +
+                     (size_t)a.rank * a.lamportSlot + line * 16;
   for (int r = 0; r < a.nranks; r++)
     asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(a.staging[r] + off),
                  "r"(0u), "r"(flag), "r"(0u), "r"(flag)

@@ -121,8 +121,8 @@ void symmCopyEngineRelease(const struct symmPeers* peers, cudaStream_t stream);
 #define SYMM_LAMPORT_REGION_BYTES ((size_t)8 << 20)
 
 /* Largest payload of one writer of the Lamport kernels (symmCollBytes: the whole message of an
- * all-reduce, one rank's share of the others) in a world of nranks: 1 MiB at 2 ranks, 512 KiB at
- * 4, 256 KiB at 8. */
+ * all-reduce, one rank's share of the others) in a world of nranks: 1 MiB at 2 ranks, 256 KiB
+ * otherwise. */
 size_t symmLamportMaxBytes(int nranks);
 
 /* Most thread blocks of any kernel of ours (grids pair block b with block b on every peer). */
