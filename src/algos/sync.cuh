@@ -257,7 +257,7 @@ __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOu
  * starts w x lamportSlotOf(writers) bytes in: 2 MiB for a pair (writers = 2), 512 KiB for any other
  * world (writers = SYMM_MAX_RANKS). Slots are fixed per class, not sized by world size, because
  * the Lamport kernels take the slot as a template constant (lamport.cuh): as a runtime value its
- * address arithmetic in the poll loop cost every small call 0.1-0.3 us on an H100 pair. */
+ * address arithmetic in the poll loop cost every small call 0.05-0.3 us on an H100 pair. */
 constexpr size_t kLamportParityBytes = SYMM_LAMPORT_REGION_BYTES / 2;
 __host__ __device__ constexpr int lamportWriters(int nranks) {
   return nranks == 2 ? 2 : SYMM_MAX_RANKS;
