@@ -85,9 +85,14 @@ static void testAvailability(void) {
   CHECK(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT));
   in.bytes = symmLamportMaxBytes(2) + 8;
   CHECK(!(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT)));
-  /* Its slots shrink as ranks grow: 1 MiB of payload per writer at 2 ranks, 256 KiB at 8. */
+  /* Two slot classes (the kernels' template constant): 1 MiB of payload per writer for a pair,
+   * 256 KiB for any other world. */
   CHECK(symmLamportMaxBytes(2) == (size_t)1 << 20);
-  CHECK(symmLamportMaxBytes(8) == (size_t)256 << 10);
+  for (int n = 3; n <= 8; n++) CHECK(symmLamportMaxBytes(n) == (size_t)256 << 10);
+  in = tin(SYMM_COLL_ALLGATHER, 4, ncclFloat32, ncclSum, 4 * symmLamportMaxBytes(4));
+  CHECK(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT));
+  in.bytes += 4 * 16;
+  CHECK(!(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT)));
   in = tin(SYMM_COLL_ALLREDUCE, 8, ncclFloat32, ncclSum, symmLamportMaxBytes(8) + 16);
   CHECK(!(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT)));
   in.bytes = 1024;
