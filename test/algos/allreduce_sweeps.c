@@ -147,7 +147,7 @@ static void readRefreshState(struct driver* d, struct refreshState* s) {
  * lines age past 2^32 epochs (refreshLamportLine, sync.cuh). Only with a Lamport region. */
 static long refreshChecks; /* calls whose other-parity refresh was checked */
 static void checkRefresh(struct driver* d, const struct refreshState* before, const char* algo) {
-  if (opt.mode != MODE_DIRECT || opt.stagingBytes < 4 * SYMM_LAMPORT_REGION_BYTES) return;
+  if (opt.mode != MODE_DIRECT || !arHasLamportRegion(&d->local[0]->peers)) return;
   struct refreshState after;
   readRefreshState(d, &after);
   for (int i = 0; i < d->nlocal; i++) {
@@ -260,7 +260,7 @@ void sweepLarge(struct driver* d) {
   const size_t twoRounds =
       opt.mode == MODE_DIRECT ? arTwoShotRoundElems(&d->local[0]->peers, 4) * 3 / 2 : 0;
   if (twoRounds > 0 && (opt.algoMask & (1u << SYMM_ALGO_TWOSHOT)) &&
-      opt.stagingBytes >= 4 * SYMM_LAMPORT_REGION_BYTES && twoRounds * 4 + 64 <= opt.maxBytes) {
+      arHasLamportRegion(&d->local[0]->peers) && twoRounds * 4 + 64 <= opt.maxBytes) {
     const long checksBefore = refreshChecks;
     struct arCall a = {.dtype = ncclFloat32, .op = ncclSum, .count = twoRounds};
     hostCaseFill(&h, &a, opt.seed ^ twoRounds);

@@ -189,3 +189,7 @@ extern "C" cudaError_t arCompareDevice(const void* a, const void* b, size_t byte
 extern "C" size_t arTwoShotRoundElems(const struct symmPeers* peers, size_t esize) {
   return symm::twoShotSliceMax(peers, symm::halfBytesOf(peers), esize) * (size_t)peers->nranks;
 }
+
+extern "C" int arHasLamportRegion(const struct symmPeers* peers) {
+  return symm::hasLamportRegion(peers->bufferBytes);
+}

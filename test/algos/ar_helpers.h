@@ -43,6 +43,8 @@ struct symmPeers;
 /* Elements of one two-shot round (all ranks' slices) with this staging, for esize-byte elements:
  * the launcher's own rule (src/algos/launch.h), so a test can ask for a call of k rounds. */
 size_t arTwoShotRoundElems(const struct symmPeers* peers, size_t esize);
+/* Whether these peers' staging buffers have a Lamport region (the library's rule). */
+int arHasLamportRegion(const struct symmPeers* peers);
 
 #ifdef __cplusplus
 }
