@@ -144,10 +144,11 @@ static void readRefreshState(struct driver* d, struct refreshState* s) {
 
 /* A call that leaves the next one on its own parity (an even number of epochs) must also have
  * refreshed a line of the other parity, or a run of such calls would let that parity's Lamport
- * lines age past 2^32 epochs (refreshLamportLine, sync.cuh). Only with a Lamport region. */
+ * lines age past 2^32 epochs (refreshLamportLine, sync.cuh). Only with a Lamport region; direct
+ * mode only (the caller reads `before` there). */
 static long refreshChecks; /* calls whose other-parity refresh was checked */
 static void checkRefresh(struct driver* d, const struct refreshState* before, const char* algo) {
-  if (opt.mode != MODE_DIRECT || !arHasLamportRegion(&d->local[0]->peers)) return;
+  if (!arHasLamportRegion(&d->local[0]->peers)) return;
   struct refreshState after;
   readRefreshState(d, &after);
   for (int i = 0; i < d->nlocal; i++) {
