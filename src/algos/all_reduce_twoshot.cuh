@@ -178,9 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
     } else if (!blockWait(a, kSigStart, epoch, &failed)) {
       return;
     }
-    /* Every peer has started this call, so finished the calls before it: an even number of
-     * rounds keeps the next call's parity, so refresh the other one here (sync.cuh). */
-    if (round == 0 && (p.rounds & 1u) == 0) refreshLamportLine(a, epoch0 + 1, 0);
+    if (round == 0) refreshOtherParity(a, epoch0, p.rounds);
     /* B: reduce our slice in rank order; write the output and every peer's gather slot. */
     const TwoShotSlice s = twoShotSlice(a, p, round, me, N);
     const char* srcs[SYMM_MAX_RANKS];

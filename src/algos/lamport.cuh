@@ -172,8 +172,7 @@ template <int Coll, int kWriters> struct LamportFamily {
 };
 
 /* Collective Coll's Lamport line of its table: the launch takes the slot class of the world
- * (lamportWriters, the same rule fillArgs gives the refresh through lamportSlot); the load loads
- * both classes. */
+ * (lamportWriters, the same rule refreshLamportLine uses); the load loads both classes. */
 template <int Coll>
 cudaError_t launchLamport(const struct symmLaunch* call, int blocks, cudaStream_t stream,
                           const KernelArgs& args) {

@@ -58,7 +58,6 @@ void fillArgs(const struct symmLaunch* call, const struct symmPeers* peers, Kern
   args->halfBytes = halfBytesOf(peers);
   args->lamportOffset = 2 * args->halfBytes;
   args->lamportRegion = hasLamportRegion(peers->bufferBytes);
-  args->lamportSlot = lamportSlotBytes(peers->nranks);
   args->deadlineNs = (uint64_t)symmParamSpinDeadlineMs() * 1000000ull;
   args->rank = peers->rank;
   args->nranks = peers->nranks;

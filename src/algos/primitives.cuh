@@ -287,7 +287,7 @@ struct SliceLayout {
 /* ---------------------------------------------------------------------------------------------
  * Lamport (LL) lines: every 8 bytes of payload travel as one 16-byte store {data0, flag, data1,
  * flag} (8-byte halves arrive whole, as NCCL's LL protocol relies on); flag = the low 32 bits of
- * the call's epoch. A writer slot (KernelArgs.lamportSlot) holds 2x the largest payload. */
+ * the call's epoch. A writer slot (lamportSlotOf, sync.cuh) holds 2x the largest payload. */
 
 __device__ __forceinline__ uint4 loadVolatile16(const char* p) {
   uint4 v;

@@ -111,9 +111,7 @@ __device__ __forceinline__ bool runRounds(const KernelArgs& a, uint64_t e0, uint
     const uint64_t e = e0 + k;
     if (k == 1) {
       if (!blockWait(a, kSigStart, e0, failed)) return false;
-      /* Every peer has started this launch, so finished the calls before it: an even number
-       * of rounds keeps the next call's parity, so refresh the other one here (sync.cuh). */
-      if ((rounds & 1u) == 0) refreshLamportLine(a, e0 + 1, 0);
+      refreshOtherParity(a, e0, rounds);
     }
     if (k >= 2 && !blockWait(a, kSigMid, e - 2, failed)) return false;
     remote(k, halfOf(a, e));

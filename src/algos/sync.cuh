@@ -32,7 +32,6 @@ struct KernelArgs {
    * rank's slice (share) per round, from staging and SYMMCOLL_AR_ROUND_BYTES; >= 16 bytes. */
   size_t sliceMax;
   size_t lamportOffset;               /* start of the Lamport region in each staging buffer */
-  size_t lamportSlot;                 /* bytes of one writer slot there (lamportSlotOf) */
   int lamportRegion;                  /* the staging buffers have a Lamport region */
   /* All-gather: elements between the ranks' parts of the output; reduce-scatter: between the
    * slices of the input. */
@@ -286,7 +285,8 @@ __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t
                                                    size_t linesWritten) {
   /* Not thread 0: its cursor load would delay the only line of the smallest calls. */
   if (!a.lamportRegion || blockIdx.x != 0 || threadIdx.x != blockDim.x - 1) return;
-  const uint64_t slotLines = a.lamportSlot / 16;
+  const size_t slot = lamportSlotOf(lamportWriters(a.nranks));
+  const uint64_t slotLines = slot / 16;
   const int parity = (int)(epoch & 1u);
   uint64_t* cursor = a.localState + 2 + parity;
   /* The cursor is the line itself and wraps by comparison: a remainder by the runtime slot size
@@ -297,11 +297,19 @@ __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t
   if (line < linesWritten) return;
   const uint32_t flag = (uint32_t)epoch;
   const size_t off = a.lamportOffset + (size_t)parity * kLamportParityBytes +
-                     (size_t)a.rank * a.lamportSlot + line * 16;
+                     (size_t)a.rank * slot + line * 16;
   for (int r = 0; r < a.nranks; r++)
     asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(a.staging[r] + off),
                  "r"(0u), "r"(flag), "r"(0u), "r"(flag)
                  : "memory");
+}
+
+/* A call of `rounds` epochs from e0, after its first wait: every peer has started this call, so
+ * finished the calls before it; an even number of epochs keeps the next call on e0's parity, so
+ * refresh a line of the other one now (refreshLamportLine says why that is safe). */
+__device__ __forceinline__ void refreshOtherParity(const KernelArgs& a, uint64_t e0,
+                                                   uint32_t rounds) {
+  if ((rounds & 1u) == 0) refreshLamportLine(a, e0 + 1, 0);
 }
 
 /* End of every kernel that completed: the holder of the last ticket publishes the last epoch
