@@ -11,13 +11,15 @@
 #
 # usage: perf/compare.sh [results-dir]
 # env:   DTYPE (bfloat16), MIN_BYTES (8), MAX_BYTES (256M), ITERS (20), WARMUP (5), GRAPH (0:
-#        eager; N: -G N, e.g. 20), WINDOWS (1; 0: plain buffers only, half the runs), NGPUS (all
+#        eager; N: -G N, e.g. 20), REPS (runs per library: 4 eager, 2 with GRAPH), WINDOWS (1; 0:
+#        plain buffers only, half the runs), NGPUS (all
 #        visible), BUILD_DIR (build; absolute, or relative to the current directory, as is
 #        results-dir), NCCL_HOME (NCCL root), GPU_ARCHS, EXTRA_ARGS (more perf flags), PERF_BIN
 #        (a directory of prebuilt *_perf binaries: no build)
-# Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x 2 = 24 runs of a perf binary; measured
-# besides the build: GRAPH=10 MAX_BYTES=1G 157-167 s on 4x H200, eager to 64 MiB about 86 s
-# there and 60 s on 2x H200.
+# Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x REPS = 24 runs of a perf binary in graph
+# mode, 48 eager; measured besides the build: GRAPH=10 MAX_BYTES=1G 157-167 s on 4x H200 and
+# 110-113 s on 2x H100; eager with two runs each, to 64 MiB, about 86 s on 4x H200 and 60 s on 2x
+# H200, to 1 GiB 69 s on 2x H100; eager with four, to 1 MiB, 113-116 s on 2x H100.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=perf/build_env.sh
@@ -52,6 +54,10 @@ mkdir -p "$results"
 dtype=${DTYPE:-bfloat16}
 common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-256M}" -f 2 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1 -d "$dtype" -P "$NGPUS")
 [ "${GRAPH:-0}" != 0 ] && common+=(-G "$GRAPH")
+# Runs per library: eager small sizes are host-bound, and one slow run moves a median of two
+# (2x H100: single runs 1.5-4x the other made 0.66-0.99x rows), so eager takes four.
+reps=${REPS:-$([ "${GRAPH:-0}" != 0 ] && echo 2 || echo 4)}
+common+=(--compare_reps "$reps")
 # shellcheck disable=SC2206
 [ -n "${EXTRA_ARGS:-}" ] && common+=($EXTRA_ARGS)
 variants=(plain)

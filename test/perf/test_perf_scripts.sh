@@ -121,7 +121,8 @@ check compare_runs_count '[ "${runs:-0}" = 6 ]' "the fake binaries ran ${runs:-0
 # ---- compare.sh: what it runs and the table it prints -----------------------------------------
 out=$tmp/compare.out
 check compare_r2_runs '[ "$(grep -c -- " -R 2 -X .*\.R2$" "$FAKE_LOG")" = 3 ]' "$(cat "$FAKE_LOG")"
-check compare_defaults 'grep -q -- "-b 8 -e 256M -f 2 -n 20 -w 5 -c 1 -d bfloat16 -P 2 -X" "$FAKE_LOG"' "$(head -1 "$FAKE_LOG")"
+# Eager by default: four runs per library.
+check compare_defaults 'grep -q -- "-b 8 -e 256M -f 2 -n 20 -w 5 -c 1 -d bfloat16 -P 2 --compare_reps 4 -X" "$FAKE_LOG"' "$(head -1 "$FAKE_LOG")"
 for coll in all_reduce all_gather reduce_scatter; do
   check "table_$coll" 'grep -q "^# $coll (bfloat16 sum): out-of-place time" "$out"' "$(cat "$out")"
   check "summary_$coll" 'grep -q "^# $coll: ours vs NCCL.s best: worst .* | ours -R 2 vs NCCL.s best: " "$out"' "$(cat "$out")"
@@ -138,7 +139,7 @@ check results_md 'grep -q "^## All-reduce, bfloat16" "$tmp/cwd/res/RESULTS.md"' 
    "$src/perf/compare.sh" res2 >"$tmp/compare2.out" 2>&1)
 rc=$?
 check graph_exit '[ $rc -eq 1 ] && grep -q "all_gather failed or found wrong data" "$tmp/compare2.out"' "exit $rc"
-check graph_args '[ "$(grep -c -- "-e 64K .*-G 20 -X" "$FAKE_LOG")" = 3 ] && ! grep -q -- "-R 2" "$FAKE_LOG"' "$(cat "$FAKE_LOG")"
+check graph_args '[ "$(grep -c -- "-e 64K .*-G 20 --compare_reps 2 -X" "$FAKE_LOG")" = 3 ] && ! grep -q -- "-R 2" "$FAKE_LOG"' "$(cat "$FAKE_LOG")"
 check graph_summary 'grep -q "^# all_reduce: ours vs NCCL.s best: .*below 1.0x: none$" "$tmp/compare2.out"' \
   "$(grep "^# all_reduce:" "$tmp/compare2.out")"
 
@@ -146,10 +147,11 @@ check graph_summary 'grep -q "^# all_reduce: ours vs NCCL.s best: .*below 1.0x: 
 mkdir -p "$tmp/prebuilt"
 for c in all_reduce all_gather reduce_scatter; do cp "$FAKE_PERF" "$tmp/prebuilt/${c}_perf"; done
 : >"$FAKE_LOG"
-(cd "$tmp/cwd" && BUILD_DIR=$tmp/nobuild PERF_BIN=$tmp/prebuilt WINDOWS=0 MAX_BYTES=64K \
+(cd "$tmp/cwd" && BUILD_DIR=$tmp/nobuild PERF_BIN=$tmp/prebuilt WINDOWS=0 MAX_BYTES=64K REPS=3 \
    "$src/perf/compare.sh" res3 >"$tmp/compare3.out" 2>&1)
 rc=$?
 check prebuilt_runs '[ $rc -eq 0 ] && [ -f "$tmp/cwd/res3/all_reduce.csv" ]' "exit $rc: $(tail -5 "$tmp/compare3.out")"
+check reps_knob '[ "$(grep -c -- "--compare_reps 3 -X" "$FAKE_LOG")" = 3 ]' "$(cat "$FAKE_LOG")"
 check prebuilt_no_build '[ ! -e "$tmp/nobuild" ]' "built into $tmp/nobuild: $(ls "$tmp/nobuild" 2>&1)"
 check prebuilt_count '[ "$(grep -c "^fake " "$FAKE_LOG")" = 3 ]' "$(cat "$FAKE_LOG")"
 
