@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Host time of one eager 1 KiB all-reduce through ncclAllReduce on libsymmcoll's path, against
- * one bare kernel launch. Ranks are threads on one GPU (run it with SYMMCOLL_NCCL_LIB naming the
+/* Host time of one eager 1 KiB all-reduce through ncclAllReduce (or, with --coll, all-gather or
+ * reduce-scatter of 1 KiB of output or input) on libsymmcoll's path, against one bare kernel
+ * launch. Ranks are threads on one GPU (run it with SYMMCOLL_NCCL_LIB naming the
  * test bootstrap's libnccl.so.2); each rank times its own calls, one by one. Three kinds of call
  * are timed, interleaved in blocks of --sync calls (the stream is synchronized after each, so
  * the GPU never backs up), in an order that rotates every round, so that drift falls on all
  * three alike:
- *   ours     ncclAllReduce;
+ *   ours     ncclAllReduce (--coll: ncclAllGather, ncclReduceScatter), in place;
  *   meet     a bare cuLaunchKernel of a kernel that, like ours, waits on the GPU for its peers'
  *            launches (so it queues behind a waiting kernel, as ours does);
  *   replica  the meet launch with the CUDA calls our path makes around its launch;
@@ -33,6 +34,17 @@ static int nranks = 2, calls = 10000, rounds = 10, syncEvery = 100, warmup = 500
 static int oneThreadMode; /* --one-thread 1 */
 static int turn; /* --turns: the rank whose calls are next (atomic) */
 static size_t bytes = 1024;
+/* --coll: which collective "ours" calls; bytes is the all-reduce's buffer, the all-gather's
+ * output and the reduce-scatter's input (every rank's part together). */
+enum coll { COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER };
+static enum coll coll = COLL_ALLREDUCE;
+static const char* const collNames[] = {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter"};
+static int collOf(const char* arg) {
+  static const char* const args[] = {"all_reduce", "all_gather", "reduce_scatter"};
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(arg, args[i])) return i;
+  return -1;
+}
 static ncclUniqueId uid;
 static pthread_barrier_t barrier;
 
@@ -125,8 +137,8 @@ static void loadBareKernels(void) {
  * apart), interleaved turn by turn so that drift (clocks, the other thread, the
  * driver's state) falls on all three alike. */
 enum kind { KIND_OURS, KIND_MEET, KIND_REPLICA, KIND_DRIVER_REPLICA, KINDS };
-static const char* const kindNames[KINDS] = {"ncclAllReduce", "meet launch", "replica",
-                                             "driver replica"};
+static const char* kindNames[KINDS] = {"ncclAllReduce", "meet launch", "replica",
+                                       "driver replica"};
 
 struct samples {
   double p10, p50, p90;
@@ -146,8 +158,16 @@ struct rankCtx {
   char meetArgs[328];
 };
 
-static __attribute__((noinline)) void issueAllReduce(struct rankCtx* c) {
-  NK(ncclAllReduce(c->buf, c->buf, c->count, ncclFloat32, ncclSum, c->comm, c->stream));
+static __attribute__((noinline)) void issueOurs(struct rankCtx* c) {
+  /* In place: rank r's part of the all-gather's output or the reduce-scatter's input. */
+  const size_t part = c->count / (size_t)nranks;
+  float* mine = c->buf + (size_t)c->rank * part;
+  if (coll == COLL_ALLREDUCE)
+    NK(ncclAllReduce(c->buf, c->buf, c->count, ncclFloat32, ncclSum, c->comm, c->stream));
+  else if (coll == COLL_ALLGATHER)
+    NK(ncclAllGather(mine, c->buf, part, ncclFloat32, c->comm, c->stream));
+  else
+    NK(ncclReduceScatter(c->buf, mine, part, ncclFloat32, ncclSum, c->comm, c->stream));
 }
 
 static __attribute__((noinline)) void issueMeet(struct rankCtx* c) {
@@ -201,7 +221,7 @@ static __attribute__((noinline)) void issueDriverReplica(struct rankCtx* c) {
 }
 
 static void issue(struct rankCtx* c, enum kind k) {
-  if (k == KIND_OURS) issueAllReduce(c);
+  if (k == KIND_OURS) issueOurs(c);
   else if (k == KIND_MEET) issueMeet(c);
   else if (k == KIND_REPLICA) issueReplica(c);
   else issueDriverReplica(c);
@@ -223,7 +243,7 @@ static void passTurn(int rank) { __atomic_store_n(&turn, (rank + 1) % nranks, __
 static void driveRanks(struct rankCtx** cs, int n) {
   if (n > 1) {
     NK(ncclGroupStart());
-    for (int q = 0; q < n; q++) issueAllReduce(cs[q]);
+    for (int q = 0; q < n; q++) issueOurs(cs[q]);
     NK(ncclGroupEnd());
   }
   /* Not in turns: the first call of ours waits inside the call for its peers' first calls. */
@@ -359,19 +379,24 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--bytes")) bytes = (size_t)atol(argv[i + 1]);
     else if (!strcmp(argv[i], "--turns")) turns = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--one-thread")) oneThreadMode = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--coll") && collOf(argv[i + 1]) >= 0)
+      coll = (enum coll)collOf(argv[i + 1]);
     else {
       fprintf(stderr, "usage: host_path [--ranks 2] [--calls 10000] [--rounds 10] [--sync 100] "
-              "[--bytes 1024] [--turns K] [--one-thread 1]\n");
+              "[--bytes 1024] [--turns K] [--one-thread 1] "
+              "[--coll all_reduce|all_gather|reduce_scatter]\n");
       return 2;
     }
   }
+  kindNames[KIND_OURS] = collNames[coll];
   /* Turns: every rank's stream is synchronized only after its peers had their turn; every round
    * holds whole blocks of --sync calls. */
-  if (nranks < 1 || nranks > 8 || calls < 10 || syncEvery < 1 || bytes < sizeof(float) ||
+  if (nranks < 1 || nranks > 8 || calls < 10 || syncEvery < 1 ||
+      bytes < sizeof(float) * (coll == COLL_ALLREDUCE ? 1u : (size_t)nranks) ||
       turns < 0 || (turns > 0 && syncEvery % turns != 0) || rounds < 1 ||
       calls % (rounds * syncEvery) != 0 || warmup % syncEvery != 0 || (oneThreadMode && turns)) {
     fprintf(stderr, "host_path: --calls must be a multiple of --rounds x --sync, --sync of --turns; "
-            "--one-thread takes no --turns\n");
+            "--one-thread takes no --turns; all-gather and reduce-scatter need a float per rank\n");
     return 2;
   }
   int ndev = 0;
@@ -402,8 +427,9 @@ int main(int argc, char** argv) {
 
   int version = 0;
   (void)ncclGetVersion(&version);
-  printf("host_path: %d ranks on one GPU, %zu-byte float sum, %d calls per rank of each kind in "
-         "%d rounds, sync every %d, %s %d (NCCL version %d)\n", nranks, bytes, calls, rounds,
+  printf("host_path: %d ranks on one GPU, %s of %zu bytes of floats (sum), %d calls per rank of "
+         "each kind in %d rounds, sync every %d, %s %d (NCCL version %d)\n", nranks,
+         collNames[coll], bytes, calls, rounds,
          syncEvery, oneThreadMode ? "one thread driving every rank, call by call" :
          turns ? "rank threads taking turns of" : "rank threads calling at once", turns, version);
   printf("  bare cuLaunchKernel, idle GPU: %.3f us (328-byte argument), %.3f us (4-byte)\n",
