@@ -53,7 +53,11 @@ extern "C" int symmAlgoFits(enum symmColl coll, enum symmAlgo algo, size_t bytes
   return perWriter <= symmLamportMaxBytes(nranks) && symm::hasLamportRegion(stagingBytes);
 }
 
-extern "C" size_t symmLamportMaxBytes(int nranks) { return symm::lamportSlotBytes(nranks) / 2; }
+/* A writer slot (sync.cuh) holds 2x its writer's payload: each 8 bytes travel as 4 data + 4 flag
+ * + 4 data + 4 flag. */
+extern "C" size_t symmLamportMaxBytes(int nranks) {
+  return symm::lamportSlotOf(symm::lamportWriters(nranks)) / 2;
+}
 
 extern "C" size_t symmAlgosStagingBytes(int nranks, size_t largestMessage) {
   (void)nranks;

@@ -32,8 +32,6 @@ SYMMCOLL_PARAM_FULL(ArBytesPerBlock, "AR_BYTES_PER_BLOCK", 2048, 1024, INT64_MAX
 
 namespace symm {
 
-size_t lamportSlotBytes(int nranks) { return lamportSlotOf(lamportWriters(nranks)); }
-
 /* Blocks all ranks sharing one GPU may use together (tests only, see gridBlocks). */
 static const int kSharedGpuBlocks = 64;
 

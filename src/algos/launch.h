@@ -56,11 +56,6 @@ struct Recorder {
 void setRecorder(Recorder* recorder);
 CUresult launchDriverPdl(CUfunction function, unsigned blocks, CUstream stream, void** params);
 
-/* Bytes of one writer slot of the Lamport region in a world of nranks (lamportSlotOf, sync.cuh:
- * 2 MiB for a pair, 512 KiB otherwise); a slot holds 2x its writer's payload (each 8 bytes
- * travel as 4 data + 4 flag + 4 data + 4 flag). */
-size_t lamportSlotBytes(int nranks);
-
 /* One algorithm of a collective, a line in its collective's table: `launch` starts the instance
  * a call needs (datatype, op and variant from the call) with `blocks` x kThreads threads, `load`
  * loads every instance into the current device's context (symmAlgosLoadKernels), `exists` says
