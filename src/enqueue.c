@@ -184,6 +184,39 @@ static void readState(struct call* c) {
   c->f.failure = symmFailureGet(&c->comm->failure);
 }
 
+static void gatherOne(struct call* c, unsigned need);
+static void unlockCall(struct call* c);
+
+static int communicatorFailed(struct symmComm* comm) {
+  return symmCommPollHealth(comm) != ncclSuccess;
+}
+
+/* SYMM_NEED_GRAPH_PEERS, with the lock held: the exchange waits for the peers, so without it
+ * (teardown waits for the lock, not for peers); then the lock's facts again. Inside a group, or
+ * with our kernels unable to run, this rank says no at once (the peers then do not wait). */
+static void exchangeGraphPeers(struct call* c) {
+  struct symmRouteFacts* f = &c->f;
+  struct symmComm* comm = c->comm;
+  const struct symmTask* task = c->task;
+  f->graphPeers = 0;
+  struct symmTransport* t = symmTransportGraphPeersBegin(comm);
+  if (t == NULL) return; /* detached: the route sees it (stillOurs) */
+  struct symmCapture cap;
+  const int join = symmCaptureOf(task->stream, &cap) == ncclSuccess && cap.active &&
+                   f->groupDepth == 0 && f->peersLive && f->health == ncclSuccess;
+  const void* inPlace = task->coll == SYMM_COLL_ALLGATHER ? task->recvbuff : task->sendbuff;
+  const size_t bytes = symmCollBytes(task->coll, task->count, symmTypeSize(task->datatype),
+                                     comm->nranks);
+  unlockCall(c);
+  const int got = symmTransportGraphPeers(comm, t, inPlace, bytes, join, join ? cap.graph : NULL,
+                                          communicatorFailed, c->windowPeers);
+  f->graphPeers = got > 0;
+  gatherOne(c, SYMM_NEED_LOCK);
+  if (got < 0) symmCommFail(comm, SYMM_ERR_LAUNCH, 1); /* peers run it in place; we cannot */
+  gatherOne(c, SYMM_NEED_HEALTH);
+  f->gone = __atomic_load_n(&comm->gone, __ATOMIC_ACQUIRE);
+}
+
 /* Finds out one group of facts the route asked for (src/include/route.h says what each means);
  * nothing but the communicator's own group when there is no communicator. */
 static void gatherOne(struct call* c, unsigned need) {
@@ -252,8 +285,12 @@ static void gatherOne(struct call* c, unsigned need) {
       f->registered = symmTransportFindWindow(comm, inPlace, bytes, c->windowPeers) != 0;
       f->multicastReady = symmTransportMulticastReady(comm) != 0;
       f->stagingBytes = symmTransportStagingBytes(comm);
+      f->graphPeersReady = symmTransportGraphPeersReady(comm);
       break;
     }
+    case SYMM_NEED_GRAPH_PEERS:
+      exchangeGraphPeers(c);
+      break;
     case SYMM_NEED_CAPTURE: {
       struct symmCapture cap;
       f->captured = symmCaptureOf(task->stream, &cap) != ncclSuccess || cap.active;

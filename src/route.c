@@ -106,6 +106,23 @@ size_t symmRouteLargestStaged(const struct symmTuneInput* comm, int ctaPolicy) {
  * multicast and the knobs, which the cache's key holds, can change it. */
 static int repeatable(const struct symmRouteFacts* f) { return f->groupDepth == 0 && f->peersLive; }
 
+/* Captured all-gather push and reduce-scatter pull on plain buffers run in place, as on
+ * symmetric windows, where the tuner would run them so on a window (large enough) and the
+ * buffers can be exchanged (src/transport/graphpeers.c). Inputs agreed on every rank, capture
+ * aside (ranks capture the same calls): so every rank asks for the same exchanges. Such routes
+ * are never remembered: whether a call is captured is not part of the repeat cache's key. */
+static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct symmTask* t,
+                                  const struct symmRoute* r) {
+  if (!f->graphPeersReady || f->registered || t->coll == SYMM_COLL_ALLREDUCE ||
+      r->algo == SYMM_ALGO_COPYENGINE)
+    return 0;
+  const struct symmTuneInput windowed = {
+      .coll = t->coll, .nranks = f->nranks, .datatype = t->datatype,
+      .bytes = symmCollBytes(t->coll, t->count, symmTypeSize(t->datatype), f->nranks),
+      .registered = 1};
+  return symmTunerZeroCopy(&windowed, r->algo);
+}
+
 /* ---- the route ------------------------------------------------------------------------------ */
 
 static struct symmRoute need(unsigned what) {
@@ -241,10 +258,22 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
     return fwd;
   }
   if (!f->needsStaging) {
+    const int graphCandidate = graphZeroCopyCandidate(f, t, &r);
+    if (graphCandidate) {
+      if (!(f->have & SYMM_NEED_CAPTURE)) return need(SYMM_NEED_CAPTURE);
+      if (f->captured) {
+        if (!(f->have & SYMM_NEED_GRAPH_PEERS)) return need(SYMM_NEED_GRAPH_PEERS);
+        /* The exchange waited without the lock: what the lock guards is read again. */
+        if (f->gone) return refuse(f, ncclInvalidUsage);
+        if (f->health != ncclSuccess) return refuse(f, f->health);
+        if (!f->stillOurs) return forward(1);
+        r.zeroCopy = f->graphPeers;
+      }
+    }
     r.when = f->groupDepth > 0 ? SYMM_WHEN_GROUP_END
              : f->peersLive    ? SYMM_WHEN_NOW
                                : SYMM_WHEN_ISSUE;
-    r.remember = r.when == SYMM_WHEN_NOW;
+    r.remember = r.when == SYMM_WHEN_NOW && !graphCandidate;
     return r;
   }
   /* The first call given to our kernels builds staging, on every rank alike (the decision uses

@@ -39,6 +39,10 @@ enum symmRouteNeed {
   SYMM_NEED_REPEAT = 1u << 6,  /* the route an identical recent call got (under the lock) */
   SYMM_NEED_WINDOW = 1u << 7,  /* the call's buffer in a symmetric window, the tuner's inputs */
   SYMM_NEED_CAPTURE = 1u << 8, /* whether the call's stream is capturing */
+  /* Exchange the call's plain buffer with the peers for zero copy in its graph (collective:
+   * every rank's route asks for the same calls; waits for the peers; under launchLock on
+   * return, with the lock's facts read again) */
+  SYMM_NEED_GRAPH_PEERS = 1u << 9,
 };
 
 struct symmRoute;
@@ -79,8 +83,11 @@ struct symmRouteFacts {
   int registered;         /* the in-place buffer lies in a symmetric window on every rank */
   int multicastReady;
   size_t stagingBytes;
+  int graphPeersReady;    /* plain buffers of captured calls may be exchanged (agreed) */
   /* SYMM_NEED_CAPTURE */
   int captured;           /* the stream is capturing (or its state could not be read) */
+  /* SYMM_NEED_GRAPH_PEERS */
+  int graphPeers;         /* every rank agreed: the peers' buffers are mapped (windowPeers) */
 };
 
 enum symmRouteKind {

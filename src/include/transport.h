@@ -125,6 +125,26 @@ int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t
  * have changed); 0 without a transport. */
 uint64_t symmTransportWindowsVersion(const struct symmComm* comm);
 
+/* Zero copy of plain (cudaMalloc) buffers in captured graphs (graphpeers.c).
+ * Ready: every rank is its own process, every rank's registration channel is up (agreed at
+ * staging) and SYMMCOLL_GRAPH_ZERO_COPY is on; identical on all ranks (caller holds launchLock). */
+int symmTransportGraphPeersReady(const struct symmComm* comm);
+/* Under launchLock, for a ready communicator: holds its transport for symmTransportGraphPeers,
+ * which runs after the lock is released (it waits for peers) and drops the hold. */
+struct symmTransport* symmTransportGraphPeersBegin(struct symmComm* comm);
+/* One captured call's exchange, collective: every rank calls it for the same calls in the same
+ * order. Offers [ptr, ptr+bytes) (the legacy IPC handle of its cudaMalloc allocation) to every
+ * peer, waits for theirs, imports them and agrees. Returns 1 on every rank when every rank
+ * exported and imported, with peerPtrs[r] = rank r's buffer as mapped here (ours: ptr) and the
+ * imports held by `graph`; 0 on every rank otherwise. `join` 0 says no at once without waiting
+ * (inside a group, say: its launch waits for the group's end). Waits as NCCL does, for as long
+ * as the peers take; gives up (0) only when the communicator goes away, is aborted or revoked,
+ * or `failed(comm)` (asked every 16 ms) says it failed. -1: agreed, but the graph could not hold
+ * an import: the caller fails the communicator. */
+int symmTransportGraphPeers(struct symmComm* comm, struct symmTransport* t, const void* ptr,
+                            size_t bytes, int join, cudaGraph_t graph,
+                            int (*failed)(struct symmComm*), void* peerPtrs[SYMM_MAX_RANKS]);
+
 /* ncclCommRegister zero-copy: the descriptor this rank publishes to the kernels for an all-reduce
  * input [ptr, ptr+bytes) (see SYMM_USER_REG_DESC): non-zero only when the range lies in a region
  * this rank registered on `comm` and every peer has acknowledged mapping that region; else 0

@@ -83,6 +83,10 @@ struct symmTransport {
   uint32_t windowSeq;
   /* ncclCommRegister zero-copy (userreg.c); NULL when off on this rank. */
   struct symmUserReg* userReg;
+  /* Zero copy of plain buffers in captured graphs (graphpeers.c): the mailbox of the peers'
+   * GRAPH_* messages; non-NULL only where every rank is its own process and every rank's
+   * registration channel is up (agreed at staging). */
+  struct symmGraphPeers* graphPeers;
   /* Registrations made before staging existed, offered once it does (userreg.c). */
   struct symmPendingReg* pendingRegs;
   /* From teardown on: the communicator's order events (graphs of ours may still record and wait
@@ -119,6 +123,9 @@ void symmKeyOf(const struct symmTransport* t, uint32_t tag, int rank, struct sym
 
 void symmWindowsTeardown(struct symmTransport* t);
 
+/* Drops a reference taken on t->refs outside a CUDA callback (the last one frees). */
+void symmTransportRelease(struct symmTransport* t);
+
 /* Frees everything the transport holds, in reverse order (its kernels have finished). */
 void symmTransportFree(struct symmTransport* t);
 /* Multicast object and mapping of a transport, if any (transport.c, which frees). */
@@ -137,5 +144,15 @@ void symmUserRegConnect(struct symmTransport* t, int everyoneServes);
 /* Teardown, before windows, peer mappings and localState go: stops the thread, unmaps the
  * peers' regions, releases our retained handles, closes the sockets. */
 void symmUserRegTeardown(struct symmTransport* t);
+/* Sends `m` (rank and token filled in here) to `peer`'s registration channel without blocking:
+ * 1 when sent, 0 when not (queue full, no channel). */
+struct symmRegMsg;
+int symmUserRegSendTo(struct symmTransport* t, int peer, struct symmRegMsg* m);
+
+/* Graph zero copy's mailbox (graphpeers.c): created at staging where agreed, freed after the
+ * receiver thread stopped; the receiver thread delivers GRAPH_* messages into it. */
+ncclResult_t symmGraphPeersCreate(struct symmTransport* t);
+void symmGraphPeersFree(struct symmTransport* t);
+void symmGraphPeersDeliver(struct symmTransport* t, const struct symmRegMsg* m);
 
 #endif

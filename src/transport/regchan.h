@@ -18,7 +18,13 @@ enum symmRegMsgType {
   SYMM_REGMSG_MAP = 1,   /* writer -> reader: map my region (one fd attached) */
   SYMM_REGMSG_UNMAP = 2, /* writer -> reader: forget it */
   SYMM_REGMSG_ACK = 3,   /* reader -> writer: mapped, table entry written */
+  /* Zero copy of plain buffers in captured graphs (graphpeers.c), one pair per captured call
+   * (`seq`): each rank offers its buffer to every peer, then says whether it imported them all. */
+  SYMM_REGMSG_GRAPH_OFFER = 4, /* ok: legacy IPC handle, offset, allocBytes below are valid */
+  SYMM_REGMSG_GRAPH_DONE = 5,  /* ok: every peer's offer was imported here */
 };
+
+#define SYMM_REGCHAN_IPC_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
 
 struct symmRegMsg {
   uint32_t magic;
@@ -26,8 +32,11 @@ struct symmRegMsg {
   int32_t rank; /* the sender's rank */
   uint32_t slot;
   uint32_t generation;
-  uint32_t pad;
-  uint64_t allocBytes; /* MAP: size of the exported allocation */
+  uint32_t ok;         /* GRAPH_*: the sender's yes (1) or no (0) */
+  uint64_t allocBytes; /* MAP, GRAPH_OFFER: size of the exported allocation */
+  uint64_t seq;        /* GRAPH_*: the communicator's captured-call number, the same on all ranks */
+  uint64_t offset;     /* GRAPH_OFFER: the buffer's offset in its allocation */
+  uint8_t ipc[SYMM_REGCHAN_IPC_BYTES]; /* GRAPH_OFFER: cudaIpcMemHandle_t of the allocation */
   uint8_t auth[SYMM_REGCHAN_AUTH_BYTES]; /* second half of the secret; filled by the sender */
 };
 
@@ -56,7 +65,7 @@ enum symmRegRecv {
 
 /* Reads one message without blocking and checks it: SCM_CREDENTIALS present, sender uid ours,
  * its pid the pid of the rank it claims (not our own rank), exact size, magic, type, slot, auth
- * token (constant time), and exactly one fd for MAP and none otherwise; MSG_CTRUNC/MSG_TRUNC
+ * token (constant time), and exactly one fd for MAP and none otherwise (GRAPH_* use slot 0); MSG_CTRUNC/MSG_TRUNC
  * reject. Rejections are logged at INFO (pid, uid, reason; never the token). */
 enum symmRegRecv symmRegChanReceive(int rxFd, const struct symmRegChanPeers* who,
                                     struct symmRegMsg* msg, int* fdOut);

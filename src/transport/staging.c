@@ -202,6 +202,17 @@ done:
   free(all);
 }
 
+/* Graph zero copy (graphpeers.c) can work here: every rank is its own process (a legacy IPC
+ * handle cannot be opened by the process that made it), this rank's registration channel is up,
+ * and its mailbox exists. */
+static int graphPeersPossible(const struct symmComm* c, struct symmTransport* t) {
+  if (t->userReg == NULL) return 0;
+  for (int a = 0; a < c->nranks; a++)
+    for (int b = a + 1; b < c->nranks; b++)
+      if (t->pids[a] == t->pids[b]) return 0;
+  return symmGraphPeersCreate(t) == ncclSuccess;
+}
+
 static void finishServers(struct stageCtx* x, int cancel) {
   if (x->server) (void)symmFdServerFinish(x->server, cancel);
   if (x->mcServer) (void)symmFdServerFinish(x->mcServer, cancel);
@@ -248,11 +259,13 @@ ncclResult_t symmTransportStage(struct symmComm** comms, int n) {
   }
   symmAllRanksAgree(comms, n, inExchange, vote, all);
 
-  /* Stage 4: map every peer (and multicast where allowed), then the final agreement. */
+  /* Stage 4: map every peer (and multicast where allowed), then the final agreement.
+   * Bit 0: mapped; bit 1: the registration channel is up here and graph zero copy may use it. */
   for (int i = 0; i < n; i++) {
     if (!inExchange[i]) continue;
     vote[i] = (all[i] & 1u) && mapPeers(&ctx[i]) == ncclSuccess;
     if (vote[i]) symmUserRegConnect(ctx[i].t, (all[i] & 2u) != 0); /* every rank serves one */
+    if (vote[i] && graphPeersPossible(comms[i], ctx[i].t)) vote[i] |= 2u;
     (void)cudaGetLastError();
   }
   stageMulticast(ctx, comms, n, inExchange, vote);
@@ -263,7 +276,8 @@ ncclResult_t symmTransportStage(struct symmComm** comms, int n) {
     struct symmComm* c = comms[i];
     struct symmTransport* t = ctx[i].t;
     finishServers(&ctx[i], 1);
-    if (all[i]) {
+    if (!(all[i] & 2u)) symmGraphPeersFree(t);
+    if (all[i] & 1u) {
       pthread_mutex_lock(&c->launchLock);
       t->peers.bufferBytes = t->plannedBuffer;
       t->peers.signalBytes = t->allocBytes - t->plannedBuffer;

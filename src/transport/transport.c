@@ -92,6 +92,7 @@ void symmTransportFree(struct symmTransport* t) {
   (void)cudaSetDevice(t->cudaDev);
   /* First: its thread writes into localState and maps peers' regions. */
   symmUserRegTeardown(t);
+  symmGraphPeersFree(t); /* after the thread that delivers into it */
   symmWindowsTeardown(t);
   symmMulticastDrop(t);
   for (int r = SYMM_MAX_RANKS - 1; r >= 0; r--) {
@@ -174,6 +175,8 @@ static void releaseTransport(struct symmTransport* t, int fromCallback) {
 }
 
 static void graphReleased(void* arg) { releaseTransport(arg, 1); }
+
+void symmTransportRelease(struct symmTransport* t) { releaseTransport(t, 0); }
 
 
 ncclResult_t symmTransportRetainForGraph(struct symmComm* comm, cudaGraph_t graph) {

@@ -57,6 +57,9 @@ static void settled(struct symmRouteFacts* f, const struct symmRouteFacts* w) {
   f->failure = w->failure;
 }
 
+/* What SYMM_NEED_GRAPH_PEERS finds the lock's facts to be after its exchange (NULL: as before). */
+static const struct symmRouteFacts* afterExchange;
+
 /* One group of facts, from `w`, as src/enqueue.c gathers it; its letter goes to `asked`. */
 static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, unsigned group,
                    char* asked, int* n) {
@@ -108,11 +111,24 @@ static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, uns
       f->registered = w->registered;
       f->multicastReady = w->multicastReady;
       f->stagingBytes = w->stagingBytes;
+      f->graphPeersReady = w->graphPeersReady;
       break;
     case SYMM_NEED_CAPTURE:
       asked[(*n)++] = 'K';
       f->captured = w->captured;
       break;
+    case SYMM_NEED_GRAPH_PEERS: {
+      /* The exchange waits without the lock: what the lock guards is read again after it. */
+      const struct symmRouteFacts* after = afterExchange != NULL ? afterExchange : w;
+      asked[(*n)++] = 'G';
+      f->graphPeers = w->graphPeers;
+      f->gone = after->gone;
+      f->stillOurs = after->stillOurs;
+      f->peersLive = after->peersLive;
+      f->needsStaging = after->needsStaging;
+      f->health = after->health;
+      break;
+    }
     default:
       CHECK(0);
       break;
@@ -121,7 +137,7 @@ static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, uns
 
 /* Hands the route the facts it asks for, from `w`, as src/enqueue.c gathers them; `asked`
  * spells the groups in order (C comm, J job, S settled, P parked, L lock, H health, R repeat,
- * W window, K capture; '-' a group with no communicator to read it from). */
+ * W window, K capture, G graph peers; '-' a group with no communicator to read it from). */
 static struct symmRoute drive(const struct symmRouteFacts* w, const struct symmTask* t,
                               char* asked) {
   struct symmRouteFacts f;
@@ -549,6 +565,67 @@ static void testLargestStaged(void) {
   symmParamResetAll();
 }
 
+/* Captured all-gather push and reduce-scatter pull on plain buffers exchange them with the
+ * peers where the tuner would read a window in place (from SYMMCOLL_ZERO_COPY_MIN_BYTES), and
+ * run in place when every rank agreed; such routes are never remembered; nothing else asks. */
+static void testGraphZeroCopy(void) {
+  struct symmRouteFacts w = world();
+  w.graphPeersReady = 1;
+  struct symmTask t = task(SYMM_COLL_ALLGATHER, 8 * MiB, ncclBfloat16, ncclSum); /* 32 MiB out */
+  char asked[32];
+  struct expect eagerLarge = {K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 0, SYMM_ALGO_PUSH, "CSLHRWK"};
+  expectRoute("eager all-gather, plain, large", &w, &t, eagerLarge);
+  CHECK_EQ_INT(drive(&w, &t, asked).zeroCopy, 0);
+  w.captured = 1;
+  struct expect captured = {K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 0, SYMM_ALGO_PUSH, "CSLHRWKG"};
+  expectRoute("captured, the peers said no", &w, &t, captured);
+  CHECK_EQ_INT(drive(&w, &t, asked).zeroCopy, 0);
+  w.graphPeers = 1;
+  expectRoute("captured, every rank agreed", &w, &t, captured);
+  CHECK_EQ_INT(drive(&w, &t, asked).zeroCopy, 1);
+  /* Reduce-scatter pull too (16 MiB of float input). */
+  struct symmTask rs = task(SYMM_COLL_REDUCESCATTER, 2 * MiB, ncclFloat, ncclSum);
+  struct expect pulled = {K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 0, SYMM_ALGO_PULL, "CSLHRWKG"};
+  expectRoute("captured reduce-scatter", &w, &rs, pulled);
+  CHECK_EQ_INT(drive(&w, &rs, asked).zeroCopy, 1);
+  /* Not asked: below the bound, registered windows, the all-reduce, not ready. */
+  t.count = 4 * MiB - 1;
+  expectRoute("below 16 MiB", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_PUSH, "CSLHRW"));
+  CHECK_EQ_INT(drive(&w, &t, asked).zeroCopy, 0);
+  t.count = 8 * MiB;
+  w.registered = 1;
+  expectRoute("a window", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_PUSH, "CSLHRW"));
+  w.registered = 0;
+  struct symmTask ar = allReduce(64 * MiB);
+  expectRoute("all-reduce", &w, &ar, (struct expect)LAUNCH_NOW(SYMM_ALGO_TWOSHOT, "CSLHRW"));
+  w.graphPeersReady = 0;
+  expectRoute("not ready", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_PUSH, "CSLHRW"));
+  w.graphPeersReady = 1;
+  /* Inside a group it still takes part (the exchange says no there) and launches at the end. */
+  w.groupDepth = 1;
+  w.graphPeers = 0;
+  expectRoute("in a group", &w, &t,
+              (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_GROUP_END, 0, SYMM_ALGO_PUSH, "CSLHWKG"});
+  w.groupDepth = 0;
+  w.graphPeers = 1;
+  /* What changed while the exchange waited without the lock decides. */
+  struct symmRouteFacts after = w;
+  afterExchange = &after;
+  after.health = ncclRemoteError;
+  expectRoute("failed meanwhile", &w, &t, (struct expect)REFUSED(ncclRemoteError, 0, "CSLHRWKG"));
+  after = w;
+  after.gone = 1;
+  expectRoute("destroyed meanwhile", &w, &t, (struct expect)REFUSED(ncclInvalidUsage, 0, "CSLHRWKG"));
+  after = w;
+  after.stillOurs = 0;
+  expectRoute("detached meanwhile", &w, &t, (struct expect)FWD_ORDERED("CSLHRWKG"));
+  after = w;
+  after.peersLive = 0;
+  expectRoute("aborted meanwhile", &w, &t,
+              (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_ISSUE, 0, SYMM_ALGO_PUSH, "CSLHRWKG"});
+  afterExchange = NULL;
+}
+
 int main(void) {
   for (const char* const* k = (const char* const[]){"SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO",
                                                     "SYMMCOLL_REDUCESCATTER_ALGO", "SYMMCOLL_PDL",
@@ -567,6 +644,7 @@ int main(void) {
   testStaging();
   testPolicies();
   testLaunchDetails();
+  testGraphZeroCopy();
   testIssued();
   testLargestStaged();
   return harnessReport("core_route");

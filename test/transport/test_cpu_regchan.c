@@ -126,6 +126,24 @@ static void testMemberInProcess(void) {
   message(&ch.who, SYMM_REGMSG_UNMAP, 1, &m);
   CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
   CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_GOT);
+  /* Graph zero copy's two messages, without fds; their payload arrives whole. */
+  for (uint32_t type = SYMM_REGMSG_GRAPH_OFFER; type <= SYMM_REGMSG_GRAPH_DONE; type++) {
+    message(&ch.who, type, 1, &m);
+    m.seq = 0x1122334455667788ull + type;
+    m.ok = 1;
+    m.offset = 4096;
+    m.allocBytes = 1u << 30;
+    for (int i = 0; i < SYMM_REGCHAN_IPC_BYTES; i++) m.ipc[i] = (uint8_t)(i * 7 + type);
+    const struct symmRegMsg sent = m;
+    CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
+    struct symmRegMsg got;
+    int fd = -2;
+    CHECK_EQ_INT(symmRegChanReceive(ch.rx, &ch.who, &got, &fd), SYMM_REGRECV_GOT);
+    CHECK_EQ_INT(fd, -1);
+    CHECK_EQ_INT((int)got.type, (int)type);
+    CHECK(got.seq == sent.seq && got.ok == 1 && got.offset == 4096 && got.allocBytes == 1u << 30);
+    CHECK(memcmp(got.ipc, sent.ipc, sizeof(got.ipc)) == 0);
+  }
   CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_EMPTY);
   chanClose(&ch);
 }
@@ -155,7 +173,11 @@ static void testMalformedDropped(void) {
   CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
   message(&ch.who, 99, 1, &m); /* unknown type */
   CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
-  for (int i = 0; i < 8; i++) CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_DROPPED);
+  message(&ch.who, SYMM_REGMSG_GRAPH_DONE + 1, 1, &m); /* the first type past the known ones */
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
+  message(&ch.who, SYMM_REGMSG_GRAPH_OFFER, 1, &m); /* a graph offer with an fd */
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, memfd), 1);
+  for (int i = 0; i < 10; i++) CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_DROPPED);
 
   /* Raw datagrams: bad magic, too long (truncated), too short, and a MAP with 12 fds (more
    * than the receiver's control buffer: the kernel closes the excess, we close the rest). */
