@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Zero copy for plain (cudaMalloc) buffers in captured graphs. A captured all-gather writes its
- * peers' outputs, a captured reduce-scatter reads its peers' inputs, in place, as with symmetric
- * windows: at capture each rank offers its buffer's allocation (a legacy CUDA IPC handle) to
- * every peer over the registration channel, imports theirs, and the ranks agree; the graph holds
- * the imports. Every rank takes part in the same captured calls in the same order (NCCL's rule
+/* Zero copy for plain (unregistered) buffers in captured graphs. A captured all-gather writes
+ * its peers' outputs, a captured reduce-scatter reads its peers' inputs, in place, as with
+ * symmetric windows: at capture each rank offers its buffer's allocation to every peer over the
+ * registration channel (a legacy CUDA IPC handle for cudaMalloc memory, a POSIX fd for our
+ * ncclMemAlloc memory), imports theirs, and the ranks agree; the graph holds the imports. Every rank takes part in the same captured calls in the same order (NCCL's rule
  * for a communicator's calls), so the call's number `seq` names the exchange on every rank. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checks.h"
 #include "cudart.h"
@@ -18,6 +19,7 @@
 #include "param.h"
 #include "regchan.h"
 #include "transport.h"
+#include "vmm.h"
 
 SYMMCOLL_PARAM_FULL(GraphZeroCopy, "GRAPH_ZERO_COPY", 1, 0, 1, SYMM_PARAM_AGREED,
                     "captured all-gathers and reduce-scatters on plain (cudaMalloc) buffers write "
@@ -25,18 +27,41 @@ SYMMCOLL_PARAM_FULL(GraphZeroCopy, "GRAPH_ZERO_COPY", 1, 0, 1, SYMM_PARAM_AGREED
                     "(0 = through staging)")
 
 /* ---- imports, process-wide ----------------------------------------------------------------
- * One import per (device, allocation): CUDA maps an IPC handle once per process. An import is
- * held by the graphs that use it (cudaUserObject); one no graph holds any more is closed at the
- * next exchange (CUDA's callback thread may not call CUDA), or stays until the process ends. */
+ * One import per (device, allocation): CUDA maps an IPC handle once per process, and an
+ * ncclMemAlloc allocation is named by its owner's pid and id. An import is held by the graphs
+ * that use it (cudaUserObject); one no graph holds any more is closed at the next exchange
+ * (CUDA's callback thread may not call CUDA), or stays until the process ends. */
 struct import {
   int dev;
-  uint8_t handle[SYMM_REGCHAN_IPC_BYTES];
+  uint32_t kind;                          /* SYMM_GRAPH_MEM_* */
+  uint8_t handle[SYMM_REGCHAN_IPC_BYTES]; /* IPC */
+  int32_t pid;                            /* VMM: the owner's process and id (0: not cached) */
+  uint64_t allocId;
+  CUmemGenericAllocationHandle vmm;       /* VMM: what was imported and mapped */
+  size_t bytes;
   void* base;
   int refs; /* atomic: graphs holding it, and an exchange between finding and holding it */
   struct import* next;
 };
 static pthread_mutex_t importLock = PTHREAD_MUTEX_INITIALIZER;
 static struct import* imports;
+
+static void closeImport(struct import* im) {
+  int prevDev = -1;
+  (void)cudaGetDevice(&prevDev);
+  if (cudaSetDevice(im->dev) != cudaSuccess) (void)cudaGetLastError();
+  if (im->kind == SYMM_GRAPH_MEM_IPC) {
+    if (cudaIpcCloseMemHandle(im->base) != cudaSuccess) {
+      (void)cudaGetLastError();
+      INFO(SYMM_TRANSPORT, "graph zero copy: closing an import on device %d failed", im->dev);
+    }
+  } else {
+    symmVmmUnmap((CUdeviceptr)im->base, im->bytes);
+    (void)CU_CALL(SYMM_LOG_WARN, cuMemRelease, (im->vmm));
+  }
+  if (prevDev >= 0) (void)cudaSetDevice(prevDev);
+  free(im);
+}
 
 static void closeUnheld(void) {
   struct import** it = &imports;
@@ -46,40 +71,64 @@ static void closeUnheld(void) {
       it = &im->next;
       continue;
     }
-    int prevDev = -1;
-    (void)cudaGetDevice(&prevDev);
-    if (cudaSetDevice(im->dev) != cudaSuccess || cudaIpcCloseMemHandle(im->base) != cudaSuccess) {
-      (void)cudaGetLastError();
-      INFO(SYMM_TRANSPORT, "graph zero copy: closing an import on device %d failed", im->dev);
-    }
-    if (prevDev >= 0) (void)cudaSetDevice(prevDev);
     *it = im->next;
-    free(im);
+    closeImport(im);
   }
 }
 
-/* The peer allocation `handle` mapped on `dev`, with one reference taken; NULL when it cannot be
- * opened. */
-static struct import* acquireImport(int dev, const uint8_t* handle) {
+static int sameImport(const struct import* im, int dev, const struct symmRegMsg* offer, int32_t pid) {
+  if (im->dev != dev || im->kind != offer->memKind) return 0;
+  if (im->kind == SYMM_GRAPH_MEM_IPC) return memcmp(im->handle, offer->ipc, sizeof(im->handle)) == 0;
+  return im->allocId != 0 && im->pid == pid && im->allocId == offer->allocId;
+}
+
+/* Opens `offer` (from process `pid`; `fd` its descriptor for VMM, always closed here). */
+static int openImport(struct import* im, int dev, const struct symmRegMsg* offer, int fd) {
+  if (offer->memKind == SYMM_GRAPH_MEM_IPC) {
+    if (fd >= 0) close(fd);
+    cudaIpcMemHandle_t h;
+    memcpy(&h, offer->ipc, sizeof(h));
+    if (cudaIpcOpenMemHandle(&im->base, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess) return 1;
+    INFO(SYMM_TRANSPORT, "graph zero copy: cannot open a peer's buffer on device %d: %s", dev,
+         cudaGetErrorString(cudaGetLastError()));
+    return 0;
+  }
+  if (offer->memKind != SYMM_GRAPH_MEM_VMM || fd < 0) return 0;
+  CUdeviceptr base = 0;
+  const int ok = symmVmmImportFd(fd, &im->vmm) == ncclSuccess;
+  close(fd);
+  if (!ok) return 0;
+  if (symmVmmMap(im->vmm, (size_t)offer->allocBytes, dev, &base) != ncclSuccess) {
+    (void)CU_CALL(SYMM_LOG_WARN, cuMemRelease, (im->vmm));
+    return 0;
+  }
+  im->base = (void*)base;
+  im->bytes = (size_t)offer->allocBytes;
+  return 1;
+}
+
+/* The peer allocation `offer` names, mapped on `dev`, with one reference taken; NULL when it
+ * cannot be opened. `fd` (VMM) is always consumed. */
+static struct import* acquireImport(int dev, const struct symmRegMsg* offer, int fd, int32_t pid) {
   pthread_mutex_lock(&importLock);
   closeUnheld();
   struct import* im = imports;
-  while (im != NULL && !(im->dev == dev && memcmp(im->handle, handle, sizeof(im->handle)) == 0))
-    im = im->next;
-  if (im == NULL && (im = calloc(1, sizeof(*im))) != NULL) {
-    cudaIpcMemHandle_t h;
-    memcpy(&h, handle, sizeof(h));
-    if (cudaIpcOpenMemHandle(&im->base, h, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
-      INFO(SYMM_TRANSPORT, "graph zero copy: cannot open a peer's buffer on device %d: %s", dev,
-           cudaGetErrorString(cudaGetLastError()));
-      free(im);
-      im = NULL;
-    } else {
-      im->dev = dev;
-      memcpy(im->handle, handle, sizeof(im->handle));
-      im->next = imports;
-      imports = im;
-    }
+  while (im != NULL && !sameImport(im, dev, offer, pid)) im = im->next;
+  if (im != NULL) {
+    if (fd >= 0) close(fd);
+  } else if ((im = calloc(1, sizeof(*im))) == NULL) {
+    if (fd >= 0) close(fd);
+  } else if (!openImport(im, dev, offer, fd)) {
+    free(im);
+    im = NULL;
+  } else {
+    im->dev = dev;
+    im->kind = offer->memKind;
+    memcpy(im->handle, offer->ipc, sizeof(im->handle));
+    im->pid = pid;
+    im->allocId = offer->memKind == SYMM_GRAPH_MEM_VMM ? offer->allocId : 0;
+    im->next = imports;
+    imports = im;
   }
   if (im != NULL) __atomic_add_fetch(&im->refs, 1, __ATOMIC_ACQ_REL);
   pthread_mutex_unlock(&importLock);
@@ -95,6 +144,7 @@ static void releaseImport(void* arg) {
 
 struct letter {
   struct symmRegMsg msg;
+  int fd; /* a VMM offer's descriptor, or -1 */
   struct letter* next;
 };
 
@@ -102,8 +152,13 @@ struct symmGraphPeers {
   pthread_mutex_t lock;
   pthread_cond_t arrived;
   struct letter* letters;
-  uint64_t nextSeq; /* the number of this rank's next captured exchange (the caller's thread) */
+  uint64_t nextSeq; /* the number of this rank's next captured exchange */
 };
+
+static void dropLetter(struct letter* l) {
+  if (l->fd >= 0) close(l->fd);
+  free(l);
+}
 
 ncclResult_t symmGraphPeersCreate(struct symmTransport* t) {
   struct symmGraphPeers* g = calloc(1, sizeof(*g));
@@ -123,7 +178,7 @@ void symmGraphPeersFree(struct symmTransport* t) {
   t->graphPeers = NULL;
   while (g->letters != NULL) {
     struct letter* next = g->letters->next;
-    free(g->letters);
+    dropLetter(g->letters);
     g->letters = next;
   }
   pthread_cond_destroy(&g->arrived);
@@ -131,16 +186,17 @@ void symmGraphPeersFree(struct symmTransport* t) {
   free(g);
 }
 
-void symmGraphPeersDeliver(struct symmTransport* t, const struct symmRegMsg* m) {
+void symmGraphPeersDeliver(struct symmTransport* t, const struct symmRegMsg* m, int fd) {
   struct symmGraphPeers* g = t->graphPeers;
-  if (g == NULL) return;
-  struct letter* l = malloc(sizeof(*l));
+  struct letter* l = g != NULL ? malloc(sizeof(*l)) : NULL;
   if (l == NULL) {
-    /* Its waiter would wait forever: the communicator fails instead (the waiter gives up). */
-    WARN("graph zero copy: out of host memory for a peer's message");
+    /* Its waiter waits until the communicator is aborted: as with a lost peer. */
+    if (g != NULL) WARN("graph zero copy: out of host memory for a peer's message");
+    if (fd >= 0) close(fd);
     return;
   }
   l->msg = *m;
+  l->fd = fd;
   memset(l->msg.auth, 0, sizeof(l->msg.auth));
   pthread_mutex_lock(&g->lock);
   l->next = g->letters;
@@ -162,12 +218,13 @@ static int giveUp(struct symmComm* comm, const struct symmTransport* t,
   return askFailed && failed(comm);
 }
 
-/* Sends `m` to every peer; a full queue is retried (a lost message would leave a peer waiting). */
+/* Sends `m` (with `fd` when >= 0) to every peer; a full queue is retried (a lost message would
+ * leave a peer waiting). */
 static int sendAll(struct symmComm* comm, struct symmTransport* t, int (*failed)(struct symmComm*),
-                   struct symmRegMsg* m) {
+                   struct symmRegMsg* m, int fd) {
   for (int q = 0; q < t->peers.nranks; q++) {
     if (q == t->peers.rank) continue;
-    while (!symmUserRegSendTo(t, q, m)) {
+    while (!symmUserRegSendTo(t, q, m, fd)) {
       if (giveUp(comm, t, failed, 0)) return 0;
       struct timespec pause = {0, 20 * 1000};
       nanosleep(&pause, NULL);
@@ -176,27 +233,31 @@ static int sendAll(struct symmComm* comm, struct symmTransport* t, int (*failed)
   return 1;
 }
 
-/* Waits until every peer's message of (type, seq) is here and takes them into got[peer];
- * returns 0 when it gave up. Letters of earlier exchanges (left by a rank that gave up or said
- * no early) are dropped on the way. */
+/* Waits until every peer's message of (type, seq) is here and takes them: got[peer], fds[peer]
+ * (the caller's to close; -1 without). 0 when it gave up. Letters of earlier exchanges (left by
+ * a rank that gave up or said no early) are dropped on the way. */
 static int collect(struct symmComm* comm, struct symmTransport* t, int (*failed)(struct symmComm*),
-                   uint32_t type, uint64_t seq, struct symmRegMsg* got) {
+                   uint32_t type, uint64_t seq, struct symmRegMsg* got, int* fds) {
   struct symmGraphPeers* g = t->graphPeers;
   const int n = t->peers.nranks, me = t->peers.rank;
-  uint32_t have = 0, want = ((1u << n) - 1u) & ~(1u << me);
-  int rounds = 0;
+  uint32_t have = 0;
+  const uint32_t want = ((1u << n) - 1u) & ~(1u << me);
+  int rounds = 0, gaveUp = 0;
+  for (int q = 0; q < n; q++) fds[q] = -1;
   pthread_mutex_lock(&g->lock);
   for (;;) {
     for (struct letter** it = &g->letters; *it != NULL;) {
       struct letter* l = *it;
-      const int mine = l->msg.type == type && l->msg.seq == seq;
-      if (l->msg.seq < seq || mine) {
-        if (mine && !(have >> l->msg.rank & 1u)) {
-          got[l->msg.rank] = l->msg;
-          have |= 1u << l->msg.rank;
-        }
+      const int mine = l->msg.type == type && l->msg.seq == seq && !(have >> l->msg.rank & 1u);
+      if (mine) {
+        got[l->msg.rank] = l->msg;
+        fds[l->msg.rank] = l->fd;
+        l->fd = -1;
+        have |= 1u << l->msg.rank;
+      }
+      if (mine || l->msg.seq < seq) {
         *it = l->next;
-        free(l);
+        dropLetter(l);
       } else {
         it = &l->next;
       }
@@ -204,7 +265,10 @@ static int collect(struct symmComm* comm, struct symmTransport* t, int (*failed)
     if (have == want) break;
     /* Every 1 ms: is the communicator still there; every 16 ms: has it failed. */
     pthread_mutex_unlock(&g->lock);
-    if (giveUp(comm, t, failed, (++rounds & 15) == 0)) return 0;
+    if (giveUp(comm, t, failed, (++rounds & 15) == 0)) {
+      gaveUp = 1;
+      break;
+    }
     pthread_mutex_lock(&g->lock);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -215,25 +279,42 @@ static int collect(struct symmComm* comm, struct symmTransport* t, int (*failed)
     }
     (void)pthread_cond_timedwait(&g->arrived, &g->lock, &until);
   }
-  pthread_mutex_unlock(&g->lock);
-  return 1;
+  if (!gaveUp) pthread_mutex_unlock(&g->lock);
+  if (gaveUp)
+    for (int q = 0; q < n; q++)
+      if (fds[q] >= 0) close(fds[q]);
+  return !gaveUp;
 }
 
-/* This rank's offer of [ptr, ptr+bytes): the legacy IPC handle of the cudaMalloc allocation
- * that holds the whole range. 0 for memory that has none (VMM, stream-ordered pools). */
-static int describe(const void* ptr, size_t bytes, struct symmRegMsg* m) {
-  CUdeviceptr base = 0;
+/* This rank's offer of [ptr, ptr+bytes): an ncclMemAlloc allocation of ours (its fd, *fd), else
+ * the legacy IPC handle of the cudaMalloc allocation that holds the whole range. 0 for memory
+ * that has neither (other VMM memory, stream-ordered pools). */
+static int describe(const void* ptr, size_t bytes, struct symmRegMsg* m, int* fd) {
+  uintptr_t base = 0;
   size_t allocBytes = 0;
-  if (CU_CALL(SYMM_LOG_TRACE, cuMemGetAddressRange, (&base, &allocBytes, (CUdeviceptr)ptr)) !=
-          CUDA_SUCCESS ||
-      bytes > allocBytes || (uintptr_t)ptr - base > allocBytes - bytes)
-    return 0;
-  cudaIpcMemHandle_t h;
-  if (cudaIpcGetMemHandle(&h, (void*)base) != cudaSuccess) {
-    (void)cudaGetLastError();
+  uint64_t id = 0;
+  if (symmTransportMemAllocExport(ptr, bytes, &id, &base, &allocBytes, fd)) {
+    m->memKind = SYMM_GRAPH_MEM_VMM;
+    m->allocId = id;
+  } else {
+    CUdeviceptr start = 0;
+    if (CU_CALL(SYMM_LOG_TRACE, cuMemGetAddressRange, (&start, &allocBytes, (CUdeviceptr)ptr)) !=
+        CUDA_SUCCESS)
+      return 0;
+    base = start;
+    cudaIpcMemHandle_t h;
+    if (cudaIpcGetMemHandle(&h, (void*)base) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    memcpy(m->ipc, &h, sizeof(m->ipc));
+    m->memKind = SYMM_GRAPH_MEM_IPC;
+  }
+  if (bytes > allocBytes || (uintptr_t)ptr - base > allocBytes - bytes) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
     return 0;
   }
-  memcpy(m->ipc, &h, sizeof(m->ipc));
   m->offset = (uintptr_t)ptr - base;
   m->allocBytes = allocBytes;
   return 1;
@@ -258,34 +339,42 @@ int symmTransportGraphPeers(struct symmComm* comm, struct symmTransport* t, cons
   const int n = t->peers.nranks, me = t->peers.rank;
   const uint64_t seq = __atomic_fetch_add(&g->nextSeq, 1, __ATOMIC_RELAXED);
   struct symmCudaThread saved;
-  symmCudaThreadEnter(&saved); /* relaxed: IPC calls must not end the application's capture */
+  symmCudaThreadEnter(&saved); /* relaxed: these calls must not end the application's capture */
   (void)cudaSetDevice(t->cudaDev);
-  struct symmRegMsg offer, got[SYMM_MAX_RANKS], dones[SYMM_MAX_RANKS], done;
+  struct symmRegMsg offer, offers[SYMM_MAX_RANKS], dones[SYMM_MAX_RANKS], done;
+  int fds[SYMM_MAX_RANKS], doneFds[SYMM_MAX_RANKS], myFd = -1;
   memset(&offer, 0, sizeof(offer));
   offer.type = SYMM_REGMSG_GRAPH_OFFER;
   offer.seq = seq;
-  offer.ok = join && graph != NULL && describe(ptr, bytes, &offer);
+  offer.ok = join && graph != NULL && describe(ptr, bytes, &offer, &myFd);
   struct import* held[SYMM_MAX_RANKS] = {0};
-  int agreed = 0;
-  if (!sendAll(comm, t, failed, &offer) || !offer.ok) goto out; /* a no: nothing more to do */
-  if (!collect(comm, t, failed, SYMM_REGMSG_GRAPH_OFFER, seq, got)) goto out;
-  int all = 1;
-  for (int q = 0; q < n; q++) all &= q == me || got[q].ok;
-  if (!all) goto out; /* every rank saw the same no */
-  /* Round 2: did every rank import every offer? */
-  int imported = 1;
-  for (int q = 0; q < n && imported; q++) {
+  int agreed = 0, all = 1, imported = 1;
+  const int sent = sendAll(comm, t, failed, &offer, myFd);
+  if (myFd >= 0) close(myFd); /* each peer got its own copy */
+  if (!sent || !offer.ok) goto out; /* a no: nothing more to do */
+  if (!collect(comm, t, failed, SYMM_REGMSG_GRAPH_OFFER, seq, offers, fds)) goto out;
+  for (int q = 0; q < n; q++) all &= q == me || offers[q].ok;
+  /* Round 2 (only when every rank offered, as every rank then sees): did each import them all? */
+  for (int q = 0; q < n; q++) {
     if (q == me) continue;
-    held[q] = acquireImport(t->cudaDev, got[q].ipc);
-    imported = held[q] != NULL && got[q].offset <= got[q].allocBytes &&
-               bytes <= got[q].allocBytes - got[q].offset;
+    const struct symmRegMsg* o = &offers[q];
+    const int usable = all && imported && o->allocBytes < (1ull << 48) && o->offset <= o->allocBytes &&
+                       bytes <= o->allocBytes - o->offset;
+    if (!usable) {
+      if (fds[q] >= 0) close(fds[q]);
+      imported = 0;
+      continue;
+    }
+    held[q] = acquireImport(t->cudaDev, o, fds[q], t->pids[q]);
+    imported = held[q] != NULL;
   }
+  if (!all) goto out;
   memset(&done, 0, sizeof(done));
   done.type = SYMM_REGMSG_GRAPH_DONE;
   done.seq = seq;
   done.ok = imported;
-  if (!sendAll(comm, t, failed, &done) ||
-      !collect(comm, t, failed, SYMM_REGMSG_GRAPH_DONE, seq, dones))
+  if (!sendAll(comm, t, failed, &done, -1) ||
+      !collect(comm, t, failed, SYMM_REGMSG_GRAPH_DONE, seq, dones, doneFds))
     goto out;
   agreed = imported;
   for (int q = 0; q < n; q++) agreed &= q == me || dones[q].ok;
@@ -294,14 +383,14 @@ int symmTransportGraphPeers(struct symmComm* comm, struct symmTransport* t, cons
   for (int q = 0; q < n; q++) {
     if (q == me) {
       peerPtrs[q] = (void*)ptr;
-    } else {
-      peerPtrs[q] = (char*)held[q]->base + got[q].offset;
-      if (agreed > 0 && symmGraphHold(graph, held[q], &held[q]->refs, releaseImport) != ncclSuccess) {
-        /* The graph would outlive the mapping, and the peers already agreed: the caller fails
-         * the communicator. */
-        WARN("graph zero copy: cannot tie a peer's buffer to the captured graph");
-        agreed = -1;
-      }
+      continue;
+    }
+    peerPtrs[q] = (char*)held[q]->base + offers[q].offset;
+    if (agreed > 0 && symmGraphHold(graph, held[q], &held[q]->refs, releaseImport) != ncclSuccess) {
+      /* The graph would outlive the mapping, and the peers already agreed: the caller fails
+       * the communicator. */
+      WARN("graph zero copy: cannot tie a peer's buffer to the captured graph");
+      agreed = -1;
     }
   }
 out:

@@ -144,15 +144,21 @@ void symmUserRegConnect(struct symmTransport* t, int everyoneServes);
 /* Teardown, before windows, peer mappings and localState go: stops the thread, unmaps the
  * peers' regions, releases our retained handles, closes the sockets. */
 void symmUserRegTeardown(struct symmTransport* t);
-/* Sends `m` (rank and token filled in here) to `peer`'s registration channel without blocking:
- * 1 when sent, 0 when not (queue full, no channel). */
+/* Sends `m` (rank and token filled in here; `fd` attached when >= 0) to `peer`'s registration
+ * channel without blocking: 1 when sent, 0 when not (queue full, no channel). */
 struct symmRegMsg;
-int symmUserRegSendTo(struct symmTransport* t, int peer, struct symmRegMsg* m);
+int symmUserRegSendTo(struct symmTransport* t, int peer, struct symmRegMsg* m, int fd);
+
+/* If [ptr, ptr+bytes) lies in an ncclMemAlloc allocation of ours: its id (unique in this
+ * process, never reused), base, size and a new POSIX fd of it (the caller closes), and 1. */
+int symmTransportMemAllocExport(const void* ptr, size_t bytes, uint64_t* id, uintptr_t* base,
+                                size_t* allocBytes, int* fd);
 
 /* Graph zero copy's mailbox (graphpeers.c): created at staging where agreed, freed after the
  * receiver thread stopped; the receiver thread delivers GRAPH_* messages into it. */
 ncclResult_t symmGraphPeersCreate(struct symmTransport* t);
 void symmGraphPeersFree(struct symmTransport* t);
-void symmGraphPeersDeliver(struct symmTransport* t, const struct symmRegMsg* m);
+/* Takes `fd` (a GRAPH_OFFER's, or -1): kept with the message, closed when dropped. */
+void symmGraphPeersDeliver(struct symmTransport* t, const struct symmRegMsg* m, int fd);
 
 #endif

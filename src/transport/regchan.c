@@ -85,9 +85,9 @@ enum symmRegRecv symmRegChanReceive(int rxFd, const struct symmRegChanPeers* who
     why = "not a member (pid/rank)";
   else if (!symmConstantTimeEqual(m.auth, who->auth, sizeof(m.auth))) why = "bad token";
   else if (m.slot >= SYMM_USER_REG_SLOTS) why = "bad slot";
-  else if (m.type == SYMM_REGMSG_MAP ? nfds != 1
-                                      : (m.type < SYMM_REGMSG_UNMAP || m.type > SYMM_REGMSG_GRAPH_DONE) ||
-                                            nfds != 0)
+  else if (m.type < SYMM_REGMSG_MAP || m.type > SYMM_REGMSG_GRAPH_DONE ||
+           (nfds != (m.type == SYMM_REGMSG_MAP) &&
+            !(m.type == SYMM_REGMSG_GRAPH_OFFER && nfds == 1)))
     why = "bad type or descriptor count";
   memset(m.auth, 0, sizeof(m.auth));
   if (why != NULL) {

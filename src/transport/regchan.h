@@ -20,11 +20,13 @@ enum symmRegMsgType {
   SYMM_REGMSG_ACK = 3,   /* reader -> writer: mapped, table entry written */
   /* Zero copy of plain buffers in captured graphs (graphpeers.c), one pair per captured call
    * (`seq`): each rank offers its buffer to every peer, then says whether it imported them all. */
-  SYMM_REGMSG_GRAPH_OFFER = 4, /* ok: legacy IPC handle, offset, allocBytes below are valid */
+  SYMM_REGMSG_GRAPH_OFFER = 4, /* ok: memKind's handle (IPC bytes or one fd), offset, allocBytes */
   SYMM_REGMSG_GRAPH_DONE = 5,  /* ok: every peer's offer was imported here */
 };
 
 #define SYMM_REGCHAN_IPC_BYTES 64 /* sizeof(cudaIpcMemHandle_t) */
+#define SYMM_GRAPH_MEM_IPC 1 /* cudaMalloc memory: a legacy IPC handle in `ipc` */
+#define SYMM_GRAPH_MEM_VMM 2 /* VMM memory (ncclMemAlloc): its POSIX fd attached */
 
 struct symmRegMsg {
   uint32_t magic;
@@ -36,7 +38,10 @@ struct symmRegMsg {
   uint64_t allocBytes; /* MAP, GRAPH_OFFER: size of the exported allocation */
   uint64_t seq;        /* GRAPH_*: the communicator's captured-call number, the same on all ranks */
   uint64_t offset;     /* GRAPH_OFFER: the buffer's offset in its allocation */
-  uint8_t ipc[SYMM_REGCHAN_IPC_BYTES]; /* GRAPH_OFFER: cudaIpcMemHandle_t of the allocation */
+  uint32_t memKind;    /* GRAPH_OFFER: SYMM_GRAPH_MEM_* */
+  uint32_t pad;
+  uint64_t allocId;    /* GRAPH_OFFER, VMM: the sender's id of the allocation (0: none) */
+  uint8_t ipc[SYMM_REGCHAN_IPC_BYTES]; /* GRAPH_OFFER, IPC: cudaIpcMemHandle_t of the allocation */
   uint8_t auth[SYMM_REGCHAN_AUTH_BYTES]; /* second half of the secret; filled by the sender */
 };
 
@@ -65,7 +70,8 @@ enum symmRegRecv {
 
 /* Reads one message without blocking and checks it: SCM_CREDENTIALS present, sender uid ours,
  * its pid the pid of the rank it claims (not our own rank), exact size, magic, type, slot, auth
- * token (constant time), and exactly one fd for MAP and none otherwise (GRAPH_* use slot 0); MSG_CTRUNC/MSG_TRUNC
+ * token (constant time), and exactly one fd for MAP, at most one for GRAPH_OFFER and none
+ * otherwise (GRAPH_* use slot 0); MSG_CTRUNC/MSG_TRUNC
  * reject. Rejections are logged at INFO (pid, uid, reason; never the token). */
 enum symmRegRecv symmRegChanReceive(int rxFd, const struct symmRegChanPeers* who,
                                     struct symmRegMsg* msg, int* fdOut);

@@ -296,19 +296,19 @@ static void* receiverMain(void* arg) {
       if (m.type == SYMM_REGMSG_MAP) onMap(u, &m, fd);
       else if (m.type == SYMM_REGMSG_UNMAP) onUnmap(u, &m);
       else if (m.type == SYMM_REGMSG_ACK) onAck(u, &m);
-      else symmGraphPeersDeliver(u->t, &m); /* GRAPH_OFFER, GRAPH_DONE (graphpeers.c) */
+      else symmGraphPeersDeliver(u->t, &m, fd); /* GRAPH_OFFER, GRAPH_DONE (graphpeers.c) */
     }
     memset(&m, 0, sizeof(m));
   }
   return NULL;
 }
 
-int symmUserRegSendTo(struct symmTransport* t, int peer, struct symmRegMsg* m) {
+int symmUserRegSendTo(struct symmTransport* t, int peer, struct symmRegMsg* m, int fd) {
   struct symmUserReg* u = t->userReg;
   if (u == NULL || peer < 0 || peer >= u->nranks || u->peerTx[peer] < 0) return 0;
   m->rank = u->rank;
   memcpy(m->auth, u->who.auth, sizeof(m->auth));
-  const int sent = symmRegChanSend(u->peerTx[peer], m, -1);
+  const int sent = symmRegChanSend(u->peerTx[peer], m, fd);
   memset(m->auth, 0, sizeof(m->auth));
   return sent;
 }

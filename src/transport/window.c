@@ -16,11 +16,13 @@ struct userAlloc {
   CUdeviceptr base;
   size_t bytes;
   CUmemGenericAllocationHandle handle;
+  uint64_t id; /* unique in this process, never reused (graphpeers.c caches imports by it) */
   struct userAlloc* next;
 };
 
 static pthread_mutex_t allocLock = PTHREAD_MUTEX_INITIALIZER;
 static struct userAlloc* allocs;
+static uint64_t lastAllocId;
 
 /* Physical memory as the real ncclMemAlloc makes it (so the real NCCL's own window registration
  * accepts it): GPUDirect RDMA capable where supported, and exportable as a fabric handle where
@@ -76,6 +78,7 @@ ncclResult_t symmTransportMemAlloc(void** ptr, size_t size, int* handled) {
   }
   a->bytes = bytes;
   pthread_mutex_lock(&allocLock);
+  a->id = ++lastAllocId;
   a->next = allocs;
   allocs = a;
   pthread_mutex_unlock(&allocLock);
@@ -92,6 +95,23 @@ free_record:
   free(a);
   (void)cudaGetLastError();
   return ncclSuccess;
+}
+
+int symmTransportMemAllocExport(const void* ptr, size_t bytes, uint64_t* id, uintptr_t* base,
+                                size_t* allocBytes, int* fd) {
+  const uintptr_t p = (uintptr_t)ptr;
+  int found = 0;
+  pthread_mutex_lock(&allocLock); /* no ncclMemFree of it meanwhile */
+  for (struct userAlloc* a = allocs; a != NULL && !found; a = a->next) {
+    if (p < a->base || bytes > a->bytes || p - a->base > a->bytes - bytes) continue;
+    found = symmVmmExportFd(a->handle, fd) == ncclSuccess;
+    *id = a->id;
+    *base = a->base;
+    *allocBytes = a->bytes;
+    break;
+  }
+  pthread_mutex_unlock(&allocLock);
+  return found;
 }
 
 ncclResult_t symmTransportMemFree(void* ptr, int* handled) {

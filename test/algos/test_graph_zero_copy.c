@@ -9,9 +9,10 @@
  * reference built from every rank's input (small integers in float: sums are exact). Cases:
  * odd and large counts, in place and out of place, buffers at an unaligned offset inside a
  * larger allocation, several calls per graph, buffers freed and allocated again (imports closed
- * and made anew). And where one rank cannot take part, nobody does, and results stay right: a
- * rank whose buffer comes from the stream-ordered allocator (no IPC handle), a rank that issues
- * its captured call inside a group. Knobs: SYMMCOLL_ALLGATHER_ALGO=push,
+ * and made anew), cudaMalloc and ncclMemAlloc buffers and both in one call. And where one rank
+ * cannot take part, nobody does, and results stay right: a rank whose buffer comes from the
+ * stream-ordered allocator (no IPC handle), a rank that issues its captured call inside a
+ * group. Knobs: SYMMCOLL_ALLGATHER_ALGO=push,
  * SYMMCOLL_REDUCESCATTER_ALGO=pull and SYMMCOLL_ZERO_COPY_MIN_BYTES=0 for the small cases
  * (set by the test), the defaults for the 16 MiB+ ones. */
 #include <nccl.h>
@@ -51,6 +52,10 @@
 enum { AG = 0, RS = 1 };
 enum placement { OUT_OF_PLACE, IN_PLACE };
 enum odd { NOTHING_ODD, STREAM_ORDERED, IN_A_GROUP };
+/* Where the case's buffers come from: cudaMalloc (legacy IPC handles), ncclMemAlloc (VMM memory
+ * of ours, passed as fds), or ncclMemAlloc on rank 0 only (both kinds in one exchange). */
+enum alloc { CUDA_MALLOC, NCCL_MEM_ALLOC, MIXED };
+static enum alloc allocKind;
 
 static int rank, nranks;
 static ncclComm_t comm;
@@ -99,7 +104,9 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
   const size_t perCall = 2 * whole + 64;          /* input and output of one call, apart */
   const size_t poolElems = offset + perCall * (size_t)calls;
   float* pool = NULL;
-  CUDA_OK(cudaMalloc((void**)&pool, poolElems * sizeof(float)));
+  const int fromNccl = allocKind == NCCL_MEM_ALLOC || (allocKind == MIXED && rank == 0);
+  if (fromNccl) NCCL_OK(ncclMemAlloc((void**)&pool, poolElems * sizeof(float)));
+  else CUDA_OK(cudaMalloc((void**)&pool, poolElems * sizeof(float)));
   float* asyncBuf = NULL; /* STREAM_ORDERED: rank 0's first in-place buffer (no IPC handle) */
   float *send[4], *recv[4];
   for (int c = 0; c < calls; c++) {
@@ -182,7 +189,8 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
   CUDA_OK(cudaGraphDestroy(graph));
   if (asyncBuf != NULL) CUDA_OK(cudaFreeAsync(asyncBuf, stream));
   CUDA_OK(cudaStreamSynchronize(stream));
-  CUDA_OK(cudaFree(pool));
+  if (fromNccl) NCCL_OK(ncclMemFree(pool));
+  else CUDA_OK(cudaFree(pool));
 }
 
 static int childMain(int r, int n, int idFd) {
@@ -225,6 +233,15 @@ static int childMain(int r, int n, int idFd) {
     runCase(name, coll, 4099, OUT_OF_PLACE, 0, 2, IN_A_GROUP, 0);
     snprintf(name, sizeof(name), "%s again after those (buffers new)", c);
     runCase(name, coll, 4099, IN_PLACE, 1, 2, NOTHING_ODD, 1);
+    allocKind = NCCL_MEM_ALLOC;
+    snprintf(name, sizeof(name), "%s, ncclMemAlloc buffers, out of place", c);
+    runCase(name, coll, 65537, OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
+    snprintf(name, sizeof(name), "%s, ncclMemAlloc buffers, in place, unaligned, two calls", c);
+    runCase(name, coll, 1001, IN_PLACE, 3, 2, NOTHING_ODD, 1);
+    allocKind = MIXED;
+    snprintf(name, sizeof(name), "%s, ncclMemAlloc on rank 0, cudaMalloc elsewhere", c);
+    runCase(name, coll, 4099, OUT_OF_PLACE, 1, 1, NOTHING_ODD, 1);
+    allocKind = CUDA_MALLOC;
   }
   /* The defaults: in place from 16 MiB (SYMMCOLL_ZERO_COPY_MIN_BYTES), through staging below;
    * only where the table runs push and pull at these sizes (2 and 4 ranks on sm_90). */
@@ -237,6 +254,12 @@ static int childMain(int r, int n, int idFd) {
   runCase("reduce-scatter, 16 MiB + 3 elements, defaults", RS, large, IN_PLACE, 0, 1, NOTHING_ODD, 1);
   runCase("all-gather, 8 MiB, defaults (staged)", AG, (8u << 20) / sizeof(float) / (size_t)n,
           OUT_OF_PLACE, 0, 1, NOTHING_ODD, 0);
+  allocKind = NCCL_MEM_ALLOC; /* as nccl-tests allocates */
+  runCase("all-gather, 64 MiB, ncclMemAlloc, defaults", AG, (64u << 20) / sizeof(float) / (size_t)n,
+          OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
+  runCase("reduce-scatter, 64 MiB, ncclMemAlloc, defaults", RS,
+          (64u << 20) / sizeof(float) / (size_t)n, OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
+  allocKind = CUDA_MALLOC;
   }
   NCCL_OK(ncclCommDestroy(comm));
   CUDA_OK(cudaStreamDestroy(stream));

@@ -57,12 +57,13 @@ static void message(const struct symmRegChanPeers* who, uint32_t type, int rank,
   memcpy(m->auth, who->auth, sizeof(m->auth));
 }
 
-/* One pending message: GOT/DROPPED/EMPTY, the fd closed (content checked when `expect`). */
+/* One pending message: GOT/DROPPED/EMPTY, the fd closed (content checked when `expect`: MAP, or
+ * another type expected to carry one). */
 static int receiveOne(int rx, const struct symmRegChanPeers* who, const char* expect) {
   struct symmRegMsg m;
   int fd = -1;
   enum symmRegRecv got = symmRegChanReceive(rx, who, &m, &fd);
-  if (got == SYMM_REGRECV_GOT && m.type == SYMM_REGMSG_MAP) {
+  if (got == SYMM_REGRECV_GOT && (m.type == SYMM_REGMSG_MAP || expect != NULL)) {
     CHECK(fd >= 0);
     CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
     CHECK_EQ_INT(m.slot, 5);
@@ -144,6 +145,12 @@ static void testMemberInProcess(void) {
     CHECK(got.seq == sent.seq && got.ok == 1 && got.offset == 4096 && got.allocBytes == 1u << 30);
     CHECK(memcmp(got.ipc, sent.ipc, sizeof(got.ipc)) == 0);
   }
+  /* A graph offer of VMM memory carries its fd. */
+  message(&ch.who, SYMM_REGMSG_GRAPH_OFFER, 1, &m);
+  int offered = makeMemfd("offered allocation");
+  CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, offered), 1);
+  close(offered);
+  CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, "offered allocation"), SYMM_REGRECV_GOT);
   CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_EMPTY);
   chanClose(&ch);
 }
@@ -175,7 +182,7 @@ static void testMalformedDropped(void) {
   CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
   message(&ch.who, SYMM_REGMSG_GRAPH_DONE + 1, 1, &m); /* the first type past the known ones */
   CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, -1), 1);
-  message(&ch.who, SYMM_REGMSG_GRAPH_OFFER, 1, &m); /* a graph offer with an fd */
+  message(&ch.who, SYMM_REGMSG_GRAPH_DONE, 1, &m); /* a graph answer with an fd */
   CHECK_EQ_INT(symmRegChanSend(ch.tx, &m, memfd), 1);
   for (int i = 0; i < 10; i++) CHECK_EQ_INT(receiveOne(ch.rx, &ch.who, NULL), SYMM_REGRECV_DROPPED);
 
