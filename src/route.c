@@ -267,7 +267,15 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
         if (f->gone) return refuse(f, ncclInvalidUsage);
         if (f->health != ncclSuccess) return refuse(f, f->health);
         if (!f->stillOurs) return forward(1);
-        r.zeroCopy = f->graphPeers;
+        if (f->graphPeers) {
+          /* The peers' buffers are mapped as a window's would be: the windows' table decides
+           * (above 512 MiB on the pair it gives the all-gather to the copy engine). */
+          struct symmRouteFacts windowed = *f;
+          windowed.registered = 1;
+          const struct symmRoute w = pick(&windowed, t);
+          if (w.zeroCopy) r = w;
+          r.zeroCopy = 1;
+        }
       }
     }
     r.when = f->groupDepth > 0 ? SYMM_WHEN_GROUP_END

@@ -241,7 +241,12 @@ static int childMain(int r, int n, int idFd) {
     allocKind = MIXED;
     snprintf(name, sizeof(name), "%s, ncclMemAlloc on rank 0, cudaMalloc elsewhere", c);
     runCase(name, coll, 4099, OUT_OF_PLACE, 1, 1, NOTHING_ODD, 1);
-    allocKind = CUDA_MALLOC;
+    /* Above 512 MiB the pair's windows table gives the all-gather to the copy engine: in place on
+   * the imported buffers too. */
+  if (n == 2)
+    runCase("all-gather, 520 MiB, ncclMemAlloc, defaults (copy engine)", AG,
+            (520u << 20) / sizeof(float) / (size_t)n, OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
+  allocKind = CUDA_MALLOC;
   }
   /* The defaults: in place from 16 MiB (SYMMCOLL_ZERO_COPY_MIN_BYTES), through staging below;
    * only where the table runs push and pull at these sizes (2 and 4 ranks on sm_90). */
@@ -259,6 +264,11 @@ static int childMain(int r, int n, int idFd) {
           OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
   runCase("reduce-scatter, 64 MiB, ncclMemAlloc, defaults", RS,
           (64u << 20) / sizeof(float) / (size_t)n, OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
+  /* Above 512 MiB the pair's windows table gives the all-gather to the copy engine: in place on
+   * the imported buffers too. */
+  if (n == 2)
+    runCase("all-gather, 520 MiB, ncclMemAlloc, defaults (copy engine)", AG,
+            (520u << 20) / sizeof(float) / (size_t)n, OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
   allocKind = CUDA_MALLOC;
   }
   NCCL_OK(ncclCommDestroy(comm));

@@ -583,6 +583,17 @@ static void testGraphZeroCopy(void) {
   w.graphPeers = 1;
   expectRoute("captured, every rank agreed", &w, &t, captured);
   CHECK_EQ_INT(drive(&w, &t, asked).zeroCopy, 1);
+  /* Then the windows' table decides: above 512 MiB it gives the pair's all-gather to the copy
+   * engine, in place too. */
+  t.count = 512 * MiB;
+  struct expect copyEngine = {K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 0, SYMM_ALGO_COPYENGINE, "CSLHRWKG"};
+  expectRoute("captured, 1 GiB", &w, &t, copyEngine);
+  CHECK_EQ_INT(drive(&w, &t, asked).zeroCopy, 1);
+  w.graphPeers = 0;
+  expectRoute("captured, 1 GiB, no agreement", &w, &t,
+              (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 0, SYMM_ALGO_PUSH, "CSLHRWKG"});
+  w.graphPeers = 1;
+  t.count = 8 * MiB;
   /* Reduce-scatter pull too (16 MiB of float input). */
   struct symmTask rs = task(SYMM_COLL_REDUCESCATTER, 2 * MiB, ncclFloat, ncclSum);
   struct expect pulled = {K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 0, SYMM_ALGO_PULL, "CSLHRWKG"};
