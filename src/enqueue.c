@@ -199,7 +199,7 @@ static void exchangeGraphPeers(struct call* c) {
   struct symmComm* comm = c->comm;
   const struct symmTask* task = c->task;
   f->graphPeers = 0;
-  struct symmTransport* t = symmTransportGraphPeersBegin(comm);
+  struct symmTransport* t = symmTransportHold(comm);
   if (t == NULL) return; /* detached: the route sees it (stillOurs) */
   struct symmCapture cap;
   const int join = symmCaptureOf(task->stream, &cap) == ncclSuccess && cap.active &&
@@ -210,6 +210,7 @@ static void exchangeGraphPeers(struct call* c) {
   unlockCall(c);
   const int got = symmTransportGraphPeers(comm, t, inPlace, bytes, join, join ? cap.graph : NULL,
                                           communicatorFailed, c->windowPeers);
+  symmTransportDrop(t);
   f->graphPeers = got > 0;
   gatherOne(c, SYMM_NEED_LOCK);
   if (got < 0) symmCommFail(comm, SYMM_ERR_LAUNCH, 1); /* peers run it in place; we cannot */

@@ -129,10 +129,12 @@ uint64_t symmTransportWindowsVersion(const struct symmComm* comm);
  * Ready: every rank is its own process, every rank's registration channel is up (agreed at
  * staging) and SYMMCOLL_GRAPH_ZERO_COPY is on; identical on all ranks (caller holds launchLock). */
 int symmTransportGraphPeersReady(const struct symmComm* comm);
-/* Under launchLock, for a ready communicator: holds its transport for symmTransportGraphPeers,
- * which runs after the lock is released (it waits for peers) and drops the hold. */
-struct symmTransport* symmTransportGraphPeersBegin(struct symmComm* comm);
-/* One captured call's exchange, collective: every rank calls it for the same calls in the same
+/* Under launchLock: a reference on the communicator's transport (NULL without one), so that
+ * work done after the lock is released (symmTransportGraphPeers waits for peers) may use it
+ * while teardown detaches it; symmTransportDrop gives it back (the last one frees). */
+struct symmTransport* symmTransportHold(struct symmComm* comm);
+void symmTransportDrop(struct symmTransport* t);
+/* One captured call's exchange (`t`: held, see above), collective: every rank calls it for the same calls in the same
  * order. Offers [ptr, ptr+bytes) (the legacy IPC handle of its cudaMalloc allocation) to every
  * peer, waits for theirs, imports them and agrees. Returns 1 on every rank when every rank
  * exported and imported, with peerPtrs[r] = rank r's buffer as mapped here (ours: ptr) and the

@@ -3,8 +3,9 @@
  * its peers' outputs, a captured reduce-scatter reads its peers' inputs, in place, as with
  * symmetric windows: at capture each rank offers its buffer's allocation to every peer over the
  * registration channel (a legacy CUDA IPC handle for cudaMalloc memory, a POSIX fd for our
- * ncclMemAlloc memory), imports theirs, and the ranks agree; the graph holds the imports. Every rank takes part in the same captured calls in the same order (NCCL's rule
- * for a communicator's calls), so the call's number `seq` names the exchange on every rank. */
+ * ncclMemAlloc memory), imports theirs, and the ranks agree; the graph holds the imports.
+ * Every rank takes part in the same captured calls in the same order (NCCL's rule for a
+ * communicator's calls), so the call's number `seq` names the exchange on every rank. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -22,9 +23,10 @@
 #include "vmm.h"
 
 SYMMCOLL_PARAM_FULL(GraphZeroCopy, "GRAPH_ZERO_COPY", 1, 0, 1, SYMM_PARAM_AGREED,
-                    "captured all-gathers and reduce-scatters on plain (cudaMalloc) buffers write "
-                    "and read the peers' buffers in place where every rank is its own process "
-                    "(0 = through staging)")
+                    "captured all-gathers and reduce-scatters on plain buffers (cudaMalloc, "
+                    "ncclMemAlloc) write and read the peers' buffers in place from "
+                    "SYMMCOLL_ZERO_COPY_MIN_BYTES where every rank is its own process (0 = "
+                    "through staging)")
 
 /* ---- imports, process-wide ----------------------------------------------------------------
  * One import per (device, allocation): CUDA maps an IPC handle once per process, and an
@@ -160,6 +162,8 @@ static void dropLetter(struct letter* l) {
   free(l);
 }
 
+static void deliver(struct symmTransport* t, const struct symmRegMsg* m, int fd);
+
 ncclResult_t symmGraphPeersCreate(struct symmTransport* t) {
   struct symmGraphPeers* g = calloc(1, sizeof(*g));
   if (g == NULL) {
@@ -169,6 +173,7 @@ ncclResult_t symmGraphPeersCreate(struct symmTransport* t) {
   pthread_mutex_init(&g->lock, NULL);
   pthread_cond_init(&g->arrived, NULL);
   t->graphPeers = g;
+  t->graphMail = deliver;
   return ncclSuccess;
 }
 
@@ -176,6 +181,7 @@ void symmGraphPeersFree(struct symmTransport* t) {
   struct symmGraphPeers* g = t->graphPeers;
   if (g == NULL) return;
   t->graphPeers = NULL;
+  t->graphMail = NULL;
   while (g->letters != NULL) {
     struct letter* next = g->letters->next;
     dropLetter(g->letters);
@@ -186,7 +192,9 @@ void symmGraphPeersFree(struct symmTransport* t) {
   free(g);
 }
 
-void symmGraphPeersDeliver(struct symmTransport* t, const struct symmRegMsg* m, int fd) {
+/* t->graphMail: the receiver thread's delivery; takes `fd` (kept with the letter, closed when
+ * it is dropped). */
+static void deliver(struct symmTransport* t, const struct symmRegMsg* m, int fd) {
   struct symmGraphPeers* g = t->graphPeers;
   struct letter* l = g != NULL ? malloc(sizeof(*l)) : NULL;
   if (l == NULL) {
@@ -325,17 +333,11 @@ int symmTransportGraphPeersReady(const struct symmComm* comm) {
   return t != NULL && t->graphPeers != NULL && symmParamGraphZeroCopy() != 0;
 }
 
-struct symmTransport* symmTransportGraphPeersBegin(struct symmComm* comm) {
-  struct symmTransport* t = comm->transport;
-  if (t == NULL || t->graphPeers == NULL) return NULL;
-  __atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
-  return t;
-}
-
 int symmTransportGraphPeers(struct symmComm* comm, struct symmTransport* t, const void* ptr,
                             size_t bytes, int join, cudaGraph_t graph,
                             int (*failed)(struct symmComm*), void* peerPtrs[SYMM_MAX_RANKS]) {
   struct symmGraphPeers* g = t->graphPeers;
+  if (g == NULL) return 0; /* never agreed: no rank exchanges */
   const int n = t->peers.nranks, me = t->peers.rank;
   const uint64_t seq = __atomic_fetch_add(&g->nextSeq, 1, __ATOMIC_RELAXED);
   struct symmCudaThread saved;
@@ -397,6 +399,5 @@ out:
   for (int q = 0; q < n; q++)
     if (held[q] != NULL) releaseImport(held[q]);
   symmCudaThreadLeave(&saved);
-  symmTransportRelease(t); /* Begin's reference */
   return agreed;
 }

@@ -12,6 +12,8 @@
 #include "transport.h"
 #include "vmm.h"
 
+struct symmRegMsg;
+
 /* Tags name the shared objects of one communicator in socket names and the registry. */
 #define SYMM_TAG_STAGING 0u
 #define SYMM_TAG_MULTICAST 1u
@@ -87,6 +89,9 @@ struct symmTransport {
    * GRAPH_* messages; non-NULL only where every rank is its own process and every rank's
    * registration channel is up (agreed at staging). */
   struct symmGraphPeers* graphPeers;
+  /* Where the receiver thread (userreg.c) hands GRAPH_* messages (and a GRAPH_OFFER's fd, or
+   * -1): graphpeers.c's mailbox, set with it (NULL: closed and dropped). */
+  void (*graphMail)(struct symmTransport* t, const struct symmRegMsg* m, int fd);
   /* Registrations made before staging existed, offered once it does (userreg.c). */
   struct symmPendingReg* pendingRegs;
   /* From teardown on: the communicator's order events (graphs of ours may still record and wait
@@ -123,9 +128,6 @@ void symmKeyOf(const struct symmTransport* t, uint32_t tag, int rank, struct sym
 
 void symmWindowsTeardown(struct symmTransport* t);
 
-/* Drops a reference taken on t->refs outside a CUDA callback (the last one frees). */
-void symmTransportRelease(struct symmTransport* t);
-
 /* Frees everything the transport holds, in reverse order (its kernels have finished). */
 void symmTransportFree(struct symmTransport* t);
 /* Multicast object and mapping of a transport, if any (transport.c, which frees). */
@@ -154,11 +156,10 @@ int symmUserRegSendTo(struct symmTransport* t, int peer, struct symmRegMsg* m, i
 int symmTransportMemAllocExport(const void* ptr, size_t bytes, uint64_t* id, uintptr_t* base,
                                 size_t* allocBytes, int* fd);
 
-/* Graph zero copy's mailbox (graphpeers.c): created at staging where agreed, freed after the
- * receiver thread stopped; the receiver thread delivers GRAPH_* messages into it. */
+/* Graph zero copy's mailbox (graphpeers.c): created at staging where agreed (it sets
+ * t->graphMail, through which the receiver thread delivers), freed after that thread stopped. */
 ncclResult_t symmGraphPeersCreate(struct symmTransport* t);
 void symmGraphPeersFree(struct symmTransport* t);
-/* Takes `fd` (a GRAPH_OFFER's, or -1): kept with the message, closed when dropped. */
-void symmGraphPeersDeliver(struct symmTransport* t, const struct symmRegMsg* m, int fd);
+
 
 #endif

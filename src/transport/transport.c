@@ -176,7 +176,15 @@ static void releaseTransport(struct symmTransport* t, int fromCallback) {
 
 static void graphReleased(void* arg) { releaseTransport(arg, 1); }
 
-void symmTransportRelease(struct symmTransport* t) { releaseTransport(t, 0); }
+struct symmTransport* symmTransportHold(struct symmComm* comm) {
+  struct symmTransport* t = comm->transport;
+  if (t != NULL) __atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
+  return t;
+}
+
+void symmTransportDrop(struct symmTransport* t) {
+  if (t != NULL) releaseTransport(t, 0);
+}
 
 
 ncclResult_t symmTransportRetainForGraph(struct symmComm* comm, cudaGraph_t graph) {

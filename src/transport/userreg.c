@@ -296,7 +296,8 @@ static void* receiverMain(void* arg) {
       if (m.type == SYMM_REGMSG_MAP) onMap(u, &m, fd);
       else if (m.type == SYMM_REGMSG_UNMAP) onUnmap(u, &m);
       else if (m.type == SYMM_REGMSG_ACK) onAck(u, &m);
-      else symmGraphPeersDeliver(u->t, &m, fd); /* GRAPH_OFFER, GRAPH_DONE (graphpeers.c) */
+      else if (u->t->graphMail != NULL) u->t->graphMail(u->t, &m, fd); /* GRAPH_* */
+      else if (fd >= 0) close(fd);
     }
     memset(&m, 0, sizeof(m));
   }
