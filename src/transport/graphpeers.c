@@ -24,9 +24,8 @@
 
 SYMMCOLL_PARAM_FULL(GraphZeroCopy, "GRAPH_ZERO_COPY", 1, 0, 1, SYMM_PARAM_AGREED,
                     "captured all-gathers and reduce-scatters on plain buffers (cudaMalloc, "
-                    "ncclMemAlloc) write and read the peers' buffers in place from "
-                    "SYMMCOLL_ZERO_COPY_MIN_BYTES where every rank is its own process (0 = "
-                    "through staging)")
+                    "ncclMemAlloc) write and read the peers' buffers in place from the zero-copy "
+                    "minimum on, where every rank is its own process (0 = through staging)")
 
 /* ---- imports, process-wide ----------------------------------------------------------------
  * One import per (device, allocation): CUDA maps an IPC handle once per process, and an
