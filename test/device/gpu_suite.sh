@@ -64,6 +64,9 @@ run_gpu_suite() {
   local TC=$B/test/algos/test_collectives
   for n in 2 3 4 5 6 7 8; do run coll_$n 300 env SYMMCOLL_NCCL_LIB="$BOOT" $TC $n; done
   run coll_soak_1e6 600 env SYMMCOLL_NCCL_LIB="$BOOT" $TC 2 --quick --soak 1000000
+  # Captured all-gather and reduce-scatter in place on plain buffers: one process per GPU, the
+  # real NCCL (skips with fewer than 2 GPUs).
+  run graph_zero_copy 300 $B/test/algos/test_graph_zero_copy
   run disasm 300 python3 test/algos/test_disasm.py $B/src/libsymmcoll.so.0 $B/src/device-keep
 }
 
