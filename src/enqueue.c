@@ -187,6 +187,13 @@ static void readState(struct call* c) {
 static void gatherOne(struct call* c, unsigned need);
 static void unlockCall(struct call* c);
 
+/* The buffer an algorithm may read or write in place, and its bytes: the input for all-reduce
+ * and reduce-scatter, the output for all-gather. */
+static const void* inPlaceBuffer(const struct symmTask* task, int nranks, size_t* bytes) {
+  *bytes = symmCollBytes(task->coll, task->count, symmTypeSize(task->datatype), nranks);
+  return task->coll == SYMM_COLL_ALLGATHER ? task->recvbuff : task->sendbuff;
+}
+
 static int communicatorFailed(struct symmComm* comm) {
   return symmCommPollHealth(comm) != ncclSuccess;
 }
@@ -204,9 +211,8 @@ static void exchangeGraphPeers(struct call* c) {
   struct symmCapture cap;
   const int join = symmCaptureOf(task->stream, &cap) == ncclSuccess && cap.active &&
                    f->groupDepth == 0 && f->peersLive && f->health == ncclSuccess;
-  const void* inPlace = task->coll == SYMM_COLL_ALLGATHER ? task->recvbuff : task->sendbuff;
-  const size_t bytes = symmCollBytes(task->coll, task->count, symmTypeSize(task->datatype),
-                                     comm->nranks);
+  size_t bytes;
+  const void* inPlace = inPlaceBuffer(task, comm->nranks, &bytes);
   unlockCall(c);
   const int got = symmTransportGraphPeers(comm, t, inPlace, bytes, join, join ? cap.graph : NULL,
                                           communicatorFailed, c->windowPeers);
@@ -277,12 +283,10 @@ static void gatherOne(struct call* c, unsigned need) {
       f->repeat = c->repeat != NULL ? &c->repeat->route : NULL;
       break;
     case SYMM_NEED_WINDOW: {
-      /* The buffer an algorithm may read or write in place: the input for all-reduce and
-       * reduce-scatter, the output for all-gather. Symmetric windows sit at the same offset on
-       * every rank (NCCL's contract), so "registered" is the same on all ranks. */
-      const void* inPlace = task->coll == SYMM_COLL_ALLGATHER ? task->recvbuff : task->sendbuff;
-      const size_t bytes = symmCollBytes(task->coll, task->count, symmTypeSize(task->datatype),
-                                         comm->nranks);
+      /* Symmetric windows sit at the same offset on every rank (NCCL's contract), so
+       * "registered" is the same on all ranks. */
+      size_t bytes;
+      const void* inPlace = inPlaceBuffer(task, comm->nranks, &bytes);
       f->registered = symmTransportFindWindow(comm, inPlace, bytes, c->windowPeers) != 0;
       f->multicastReady = symmTransportMulticastReady(comm) != 0;
       f->stagingBytes = symmTransportStagingBytes(comm);

@@ -16,6 +16,14 @@
 
 static size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
+/* The ranks (bit r) that live in another process than `rank`. */
+static uint32_t otherProcesses(const struct symmTransport* t, int nranks, int rank) {
+  uint32_t mask = 0;
+  for (int r = 0; r < nranks; r++)
+    if (t->pids[r] != t->pids[rank]) mask |= 1u << r;
+  return mask;
+}
+
 struct stageCtx {
   struct symmComm* comm;
   struct symmTransport* t;
@@ -59,9 +67,7 @@ static ncclResult_t buildLocal(struct stageCtx* x) {
                                     &t->maps[c->rank]),
                 res, unmap);
   /* From here the registry owns handle and mapping. */
-  uint32_t remote = 0;
-  for (int r = 0; r < c->nranks; r++)
-    if (t->pids[r] != t->pids[c->rank]) remote |= 1u << r;
+  const uint32_t remote = otherProcesses(t, c->nranks, c->rank);
   if (remote != 0) {
     int fd = -1;
     NCCLCHECK(symmVmmExportFd(handle, &fd));
@@ -115,9 +121,7 @@ static ncclResult_t multicastServe(struct stageCtx* x) {
   int fd = -1;
   NCCLCHECK(symmMulticastCreate(c->nranks, t->plannedBuffer, &t->mcHandle, &t->mcBytes, &fd));
   t->mcCreated = 1;
-  uint32_t remote = 0;
-  for (int r = 0; r < c->nranks; r++)
-    if (t->pids[r] != t->pids[0]) remote |= 1u << r;
+  const uint32_t remote = otherProcesses(t, c->nranks, 0);
   struct symmFdRendezvous rv;
   symmFillRendezvous(t, SYMM_TAG_MULTICAST, &rv);
   ncclResult_t res = remote ? symmFdServerStart(&rv, fd, remote, &x->mcServer) : ncclSuccess;
@@ -202,14 +206,12 @@ done:
   free(all);
 }
 
-/* Graph zero copy (graphpeers.c) can work here: every rank is its own process (a legacy IPC
- * handle cannot be opened by the process that made it), this rank's registration channel is up,
- * and its mailbox exists. */
+/* Graph zero copy (graphpeers.c) can work here: every other rank is in another process (a legacy
+ * IPC handle cannot be opened by the process that made it; over all ranks' votes: every rank is
+ * its own process), this rank's registration channel is up, and its mailbox exists. */
 static int graphPeersPossible(const struct symmComm* c, struct symmTransport* t) {
-  if (t->userReg == NULL) return 0;
-  for (int a = 0; a < c->nranks; a++)
-    for (int b = a + 1; b < c->nranks; b++)
-      if (t->pids[a] == t->pids[b]) return 0;
+  const uint32_t others = ((1u << c->nranks) - 1u) & ~(1u << c->rank);
+  if (t->userReg == NULL || otherProcesses(t, c->nranks, c->rank) != others) return 0;
   return symmGraphPeersCreate(t) == ncclSuccess;
 }
 
