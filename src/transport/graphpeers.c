@@ -249,7 +249,7 @@ static int collect(struct symmComm* comm, struct symmTransport* t, int (*failed)
   const int n = t->peers.nranks, me = t->peers.rank;
   uint32_t have = 0;
   const uint32_t want = ((1u << n) - 1u) & ~(1u << me);
-  int rounds = 0, gaveUp = 0;
+  int rounds = 0;
   for (int q = 0; q < n; q++) fds[q] = -1;
   pthread_mutex_lock(&g->lock);
   for (;;) {
@@ -273,8 +273,9 @@ static int collect(struct symmComm* comm, struct symmTransport* t, int (*failed)
     /* Every 1 ms: is the communicator still there; every 16 ms: has it failed. */
     pthread_mutex_unlock(&g->lock);
     if (giveUp(comm, t, failed, (++rounds & 15) == 0)) {
-      gaveUp = 1;
-      break;
+      for (int q = 0; q < n; q++)
+        if (fds[q] >= 0) close(fds[q]);
+      return 0;
     }
     pthread_mutex_lock(&g->lock);
     struct timespec until;
@@ -286,11 +287,8 @@ static int collect(struct symmComm* comm, struct symmTransport* t, int (*failed)
     }
     (void)pthread_cond_timedwait(&g->arrived, &g->lock, &until);
   }
-  if (!gaveUp) pthread_mutex_unlock(&g->lock);
-  if (gaveUp)
-    for (int q = 0; q < n; q++)
-      if (fds[q] >= 0) close(fds[q]);
-  return !gaveUp;
+  pthread_mutex_unlock(&g->lock);
+  return 1;
 }
 
 /* This rank's offer of [ptr, ptr+bytes): an ncclMemAlloc allocation of ours (its fd, *fd), else

@@ -148,7 +148,6 @@ void symmUserRegConnect(struct symmTransport* t, int everyoneServes);
 void symmUserRegTeardown(struct symmTransport* t);
 /* Sends `m` (rank and token filled in here; `fd` attached when >= 0) to `peer`'s registration
  * channel without blocking: 1 when sent, 0 when not (queue full, no channel). */
-struct symmRegMsg;
 int symmUserRegSendTo(struct symmTransport* t, int peer, struct symmRegMsg* m, int fd);
 
 /* If [ptr, ptr+bytes) lies in an ncclMemAlloc allocation of ours: its id (unique in this
@@ -160,6 +159,5 @@ int symmTransportMemAllocExport(const void* ptr, size_t bytes, uint64_t* id, uin
  * t->graphMail, through which the receiver thread delivers), freed after that thread stopped. */
 ncclResult_t symmGraphPeersCreate(struct symmTransport* t);
 void symmGraphPeersFree(struct symmTransport* t);
-
 
 #endif

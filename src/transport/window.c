@@ -102,7 +102,7 @@ int symmTransportMemAllocExport(const void* ptr, size_t bytes, uint64_t* id, uin
   const uintptr_t p = (uintptr_t)ptr;
   int found = 0;
   pthread_mutex_lock(&allocLock); /* no ncclMemFree of it meanwhile */
-  for (struct userAlloc* a = allocs; a != NULL && !found; a = a->next) {
+  for (struct userAlloc* a = allocs; a != NULL; a = a->next) {
     if (p < a->base || bytes > a->bytes || p - a->base > a->bytes - bytes) continue;
     found = symmVmmExportFd(a->handle, fd) == ncclSuccess;
     *id = a->id;
