@@ -22,16 +22,23 @@
 #include "transport.h"
 #include "vmm.h"
 
-SYMMCOLL_PARAM_FULL(GraphZeroCopy, "GRAPH_ZERO_COPY", 1, 0, 1, SYMM_PARAM_AGREED,
-                    "captured all-gathers and reduce-scatters on plain buffers (cudaMalloc, "
-                    "ncclMemAlloc) write and read the peers' buffers in place from the zero-copy "
-                    "minimum on, where every rank is its own process (0 = through staging)")
+/* Legacy CUDA IPC (cudaMalloc memory, mode 2) is opt-in: CUDA leaves it undefined when the owner
+ * frees an allocation a peer process still has open, and an owner frees on its own schedule. A
+ * peer's import of ncclMemAlloc memory holds the physical allocation (VMM), so its owner may free
+ * it whenever it likes. */
+SYMMCOLL_PARAM_FULL(GraphZeroCopy, "GRAPH_ZERO_COPY", 1, 0, 2, SYMM_PARAM_AGREED,
+                    "captured all-gathers and reduce-scatters on plain buffers write and read the "
+                    "peers' buffers in place from the zero-copy minimum on, where every rank is its "
+                    "own process: 1 = ncclMemAlloc buffers, 2 = cudaMalloc buffers too (legacy "
+                    "CUDA IPC: free one only after every rank destroyed the graphs that use it and "
+                    "its communicators), 0 = through staging")
 
 /* ---- imports, process-wide ----------------------------------------------------------------
  * One import per (device, allocation): CUDA maps an IPC handle once per process, and an
  * ncclMemAlloc allocation is named by its owner's pid and id. An import is held by the graphs
- * that use it (cudaUserObject); one no graph holds any more is closed at the next exchange
- * (CUDA's callback thread may not call CUDA), or stays until the process ends. */
+ * that use it (cudaUserObject); one no graph holds any more is closed at the next exchange or
+ * when a communicator's transport is freed (CUDA's callback thread may not call CUDA), or stays
+ * until the process ends. */
 struct import {
   int dev;
   uint32_t kind;                          /* SYMM_GRAPH_MEM_* */
@@ -189,6 +196,11 @@ void symmGraphPeersFree(struct symmTransport* t) {
   pthread_cond_destroy(&g->arrived);
   pthread_mutex_destroy(&g->lock);
   free(g);
+  /* Imports no graph holds any more (of any communicator) go now rather than at a later
+   * exchange that may never come: their owners may free them once the communicators are gone. */
+  pthread_mutex_lock(&importLock);
+  closeUnheld();
+  pthread_mutex_unlock(&importLock);
 }
 
 /* t->graphMail: the receiver thread's delivery; takes `fd` (kept with the letter, closed when
@@ -292,8 +304,8 @@ static int collect(struct symmComm* comm, struct symmTransport* t, int (*failed)
 }
 
 /* This rank's offer of [ptr, ptr+bytes): an ncclMemAlloc allocation of ours (its fd, *fd), else
- * the legacy IPC handle of the cudaMalloc allocation that holds the whole range. 0 for memory
- * that has neither (other VMM memory, stream-ordered pools). */
+ * in mode 2 the legacy IPC handle of the cudaMalloc allocation that holds the whole range. 0 for
+ * memory that has neither (other VMM memory, stream-ordered pools, cudaMalloc in mode 1). */
 static int describe(const void* ptr, size_t bytes, struct symmRegMsg* m, int* fd) {
   uintptr_t base = 0;
   size_t allocBytes = 0;
@@ -302,6 +314,7 @@ static int describe(const void* ptr, size_t bytes, struct symmRegMsg* m, int* fd
     m->memKind = SYMM_GRAPH_MEM_VMM;
     m->allocId = id;
   } else {
+    if (symmParamGraphZeroCopy() < 2) return 0;
     CUdeviceptr start = 0;
     if (CU_CALL(SYMM_LOG_TRACE, cuMemGetAddressRange, (&start, &allocBytes, (CUdeviceptr)ptr)) !=
         CUDA_SUCCESS)

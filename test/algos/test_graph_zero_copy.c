@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GPU, one process per GPU through the real NCCL (2..8 GPUs; exit 77 with fewer than 2):
- * captured all-gathers (push) and reduce-scatters (pull) on plain cudaMalloc buffers run in
- * place on the peers' buffers (src/transport/graphpeers.c), and every rank agrees.
+ * captured all-gathers (push) and reduce-scatters (pull) on plain buffers run in place on the
+ * peers' buffers (src/transport/graphpeers.c), and every rank agrees: ncclMemAlloc buffers by
+ * default, cudaMalloc buffers too with SYMMCOLL_GRAPH_ZERO_COPY=2 (legacy IPC, opt-in), neither
+ * kind alone making any rank go in place where another rank's buffer cannot.
  *
  * For each case every rank captures the same calls, the test reads how many launches of ours
  * went in place (symmComm.zeroCopyLaunches, counted at capture), then replays the graph three
@@ -12,9 +14,9 @@
  * and made anew), cudaMalloc and ncclMemAlloc buffers and both in one call. And where one rank
  * cannot take part, nobody does, and results stay right: a rank whose buffer comes from the
  * stream-ordered allocator (no IPC handle), a rank that issues its captured call inside a
- * group. Knobs: SYMMCOLL_ALLGATHER_ALGO=push,
+ * group, a cudaMalloc buffer in the default mode. Knobs: SYMMCOLL_ALLGATHER_ALGO=push,
  * SYMMCOLL_REDUCESCATTER_ALGO=pull and SYMMCOLL_ZERO_COPY_MIN_BYTES=0 for the small cases
- * (set by the test), the defaults for the 16 MiB+ ones. */
+ * (set by the test, mode 2 then the default mode), the defaults for the 16 MiB+ ones. */
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,7 +74,9 @@ static uint64_t zeroCopies(void) {
   return c != NULL ? __atomic_load_n(&c->zeroCopyLaunches, __ATOMIC_RELAXED) : 0;
 }
 
-static void setKnobs(int forcePushPull) {
+/* `graphMode`: SYMMCOLL_GRAPH_ZERO_COPY (2: cudaMalloc buffers too), or -1 for its default (1:
+ * ncclMemAlloc buffers only). Every rank sets the same. */
+static void setKnobs(int forcePushPull, int graphMode) {
   if (forcePushPull) {
     setenv("SYMMCOLL_ALLGATHER_ALGO", "push", 1);
     setenv("SYMMCOLL_REDUCESCATTER_ALGO", "pull", 1);
@@ -81,6 +85,13 @@ static void setKnobs(int forcePushPull) {
     unsetenv("SYMMCOLL_ALLGATHER_ALGO");
     unsetenv("SYMMCOLL_REDUCESCATTER_ALGO");
     unsetenv("SYMMCOLL_ZERO_COPY_MIN_BYTES");
+  }
+  if (graphMode >= 0) {
+    char v[8];
+    snprintf(v, sizeof(v), "%d", graphMode);
+    setenv("SYMMCOLL_GRAPH_ZERO_COPY", v, 1);
+  } else {
+    unsetenv("SYMMCOLL_GRAPH_ZERO_COPY");
   }
   symmParamResetAll();
 }
@@ -201,7 +212,7 @@ static int childMain(int r, int n, int idFd) {
   if (procsReadAll(idFd, &id, sizeof(id)) != 0) return 2;
   CUDA_OK(cudaSetDevice(r));
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  setKnobs(1);
+  setKnobs(1, 2);
   NCCL_OK(ncclCommInitRank(&comm, n, id, r));
   /* The first call given to our kernels builds staging (never a captured one). */
   float* warm = NULL;
@@ -219,6 +230,8 @@ static int childMain(int r, int n, int idFd) {
   for (int coll = AG; coll <= RS; coll++) {
     const char* c = coll == AG ? "all-gather" : "reduce-scatter";
     char name[96];
+    /* Mode 2: cudaMalloc buffers through legacy IPC handles too. */
+    setKnobs(1, 2);
     for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
       snprintf(name, sizeof(name), "%s %d out of place", c, odd[i]);
       runCase(name, coll, (size_t)odd[i], OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
@@ -241,25 +254,39 @@ static int childMain(int r, int n, int idFd) {
     allocKind = MIXED;
     snprintf(name, sizeof(name), "%s, ncclMemAlloc on rank 0, cudaMalloc elsewhere", c);
     runCase(name, coll, 4099, OUT_OF_PLACE, 1, 1, NOTHING_ODD, 1);
-    /* Above 512 MiB the pair's windows table gives the all-gather to the copy engine: in place on
-   * the imported buffers too. */
-  if (n == 2)
-    runCase("all-gather, 520 MiB, ncclMemAlloc, defaults (copy engine)", AG,
-            (520u << 20) / sizeof(float) / (size_t)n, OUT_OF_PLACE, 0, 1, NOTHING_ODD, 1);
-  allocKind = CUDA_MALLOC;
+    /* The default mode 1: ncclMemAlloc buffers only; a cudaMalloc buffer on any rank keeps
+     * every rank on staging. */
+    setKnobs(1, -1);
+    allocKind = CUDA_MALLOC;
+    snprintf(name, sizeof(name), "%s, cudaMalloc buffers, mode 1 (staged)", c);
+    runCase(name, coll, 4099, OUT_OF_PLACE, 0, 1, NOTHING_ODD, 0);
+    allocKind = MIXED;
+    snprintf(name, sizeof(name), "%s, ncclMemAlloc on rank 0 only, mode 1 (staged)", c);
+    runCase(name, coll, 4099, IN_PLACE, 1, 1, NOTHING_ODD, 0);
+    allocKind = NCCL_MEM_ALLOC;
+    snprintf(name, sizeof(name), "%s, ncclMemAlloc buffers, mode 1", c);
+    runCase(name, coll, 4099, OUT_OF_PLACE, 1, 2, NOTHING_ODD, 1);
+    allocKind = CUDA_MALLOC;
   }
-  /* The defaults: in place from 16 MiB (SYMMCOLL_ZERO_COPY_MIN_BYTES), through staging below;
-   * only where the table runs push and pull at these sizes (2 and 4 ranks on sm_90). */
-  setKnobs(0);
+  /* The defaults: ncclMemAlloc buffers in place from 16 MiB (SYMMCOLL_ZERO_COPY_MIN_BYTES),
+   * through staging below and for cudaMalloc buffers; only where the table runs push and pull at
+   * these sizes (2 and 4 ranks on sm_90). */
+  setKnobs(0, -1);
   int major = 0;
   CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, r));
   if ((n == 2 || n == 4) && major == 9) {
   const size_t large = (16u << 20) / sizeof(float) / (size_t)n + 3;
-  runCase("all-gather, 16 MiB + 3 elements, defaults", AG, large, OUT_OF_PLACE, 1, 1, NOTHING_ODD, 1);
-  runCase("reduce-scatter, 16 MiB + 3 elements, defaults", RS, large, IN_PLACE, 0, 1, NOTHING_ODD, 1);
-  runCase("all-gather, 8 MiB, defaults (staged)", AG, (8u << 20) / sizeof(float) / (size_t)n,
-          OUT_OF_PLACE, 0, 1, NOTHING_ODD, 0);
   allocKind = NCCL_MEM_ALLOC; /* as nccl-tests allocates */
+  runCase("all-gather, 16 MiB + 3 elements, ncclMemAlloc, defaults", AG, large, OUT_OF_PLACE, 1, 1,
+          NOTHING_ODD, 1);
+  runCase("reduce-scatter, 16 MiB + 3 elements, ncclMemAlloc, defaults", RS, large, IN_PLACE, 0, 1,
+          NOTHING_ODD, 1);
+  runCase("all-gather, 8 MiB, ncclMemAlloc, defaults (staged)", AG,
+          (8u << 20) / sizeof(float) / (size_t)n, OUT_OF_PLACE, 0, 1, NOTHING_ODD, 0);
+  allocKind = CUDA_MALLOC;
+  runCase("reduce-scatter, 16 MiB + 3 elements, cudaMalloc, defaults (staged)", RS, large,
+          OUT_OF_PLACE, 0, 1, NOTHING_ODD, 0);
+  allocKind = NCCL_MEM_ALLOC;
   /* The largest size the plain rows give push and pull: beyond 32 MiB the 4-rank rows hand
    * float all-gathers and reduce-scatters to NCCL, captured or not. */
   const unsigned bigMiB = n == 2 ? 64 : 32;
