@@ -106,6 +106,19 @@ size_t symmRouteLargestStaged(const struct symmTuneInput* comm, int ctaPolicy) {
  * multicast and the knobs, which the cache's key holds, can change it. */
 static int repeatable(const struct symmRouteFacts* f) { return f->groupDepth == 0 && f->peersLive; }
 
+/* The tuner's view of the call: what the facts say and the rules leave to it. */
+static struct symmTuneInput tuneInput(const struct symmRouteFacts* f, const struct symmTask* t) {
+  return (struct symmTuneInput){
+      .coll = t->coll, .nranks = f->nranks, .datatype = t->datatype,
+      .op = t->coll == SYMM_COLL_ALLGATHER ? ncclSum : t->op,
+      .bytes = symmCollBytes(t->coll, t->count, symmTypeSize(t->datatype), f->nranks),
+      .registered = f->registered, .multicastReady = f->multicastReady != 0, .arch = f->arch,
+      .link = f->link, .stagingBytes = f->stagingBytes, .table = f->table,
+      /* arch 0 (mixed) is left here: the fp8 rule refused known older ones in symmArgsCheck. */
+      .excluded = policyExcludes(f->config.ctaPolicy) |
+                  (fp8BelowSm90(t, f->arch) ? ~(1u << SYMM_ALGO_NCCL) : 0u)};
+}
+
 /* Captured all-gather push and reduce-scatter pull on plain buffers run in place, as on
  * symmetric windows, where the tuner would run them so on a window (large enough) and the
  * buffers can be exchanged (src/transport/graphpeers.c). Inputs agreed on every rank, capture
@@ -116,10 +129,8 @@ static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct s
   if (!f->graphPeersReady || f->registered || t->coll == SYMM_COLL_ALLREDUCE ||
       r->algo == SYMM_ALGO_COPYENGINE)
     return 0;
-  const struct symmTuneInput windowed = {
-      .coll = t->coll, .nranks = f->nranks, .datatype = t->datatype,
-      .bytes = symmCollBytes(t->coll, t->count, symmTypeSize(t->datatype), f->nranks),
-      .registered = 1};
+  struct symmTuneInput windowed = tuneInput(f, t);
+  windowed.registered = 1;
   return symmTunerZeroCopy(&windowed, r->algo);
 }
 
@@ -143,15 +154,7 @@ static struct symmRoute forward(int ordered) {
 /* Which algorithm, if any of ours, and its launch: the tuner over what the rules allow. */
 static struct symmRoute pick(const struct symmRouteFacts* f, const struct symmTask* t) {
   const int policy = f->config.ctaPolicy;
-  const struct symmTuneInput in = {
-      .coll = t->coll, .nranks = f->nranks, .datatype = t->datatype,
-      .op = t->coll == SYMM_COLL_ALLGATHER ? ncclSum : t->op,
-      .bytes = symmCollBytes(t->coll, t->count, symmTypeSize(t->datatype), f->nranks),
-      .registered = f->registered, .multicastReady = f->multicastReady != 0, .arch = f->arch,
-      .link = f->link, .stagingBytes = f->stagingBytes, .table = f->table,
-      /* arch 0 (mixed) is left here: the fp8 rule refused known older ones in symmArgsCheck. */
-      .excluded = policyExcludes(policy) |
-                  (fp8BelowSm90(t, f->arch) ? ~(1u << SYMM_ALGO_NCCL) : 0u)};
+  const struct symmTuneInput in = tuneInput(f, t);
   enum symmAlgo algo;
   if (keepsSms(policy)) {
     const unsigned avail = symmTunerAvailable(&in);

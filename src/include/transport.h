@@ -125,7 +125,8 @@ int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t
  * have changed); 0 without a transport. */
 uint64_t symmTransportWindowsVersion(const struct symmComm* comm);
 
-/* Zero copy of plain buffers (cudaMalloc, ncclMemAlloc) in captured graphs (graphpeers.c).
+/* Zero copy of plain buffers in captured graphs (graphpeers.c): ncclMemAlloc buffers, and
+ * cudaMalloc ones with SYMMCOLL_GRAPH_ZERO_COPY=2.
  * Ready: every rank is its own process, every rank's registration channel is up (agreed at
  * staging) and SYMMCOLL_GRAPH_ZERO_COPY is on; identical on all ranks (caller holds launchLock). */
 int symmTransportGraphPeersReady(const struct symmComm* comm);
@@ -135,8 +136,8 @@ int symmTransportGraphPeersReady(const struct symmComm* comm);
 struct symmTransport* symmTransportHold(struct symmComm* comm);
 void symmTransportDrop(struct symmTransport* t);
 /* One captured call's exchange (`t`: held, see above), collective: every rank calls it for the
- * same calls in the same order. Offers [ptr, ptr+bytes) (the legacy IPC handle of its cudaMalloc
- * allocation, or an fd of our ncclMemAlloc allocation) to every peer, waits for theirs, imports
+ * same calls in the same order. Offers [ptr, ptr+bytes) (an fd of our ncclMemAlloc allocation, or
+ * in mode 2 the legacy IPC handle of its cudaMalloc allocation) to every peer, waits for theirs, imports
  * them and agrees. Returns 1 on every rank when every rank
  * exported and imported, with peerPtrs[r] = rank r's buffer as mapped here (ours: ptr) and the
  * imports held by `graph`; 0 on every rank otherwise. `join` 0 says no at once without waiting

@@ -28,10 +28,10 @@
  * it whenever it likes. */
 SYMMCOLL_PARAM_FULL(GraphZeroCopy, "GRAPH_ZERO_COPY", 1, 0, 2, SYMM_PARAM_AGREED,
                     "captured all-gathers and reduce-scatters on plain buffers write and read the "
-                    "peers' buffers in place from the zero-copy minimum on, where every rank is its "
-                    "own process: 1 = ncclMemAlloc buffers, 2 = cudaMalloc buffers too (legacy "
-                    "CUDA IPC: free one only after every rank destroyed the graphs that use it and "
-                    "its communicators), 0 = through staging")
+                    "peers' buffers in place from the zero-copy minimum on, where every rank is "
+                    "its own process: 1 = ncclMemAlloc buffers, 2 = cudaMalloc buffers too "
+                    "(legacy CUDA IPC: free one only after every rank destroyed the graphs that "
+                    "use it and its communicators), 0 = through staging")
 
 /* ---- imports, process-wide ----------------------------------------------------------------
  * One import per (device, allocation): CUDA maps an IPC handle once per process, and an
@@ -84,9 +84,11 @@ static void closeUnheld(void) {
   }
 }
 
-static int sameImport(const struct import* im, int dev, const struct symmRegMsg* offer, int32_t pid) {
+static int sameImport(const struct import* im, int dev, const struct symmRegMsg* offer,
+                      int32_t pid) {
   if (im->dev != dev || im->kind != offer->memKind) return 0;
-  if (im->kind == SYMM_GRAPH_MEM_IPC) return memcmp(im->handle, offer->ipc, sizeof(im->handle)) == 0;
+  if (im->kind == SYMM_GRAPH_MEM_IPC)
+    return memcmp(im->handle, offer->ipc, sizeof(im->handle)) == 0;
   return im->allocId != 0 && im->pid == pid && im->allocId == offer->allocId;
 }
 
@@ -224,7 +226,7 @@ static void deliver(struct symmTransport* t, const struct symmRegMsg* m, int fd)
   pthread_mutex_unlock(&g->lock);
 }
 
-/* ---- one exchange ------------------------------------------------------------------------------ */
+/* ---- one exchange -------------------------------------------------------------------------- */
 
 /* Whether a wait of this rank must give up: the communicator is going away, was aborted or
  * revoked, or (`failed`, asked now and then) failed: a peer that failed never sends. */
@@ -370,8 +372,8 @@ int symmTransportGraphPeers(struct symmComm* comm, struct symmTransport* t, cons
   for (int q = 0; q < n; q++) {
     if (q == me) continue;
     const struct symmRegMsg* o = &offers[q];
-    const int usable = all && imported && o->allocBytes < (1ull << 48) && o->offset <= o->allocBytes &&
-                       bytes <= o->allocBytes - o->offset;
+    const int usable = all && imported && o->allocBytes < (1ull << 48) &&
+                       o->offset <= o->allocBytes && bytes <= o->allocBytes - o->offset;
     if (!usable) {
       if (fds[q] >= 0) close(fds[q]);
       imported = 0;

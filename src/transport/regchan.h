@@ -71,7 +71,8 @@ enum symmRegRecv {
 /* Reads one message without blocking and checks it: SCM_CREDENTIALS present, sender uid ours,
  * its pid the pid of the rank it claims (not our own rank), exact size, magic, type, slot, auth
  * token (constant time), and exactly one fd for MAP, at most one for GRAPH_OFFER and none
- * otherwise (GRAPH_* use slot 0); MSG_CTRUNC/MSG_TRUNC reject. Rejections are logged at INFO (pid, uid, reason; never the token). */
+ * otherwise (GRAPH_* use slot 0); MSG_CTRUNC/MSG_TRUNC reject. Rejections are logged at INFO
+ * (pid, uid, reason; never the token). */
 enum symmRegRecv symmRegChanReceive(int rxFd, const struct symmRegChanPeers* who,
                                     struct symmRegMsg* msg, int* fdOut);
 
