@@ -107,8 +107,8 @@ static float inputOf(int q, size_t i, int k) {
 }
 
 /* One case: `calls` captured calls of `coll` with `count` elements per rank each (all-gather
- * sendcount, reduce-scatter recvcount), their buffers `offset` elements into one cudaMalloc
- * allocation; `expectInPlace`: whether every launch should have gone in place. */
+ * sendcount, reduce-scatter recvcount), their buffers `offset` elements into one allocation
+ * (`allocKind`); `expectInPlace`: whether every launch should have gone in place. */
 static void runCase(const char* name, int coll, size_t count, enum placement where, size_t offset,
                     int calls, enum odd odd, int expectInPlace) {
   const size_t whole = count * (size_t)nranks;   /* the larger of input and output */
@@ -132,7 +132,8 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
       recv[c] = where == IN_PLACE ? in + count * (size_t)rank : out;
     }
   }
-  if (odd == STREAM_ORDERED && rank == 0) { /* the buffer peers would map: AG's output, RS's input */
+  /* The buffer peers would map: all-gather's output, reduce-scatter's input. */
+  if (odd == STREAM_ORDERED && rank == 0) {
     CUDA_OK(cudaMallocAsync((void**)&asyncBuf, (whole + 1) * sizeof(float), stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     if (coll == AG) recv[0] = asyncBuf + 1;
@@ -181,7 +182,8 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
           ref[i] = inputOf((int)(i / count), i % count + (size_t)c * 7, k);
         } else {
           double sum = 0;
-          for (int q = 0; q < nranks; q++) sum += inputOf(q, count * (size_t)rank + i + (size_t)c * 7, k);
+          for (int q = 0; q < nranks; q++)
+            sum += inputOf(q, count * (size_t)rank + i + (size_t)c * 7, k);
           ref[i] = (float)sum;
         }
       }
@@ -189,8 +191,9 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
       size_t bad = 0, first = 0;
       for (size_t i = 0; i < outElems; i++)
         if (memcmp(&host[i], &ref[i], sizeof(float)) != 0 && bad++ == 0) first = i;
-      TCHECK(bad == 0, "%s: rank %d replay %d call %d: %zu of %zu wrong, first at %zu (%g, want %g)",
-             name, rank, k, c, bad, outElems, first, bad ? host[first] : 0.0, bad ? ref[first] : 0.0);
+      TCHECK(bad == 0,
+             "%s: rank %d replay %d call %d: %zu of %zu wrong, first at %zu (%g, want %g)", name,
+             rank, k, c, bad, outElems, first, bad ? host[first] : 0.0, bad ? ref[first] : 0.0);
     }
   }
   free(host);
