@@ -60,6 +60,40 @@ struct rank {
   char* peerIn[8];             /* host: every rank's input (regenerated here) */
 };
 
+/* What each rank is doing, for the watchdog's report when a run hangs (read from its thread). */
+struct progress {
+  const char* stage; /* a string literal */
+  const char* algo;  /* a string literal */
+  int coll;          /* 0 all-gather, 1 reduce-scatter, 2 all-reduce, 3 broadcast */
+  size_t count;
+  long step; /* the graph replay or soak call (0 elsewhere) */
+};
+static struct progress progressOf[8];
+
+/* step < 0: the step stays as it is (a case of the soak). */
+static void noteProgress(int rank, const char* stage, const char* algo, int coll, size_t count,
+                         long step) {
+  struct progress* p = &progressOf[rank];
+  __atomic_store_n(&p->stage, stage, __ATOMIC_RELAXED);
+  __atomic_store_n(&p->algo, algo, __ATOMIC_RELAXED);
+  __atomic_store_n(&p->coll, coll, __ATOMIC_RELAXED);
+  __atomic_store_n(&p->count, count, __ATOMIC_RELAXED);
+  if (step >= 0) __atomic_store_n(&p->step, step, __ATOMIC_RELAXED);
+}
+
+static void reportProgress(void) {
+  static const char* const colls[4] = {"all-gather", "reduce-scatter", "all-reduce", "broadcast"};
+  for (int q = 0; q < nranks; q++) {
+    struct progress* p = &progressOf[q];
+    const char* stage = __atomic_load_n(&p->stage, __ATOMIC_RELAXED);
+    const char* algo = __atomic_load_n(&p->algo, __ATOMIC_RELAXED);
+    const int coll = __atomic_load_n(&p->coll, __ATOMIC_RELAXED);
+    fprintf(stderr, "watchdog: rank %d: %s, %s %s count %zu step %ld\n", q,
+            stage != NULL ? stage : "setup", colls[coll & 3], algo != NULL ? algo : "-",
+            __atomic_load_n(&p->count, __ATOMIC_RELAXED), __atomic_load_n(&p->step, __ATOMIC_RELAXED));
+  }
+}
+
 static uint64_t ours(ncclComm_t comm) {
   struct symmComm* c = symmCommFind(comm);
   return c != NULL ? __atomic_load_n(&c->launches, __ATOMIC_RELAXED) : 0;
@@ -111,15 +145,18 @@ static void runCaseAt(struct rank* r, int coll, ncclDataType_t dt, ncclRedOp_t o
   CUDA_OK(cudaMemsetAsync(r->send, 0xee, bufBytes, r->stream));
   char* in = (coll == 0 && inPlace ? r->recv + (size_t)r->rank * count * es : r->send) + shift * es;
   char* out = (coll == 1 && inPlace ? r->send + (size_t)r->rank * count * es : r->recv) + shift * es;
+  noteProgress(r->rank, "inputs", algo, coll, count, -1);
   CUDA_OK(cudaMemcpyAsync(in, r->peerIn[r->rank], inCount * es, cudaMemcpyHostToDevice, r->stream));
   CUDA_OK(cudaStreamSynchronize(r->stream));
   pthread_barrier_wait(&barrier); /* nobody's kernel reads a peer's input before it is written */
+  noteProgress(r->rank, "call", algo, coll, count, -1);
   const uint64_t before = ours(r->comm);
   ncclResult_t res = coll == 0 ? ncclAllGather(in, out, count, dt, r->comm, r->stream)
                                : ncclReduceScatter(in, out, count, dt, op, r->comm, r->stream);
   TCHECK_EQ_INT(res, ncclSuccess);
   CUDA_OK(cudaStreamSynchronize(r->stream));
   if (expectOurs && count > 0) TCHECK_EQ_INT(ours(r->comm) - before, 1);
+  noteProgress(r->rank, "check", algo, coll, count, -1);
   CUDA_OK(cudaMemcpy(r->hostOut, out, outCount * es, cudaMemcpyDeviceToHost));
   expectedOutput(r, coll, dt, op, count);
   char label[160];
@@ -141,6 +178,7 @@ static const size_t sizes[] = {0, 1, 2, 3, 7, 13, 31, 64, 127, 1000, 4099, 16384
 /* Forces `algo` for all-gather (coll 0) or reduce-scatter (coll 1); multimem runs emulated
  * (peer loads and stores: these machines never create multicast objects). */
 static void useAlgo(struct rank* r, int coll, const char* algo) {
+  noteProgress(r->rank, "algorithm set", algo, coll, 0, 0);
   setAlgo(r, "SYMMCOLL_MULTIMEM_EMULATE", strcmp(algo, "multimem") == 0 ? "1" : "0");
   setAlgo(r, coll == 0 ? "SYMMCOLL_ALLGATHER_ALGO" : "SYMMCOLL_REDUCESCATTER_ALGO", algo);
 }
@@ -241,6 +279,7 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
   runCase(r, coll, dt, ncclSum, count, 0, seed0 + 77, 1, algo); /* eager first */
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
+  noteProgress(r->rank, "graph capture and upload", algo, coll, count, 0);
   CUDA_OK(cudaStreamBeginCapture(r->stream, cudaStreamCaptureModeThreadLocal));
   for (int k = 0; k < 3; k++) {
     ncclResult_t res = coll == 0 ? ncclAllGather(r->send, r->recv, count, dt, r->comm, r->stream)
@@ -258,8 +297,10 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
     for (int q = 0; q < nranks; q++) arFillInput(dt, ncclSum, nranks, q, seed, 0, r->peerIn[q], inCount);
     CUDA_OK(cudaMemcpyAsync(r->send, r->peerIn[r->rank], inCount * es, cudaMemcpyHostToDevice, r->stream));
     CUDA_OK(cudaMemsetAsync(r->recv, 0xff, outCount * es, r->stream));
+    noteProgress(r->rank, "graph replay", algo, coll, count, it);
     CUDA_OK(cudaGraphLaunch(exec, r->stream));
     CUDA_OK(cudaStreamSynchronize(r->stream));
+    noteProgress(r->rank, "graph replay check", algo, coll, count, it);
     CUDA_OK(cudaMemcpy(r->hostOut, r->recv, outCount * es, cudaMemcpyDeviceToHost));
     expectedOutput(r, coll, dt, ncclSum, count);
     TCHECK_EQ_INT(arCompare(dt, r->ref, r->hostOut, outCount, -1.0, "graph replay"), 0);
@@ -284,6 +325,7 @@ static void soak(struct rank* r) {
     const ncclRedOp_t op = (ncclRedOp_t)((x >> 16) % ncclNumOps);
     const size_t count = 1 + (x >> 24) % 3000;
     const int inPlace = (int)((x >> 40) & 1);
+    noteProgress(r->rank, "soak", "auto", coll, count, k);
     if (coll < 2) {
       runCase(r, coll, dt, op, count, inPlace, x, 0, "auto");
       continue;
@@ -486,6 +528,7 @@ static void* rankMain(void* arg) {
 }
 
 int main(int argc, char** argv) {
+  watchdogReport = reportProgress;
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
   harnessManyStreamsPerGpu();
   setenv("NCCL_NVLS_ENABLE", "0", 1);
