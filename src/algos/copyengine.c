@@ -5,7 +5,7 @@
  * cannot race are in README.md ("Copy-engine all-gather").
  *
  * Barrier of kind K (arrive, ready, exit), rank r: copy the constant 1 (our pad's word
- * SYMM_PAD_CE_ONE) into word (K, r) of every peer's pad; wait until our word (K, q) is 1 for
+ * SYMM_PAD_ONE_WORD, written at allocation) into word (K, r) of every peer's pad; wait until our word (K, q) is 1 for
  * every peer q; reset each to 0. Values are constants, so a captured graph replays them. */
 #include "copyengine.h"
 
@@ -46,7 +46,7 @@ static void memOp(CUstreamBatchMemOpParams* op, int wait, CUdeviceptr address, u
 static ncclResult_t ceBarrier(const struct symmPeers* peers, enum symmCeWord kind,
                               cudaStream_t stream) {
   const int me = peers->rank, n = peers->nranks;
-  const uint32_t* one = (const uint32_t*)(peers->signals[me] + SYMM_PAD_CE_ONE);
+  const uint32_t* one = (const uint32_t*)(peers->signals[me] + SYMM_PAD_ONE_WORD);
   for (int q = 0; q < n; q++) {
     if (q == me) continue;
     /* Stream order: every copy before this one has completed, so its data is in place before
@@ -107,12 +107,6 @@ static ncclResult_t peerParts(const struct symmLaunch* call, const struct symmPe
   const size_t share = call->count * esize; /* bytes of one rank's part */
   const char* send = call->sendbuff;
   char* recv = call->recvbuff;
-  /* The constant lives in the pad: stream memory operations refuse stream-ordered pool memory
-   * (localState), while the pad is plain VMM memory as NCCL's own flags are. */
-  if (CU_CALL(SYMM_LOG_WARN, cuStreamWriteValue32,
-              ((CUstream)stream, (CUdeviceptr)(uintptr_t)(peers->signals[me] + SYMM_PAD_CE_ONE), 1,
-               CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)
-    return ncclUnhandledCudaError;
   /* Arrive: every rank's stream has reached this call, so every earlier kernel or copy of ours
    * on any rank is done with staging, and every rank's output is free to write. */
   NCCLCHECK(ceBarrier(peers, SYMM_CE_ARRIVE, stream));

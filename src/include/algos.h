@@ -139,8 +139,6 @@ size_t symmLamportMaxBytes(int nranks);
  * no kernel uses. */
 enum symmCeWord { SYMM_CE_ARRIVE = 0, SYMM_CE_READY = 1, SYMM_CE_EXIT = 2, SYMM_CE_KINDS = 3 };
 #define SYMM_PAD_CE_BASE SYMM_PAD_SIGNAL_WORD(2, 0, 0)
-/* Pad word 1 of each rank holds the constant 1 its barriers copy into peers' words. */
-#define SYMM_PAD_CE_ONE 1
 static inline size_t symmPadCeWord(enum symmCeWord kind, int writer) {
   return (size_t)SYMM_PAD_CE_BASE + (size_t)kind * SYMM_MAX_RANKS + (size_t)writer;
 }

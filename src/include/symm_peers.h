@@ -26,6 +26,11 @@
  * touching user memory. Never cleared: a failed communicator stays failed until abort/destroy. */
 #define SYMM_PAD_FAIL_WORD 0
 
+/* Word 1 of every rank's signal pad holds the constant 1 (its low 32 bits), written at allocation
+ * before any peer maps the pad and never changed: the copy-engine barriers (src/algos) copy it
+ * into peers' words with the copy engines, which cannot write an immediate value. */
+#define SYMM_PAD_ONE_WORD 1
+
 struct symmPeers {
   int rank, nranks;
   /* Most ranks of this communicator that share one GPU (1 in production; more only in tests that
@@ -37,7 +42,8 @@ struct symmPeers {
   void* buffers[SYMM_MAX_RANKS];
   size_t bufferBytes;
   /* Each rank's signal pad: aligned 64-bit words, zeroed at allocation, mapped here. Word
-   * SYMM_PAD_FAIL_WORD is the failure word above; src/algos owns the rest of the layout. */
+   * SYMM_PAD_FAIL_WORD is the failure word above and SYMM_PAD_ONE_WORD the constant 1; src/algos
+   * owns the rest of the layout. */
   uint64_t* signals[SYMM_MAX_RANKS];
   size_t signalBytes;
   /* This rank's private device memory for epochs and kernel state (not peer-mapped), zeroed. */

@@ -58,6 +58,12 @@ static ncclResult_t buildLocal(struct stageCtx* x) {
   /* Everything, the Lamport region and the pad included: recycled pages must never hold lines
    * or signals that look current. */
   CUDACHECKGOTO(cudaMemsetAsync((void*)base, 0, t->allocBytes, t->ctl), res, unmap);
+  /* The pad's constant (symm_peers.h), in place before any call can copy it (the sync below):
+   * a copy that read a 0 there would hand a peer a barrier word it waits on forever. */
+  static const uint32_t one = 1;
+  char* const padOne = (char*)base + t->plannedBuffer + SYMM_PAD_ONE_WORD * sizeof(uint64_t);
+  CUDACHECKGOTO(cudaMemcpyAsync(padOne, &one, sizeof(one), cudaMemcpyHostToDevice, t->ctl), res,
+                unmap);
   /* Waited for to the end, abort or not: the private stream holds nothing that depends on a
    * peer, and unmapping under a memset in flight would be an illegal access. */
   CUDACHECKGOTO(cudaStreamSynchronize(t->ctl), res, unmap);
