@@ -200,4 +200,15 @@ SYMM_HD typename E::T reduceInOrder(const typename E::T* values, int n, bool avg
     default: break;                                  \
   }
 
+/* The element traits of every datatype, as SYMM_DISPATCH_DTYPE lists them: X(traits) for each.
+ * For explicit instantiations of a family whose instances several files compile
+ * (reduce_scatter_pull.cuh). */
+#define SYMM_DTYPE_TRAITS(X)                                                                  \
+  X(symm::I8) X(symm::U8) X(symm::I32) X(symm::U32) X(symm::I64) X(symm::U64) X(symm::F16)    \
+  X(symm::F32) X(symm::F64) X(symm::BF16) X(symm::F8E4M3) X(symm::F8E5M2)
+#define SYMM_COUNT_TYPE_(traits) +1
+static_assert(0 SYMM_DTYPE_TRAITS(SYMM_COUNT_TYPE_) == (int)ncclNumTypes,
+              "SYMM_DTYPE_TRAITS names every datatype");
+#undef SYMM_COUNT_TYPE_
+
 #endif
