@@ -7,6 +7,8 @@
 #   PART=repeats [REPEATS=10 CALLS=3000] test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]: the soak,
 #   REPEATS consecutive runs at each world size 2..8
 #   PART=hangs [REPEATS=20] ...: the streams_2 hang, with the watchdog's reports
+#   PART=collectives-hangs [REPEATS=40 RANKS=3] ...: test_collectives RANKS --quick, REPEATS runs
+#   under the watchdog (the copy-engine hang of src/algos/README.md; ranks share GPUs on a pair)
 # One log per command in OUT_DIR, a summary table at the end.
 run_gpu_suite() {
   local TB=$B/test/transport T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
@@ -94,12 +96,24 @@ run_stream_hangs() {
   done
 }
 
+# The hang of collectives_boot_3 at its first copy-engine all-gather (src/algos/README.md,
+# "Copy-engine all-gather"): REPEATS runs of the quick sweep under the watchdog, whose report
+# (each rank's stage, algorithm, size) and stacks land in the logs of the runs that hang.
+run_collectives_hangs() {
+  local TC=$B/test/algos/test_collectives i
+  for i in $(seq 1 "${REPEATS:-40}"); do
+    run coll_${RANKS:-3}_run$i 60 env SYMMCOLL_NCCL_LIB="$BOOT" SYMMCOLL_TEST_WATCHDOG_S=40 \
+      $TC "${RANKS:-3}" --quick
+  done
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   # shellcheck source=test/device/common.sh
   source "$(dirname "${BASH_SOURCE[0]}")/common.sh" "$@"
   case "${PART:-suite}" in
     repeats) run_soak_repeats ;;
     hangs) run_stream_hangs ;;
+    collectives-hangs) run_collectives_hangs ;;
     *) run_gpu_suite ;;
   esac
   print_rows
