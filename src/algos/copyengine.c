@@ -5,8 +5,9 @@
  * cannot race are in README.md ("Copy-engine all-gather").
  *
  * Barrier of kind K (arrive, ready, exit), rank r: copy the constant 1 (our pad's word
- * SYMM_PAD_ONE_WORD, written at allocation) into word (K, r) of every peer's pad; wait until our word (K, q) is 1 for
- * every peer q; reset each to 0. Values are constants, so a captured graph replays them. */
+ * SYMM_PAD_ONE_WORD, written at allocation) into word (K, r) of every peer's pad; wait until our
+ * word (K, q) is 1 for every peer q; reset each to 0. Values are constants, so a captured graph
+ * replays them. */
 #include "copyengine.h"
 
 #include <stdint.h>

@@ -88,9 +88,10 @@ static void reportProgress(void) {
     const char* stage = __atomic_load_n(&p->stage, __ATOMIC_RELAXED);
     const char* algo = __atomic_load_n(&p->algo, __ATOMIC_RELAXED);
     const int coll = __atomic_load_n(&p->coll, __ATOMIC_RELAXED);
+    const size_t count = __atomic_load_n(&p->count, __ATOMIC_RELAXED);
+    const long step = __atomic_load_n(&p->step, __ATOMIC_RELAXED);
     fprintf(stderr, "watchdog: rank %d: %s, %s %s count %zu step %ld\n", q,
-            stage != NULL ? stage : "setup", colls[coll & 3], algo != NULL ? algo : "-",
-            __atomic_load_n(&p->count, __ATOMIC_RELAXED), __atomic_load_n(&p->step, __ATOMIC_RELAXED));
+            stage != NULL ? stage : "setup", colls[coll & 3], algo != NULL ? algo : "-", count, step);
   }
 }
 

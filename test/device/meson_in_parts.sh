@@ -13,7 +13,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 t0=$(date +%s)
 mkdir -p "$results.d"
 touch "$results"
-# Test names without meson's project and suite prefixes ("libsymmcoll:gpu / x", "gpu - libsymmcoll:x").
+# Test names without meson's prefixes ("libsymmcoll:gpu / x", "gpu - libsymmcoll:x").
 all=$(meson test -C "$B" --no-rebuild --suite gpu --list 2>/dev/null | sed -e 's/.*[/:] *//')
 for t in $(printf '%s\n' "$@" $all | awk 'NF && !seen[$0]++'); do
   grep -q "^$t " "$results" && continue
