@@ -31,6 +31,7 @@
 #include "harness.h"
 #include "nccl_api.h"
 #include "param.h"
+#include "transport.h"
 #include "watchdog.h"
 
 #define TCHECK(cond) HARNESS_TCHECK(cond)
@@ -69,6 +70,7 @@ struct progress {
   long step; /* the graph replay or soak call (0 elsewhere) */
 };
 static struct progress progressOf[8];
+static struct rank* rankOf[8]; /* for the report: each rank while its communicator exists */
 
 /* step < 0: the step stays as it is (a case of the soak). */
 static void noteProgress(int rank, const char* stage, const char* algo, int coll, size_t count,
@@ -79,6 +81,42 @@ static void noteProgress(int rank, const char* stage, const char* algo, int coll
   __atomic_store_n(&p->coll, coll, __ATOMIC_RELAXED);
   __atomic_store_n(&p->count, count, __ATOMIC_RELAXED);
   if (step >= 0) __atomic_store_n(&p->step, step, __ATOMIC_RELAXED);
+}
+
+/* Rank q's copy-engine barrier words (src/algos/copyengine.c: arrive, ready, exit from each
+ * writer) and its pad's constant, read on a stream of its own: which flags have landed where.
+ * A read that cannot complete (the device's queues blocked) leaves the stacks to the watchdog. */
+static void reportCopyEngineWords(int q) {
+  const struct rank* r = __atomic_load_n(&rankOf[q], __ATOMIC_ACQUIRE);
+  const struct symmComm* c = r != NULL ? symmCommFind(r->comm) : NULL;
+  const struct symmPeers* p = c != NULL ? symmTransportPeers(c) : NULL;
+  if (p == NULL || p->signals[p->rank] == NULL) return;
+  uint64_t one = 0, words[SYMM_CE_KINDS][SYMM_MAX_RANKS];
+  memset(words, 0, sizeof(words));
+  const uint64_t* pad = p->signals[p->rank];
+  cudaStream_t s = NULL;
+  int ok = cudaSetDevice(q % ndev) == cudaSuccess &&
+           cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+           cudaMemcpyAsync(&one, pad + SYMM_PAD_ONE_WORD, sizeof(one), cudaMemcpyDeviceToHost,
+                           s) == cudaSuccess;
+  for (int k = 0; k < SYMM_CE_KINDS && ok; k++)
+    ok = cudaMemcpyAsync(words[k], pad + symmPadCeWord((enum symmCeWord)k, 0),
+                         (size_t)p->nranks * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                         s) == cudaSuccess;
+  ok = ok && cudaStreamSynchronize(s) == cudaSuccess;
+  if (!ok) {
+    fprintf(stderr, "watchdog: rank %d: pad unreadable\n", q);
+  } else {
+    static const char* const kinds[SYMM_CE_KINDS] = {"arrive", "ready", "exit"};
+    fprintf(stderr, "watchdog: rank %d: pad constant %llu; copy-engine words from writers 0..%d:", q,
+            (unsigned long long)one, p->nranks - 1);
+    for (int k = 0; k < SYMM_CE_KINDS; k++) {
+      fprintf(stderr, " %s", kinds[k]);
+      for (int w = 0; w < p->nranks; w++) fprintf(stderr, " %llu", (unsigned long long)words[k][w]);
+    }
+    fprintf(stderr, "\n");
+  }
+  if (s != NULL) (void)cudaStreamDestroy(s);
 }
 
 static void reportProgress(void) {
@@ -93,6 +131,7 @@ static void reportProgress(void) {
     fprintf(stderr, "watchdog: rank %d: %s, %s %s count %zu step %ld\n", q,
             stage != NULL ? stage : "setup", colls[coll & 3], algo != NULL ? algo : "-", count, step);
   }
+  for (int q = 0; q < nranks; q++) reportCopyEngineWords(q);
 }
 
 static uint64_t ours(ncclComm_t comm) {
@@ -480,6 +519,7 @@ static void* rankMain(void* arg) {
   CUDA_OK(cudaSetDevice(r->rank % ndev));
   CUDA_OK(arLoadKernels());
   TCHECK_EQ_INT(ncclCommInitRank(&r->comm, nranks, uid, r->rank), ncclSuccess);
+  __atomic_store_n(&rankOf[r->rank], r, __ATOMIC_RELEASE);
   CUDA_OK(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
   CUDA_OK(cudaMalloc((void**)&r->send, bufBytes));
   CUDA_OK(cudaMalloc((void**)&r->recv, bufBytes));
@@ -517,6 +557,7 @@ static void* rankMain(void* arg) {
   avgOverflow(r);
   soak(r);
   pthread_barrier_wait(&barrier);
+  __atomic_store_n(&rankOf[r->rank], NULL, __ATOMIC_RELEASE);
   TCHECK_EQ_INT(ncclCommDestroy(r->comm), ncclSuccess);
   CUDA_OK(cudaStreamDestroy(r->stream));
   CUDA_OK(cudaFree(r->send));
