@@ -137,9 +137,8 @@ struct symmTransport* symmTransportHold(struct symmComm* comm);
 void symmTransportDrop(struct symmTransport* t);
 /* One captured call's exchange (`t`: held, see above), collective: every rank calls it for the
  * same calls in the same order. Offers [ptr, ptr+bytes) (an fd of our ncclMemAlloc allocation, or
- * in mode 2 the legacy IPC handle of its cudaMalloc allocation) to every peer, waits for theirs, imports
- * them and agrees. Returns 1 on every rank when every rank
- * exported and imported, with peerPtrs[r] = rank r's buffer as mapped here (ours: ptr) and the
+ * in mode 2 the legacy IPC handle of its cudaMalloc allocation) to every peer, waits for theirs,
+ * imports them and agrees. Returns 1 on every rank when every rank exported and imported, with peerPtrs[r] = rank r's buffer as mapped here (ours: ptr) and the
  * imports held by `graph`; 0 on every rank otherwise. `join` 0 says no at once without waiting
  * (inside a group, say: its launch waits for the group's end). Waits as NCCL does, for as long
  * as the peers take; gives up (0) only when the communicator goes away, is aborted or revoked,

@@ -108,8 +108,8 @@ static void reportCopyEngineWords(int q) {
     fprintf(stderr, "watchdog: rank %d: pad unreadable\n", q);
   } else {
     static const char* const kinds[SYMM_CE_KINDS] = {"arrive", "ready", "exit"};
-    fprintf(stderr, "watchdog: rank %d: pad constant %llu; copy-engine words from writers 0..%d:", q,
-            (unsigned long long)one, p->nranks - 1);
+    fprintf(stderr, "watchdog: rank %d: pad constant %llu; copy-engine words from writers 0..%d:",
+            q, (unsigned long long)one, p->nranks - 1);
     for (int k = 0; k < SYMM_CE_KINDS; k++) {
       fprintf(stderr, " %s", kinds[k]);
       for (int w = 0; w < p->nranks; w++) fprintf(stderr, " %llu", (unsigned long long)words[k][w]);
@@ -129,7 +129,8 @@ static void reportProgress(void) {
     const size_t count = __atomic_load_n(&p->count, __ATOMIC_RELAXED);
     const long step = __atomic_load_n(&p->step, __ATOMIC_RELAXED);
     fprintf(stderr, "watchdog: rank %d: %s, %s %s count %zu step %ld\n", q,
-            stage != NULL ? stage : "setup", colls[coll & 3], algo != NULL ? algo : "-", count, step);
+            stage != NULL ? stage : "setup", colls[coll & 3], algo != NULL ? algo : "-", count,
+            step);
   }
   for (int q = 0; q < nranks; q++) reportCopyEngineWords(q);
 }
