@@ -135,15 +135,16 @@ int symmTransportGraphPeersReady(const struct symmComm* comm);
  * while teardown detaches it; symmTransportDrop gives it back (the last one frees). */
 struct symmTransport* symmTransportHold(struct symmComm* comm);
 void symmTransportDrop(struct symmTransport* t);
-/* One captured call's exchange (`t`: held, see above), collective: every rank calls it for the
- * same calls in the same order. Offers [ptr, ptr+bytes) (an fd of our ncclMemAlloc allocation, or
- * in mode 2 the legacy IPC handle of its cudaMalloc allocation) to every peer, waits for theirs,
- * imports them and agrees. Returns 1 on every rank when every rank exported and imported, with peerPtrs[r] = rank r's buffer as mapped here (ours: ptr) and the
- * imports held by `graph`; 0 on every rank otherwise. `join` 0 says no at once without waiting
- * (inside a group, say: its launch waits for the group's end). Waits as NCCL does, for as long
- * as the peers take; gives up (0) only when the communicator goes away, is aborted or revoked,
- * or `failed(comm)` (asked every 16 ms) says it failed. -1: agreed, but the graph could not hold
- * an import: the caller fails the communicator. */
+/* One captured call's exchange (`t`: held, see above), collective: every rank calls it for the same
+ * calls in the same order. Offers [ptr, ptr+bytes) (an fd of our ncclMemAlloc allocation, or in
+ * mode 2 the legacy IPC handle of its cudaMalloc allocation) to every peer, waits for theirs,
+ * imports them and agrees. Returns 1 on every rank when every rank exported and imported, with
+ * peerPtrs[r] = rank r's buffer as mapped here (ours: ptr) and the imports held by `graph`; 0 on
+ * every rank otherwise. `join` 0 says no at once without waiting (inside a group, say: its launch
+ * waits for the group's end). Waits as NCCL does, for as long as the peers take; gives up (0) only
+ * when the communicator goes away, is aborted or revoked, or `failed(comm)` (asked every 16 ms)
+ * says it failed. -1: agreed, but the graph could not hold an import: the caller fails the
+ * communicator. */
 int symmTransportGraphPeers(struct symmComm* comm, struct symmTransport* t, const void* ptr,
                             size_t bytes, int join, cudaGraph_t graph,
                             int (*failed)(struct symmComm*), void* peerPtrs[SYMM_MAX_RANKS]);
