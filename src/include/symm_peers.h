@@ -41,9 +41,9 @@ struct symmPeers {
    * allocation (the Lamport region too: a zero line never matches an epoch, which starts at 1). */
   void* buffers[SYMM_MAX_RANKS];
   size_t bufferBytes;
-  /* Each rank's signal pad: aligned 64-bit words, zeroed at allocation, mapped here. Word
-   * SYMM_PAD_FAIL_WORD is the failure word above and SYMM_PAD_ONE_WORD the constant 1; src/algos
-   * owns the rest of the layout. */
+  /* Each rank's signal pad: aligned 64-bit words, zeroed at allocation but for the constant,
+   * mapped here. Word SYMM_PAD_FAIL_WORD is the failure word above and SYMM_PAD_ONE_WORD the
+   * constant 1; src/algos owns the rest of the layout. */
   uint64_t* signals[SYMM_MAX_RANKS];
   size_t signalBytes;
   /* This rank's private device memory for epochs and kernel state (not peer-mapped), zeroed. */

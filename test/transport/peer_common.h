@@ -361,9 +361,13 @@ static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   /* The phases before wrote patterns into staging and counters into the signal pads, which our
-   * kernels own: back to the state setup leaves them in (zeroed), on every rank before any. */
+   * kernels own: back to the state setup leaves them in (zeroed but for the pad's constant,
+   * symm_peers.h), on every rank before any. */
+  static const uint64_t padOne = 1;
   CUDA_OK(cudaMemset(peers->buffers[c->rank], 0, peers->bufferBytes));
   CUDA_OK(cudaMemset(peers->signals[c->rank], 0, peers->signalBytes));
+  CUDA_OK(cudaMemcpy(peers->signals[c->rank] + SYMM_PAD_ONE_WORD, &padOne, sizeof(padOne),
+                     cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(peers->localState, 0, peers->localStateBytes));
   CUDA_OK(cudaDeviceSynchronize());
   worldBarrier(c, 1);

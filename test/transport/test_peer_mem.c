@@ -49,7 +49,8 @@ static void patternPhase(struct rankCtx* local, int n) {
     struct rankCtx* c = &local[i];
     CUDA_OK(cudaSetDevice(c->dev));
     resetResults(c);
-    /* Signal pads start zeroed on every rank: counted before anyone signals. */
+    /* Signal pads start zeroed on every rank but for the constant word (symm_peers.h): counted
+     * before anyone signals. */
     CUDA_OK(testLaunchFill((uint32_t*)c->peers->buffers[c->rank], c->peers->bufferBytes / 4, seed,
                            (uint32_t)c->rank, c->stream));
   }
@@ -69,7 +70,12 @@ static void patternPhase(struct rankCtx* local, int n) {
         fprintf(stderr, "rank %d/%d: %llu words of peer %d's buffer differ (first at word %llu)\n",
                 c->rank, c->nranks, c->vres[p].mismatches, p, c->vres[p].firstBad);
       TCHECK_EQ_INT(c->vres[p].mismatches, 0);
-      TCHECK_EQ_INT(c->vres[p].nonzero, 0);
+      /* One nonzero word in each pad: the constant 1, where symm_peers.h puts it. */
+      TCHECK_EQ_INT(c->vres[p].nonzero, 1);
+      uint64_t one = 0;
+      CUDA_OK(cudaMemcpy(&one, c->peers->signals[p] + SYMM_PAD_ONE_WORD, sizeof(one),
+                         cudaMemcpyDefault));
+      TCHECK_EQ_INT(one, 1);
       hostSpotCheck(c, p, seed);
     }
   }
