@@ -7,8 +7,9 @@
 #   PART=repeats [REPEATS=10 CALLS=3000] test/device/gpu_suite.sh OUT_DIR [BUILD_DIR]: the soak,
 #   REPEATS consecutive runs at each world size 2..8
 #   PART=hangs [REPEATS=20] ...: the streams_2 hang, with the watchdog's reports
-#   PART=collectives-hangs [REPEATS=40 RANKS=3] ...: test_collectives RANKS --quick, REPEATS runs
-#   under the watchdog (the copy-engine hang of src/algos/README.md; ranks share GPUs on a pair)
+#   PART=collectives-hangs [REPEATS=40 RANKS=3 GPUS=0,1] ...: test_collectives RANKS --quick,
+#   REPEATS runs under the watchdog on the GPUs GPUS (the copy-engine hang of src/algos/README.md
+#   needs ranks that share a GPU, as 3 ranks on 2 GPUs do; on a larger host too)
 # One log per command in OUT_DIR, a summary table at the end.
 run_gpu_suite() {
   local TB=$B/test/transport T=$B/test/algos/test_allreduce C=$B/test/core/test_core_gpu
@@ -103,7 +104,7 @@ run_collectives_hangs() {
   local TC=$B/test/algos/test_collectives i
   for i in $(seq 1 "${REPEATS:-40}"); do
     run coll_${RANKS:-3}_run$i 60 env SYMMCOLL_NCCL_LIB="$BOOT" SYMMCOLL_TEST_WATCHDOG_S=40 \
-      $TC "${RANKS:-3}" --quick
+      CUDA_VISIBLE_DEVICES="${GPUS:-0,1}" $TC "${RANKS:-3}" --quick
   done
 }
 
