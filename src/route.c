@@ -119,17 +119,18 @@ static struct symmTuneInput tuneInput(const struct symmRouteFacts* f, const stru
                   (fp8BelowSm90(t, f->arch) ? ~(1u << SYMM_ALGO_NCCL) : 0u)};
 }
 
-/* Captured all-gather push and reduce-scatter pull on plain buffers run in place, as on
- * symmetric windows, where the tuner would run them so on a window (large enough) and the
- * buffers can be exchanged (src/transport/graphpeers.c). Inputs agreed on every rank, capture
+/* Captured all-gather push, reduce-scatter pull and the all-reduce two-shot writing outputs on
+ * plain buffers run in place, as on symmetric windows, where the tuner would run them so on a
+ * window (large enough) and the buffers can be exchanged (src/transport/graphpeers.c); the
+ * two-shot reading inputs in place (small calls) gains nothing worth an exchange. Inputs agreed on every rank, capture
  * aside (ranks capture the same calls): so every rank asks for the same exchanges. Such routes
  * are never remembered: whether a call is captured is not part of the repeat cache's key. */
 static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct symmTask* t,
                                   const struct symmRoute* r) {
-  if (!f->graphPeersReady || f->registered || t->coll == SYMM_COLL_ALLREDUCE ||
-      r->algo == SYMM_ALGO_COPYENGINE)
-    return 0;
   struct symmTuneInput windowed = tuneInput(f, t);
+  if (!f->graphPeersReady || f->registered || r->algo == SYMM_ALGO_COPYENGINE ||
+      (t->coll == SYMM_COLL_ALLREDUCE && !symmTunerAllReduceWritesOutputs(windowed.bytes)))
+    return 0;
   windowed.registered = 1;
   return symmTunerZeroCopy(&windowed, r->algo);
 }

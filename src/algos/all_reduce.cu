@@ -156,6 +156,7 @@ static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct 
   fillArgs(call, peers, &args);
   args.sliceMax = twoShotSliceMax(peers, halfBytes, esize);
   args.zeroCopy = call->algo == SYMM_ALGO_TWOSHOT && call->windowPeers != NULL;
+  args.windowsOut = args.zeroCopy && call->windowsAreOutputs;
   /* The call's flag and the pad size are the same on all ranks. A rank without a table (its
    * registration receiver is off) never acknowledges a region, so no peer ever publishes a
    * descriptor that rank would not read: it pushes and reads scatter slots as usual. */

@@ -31,9 +31,15 @@ namespace symm {
  *   arrive mid(k).
  * After the last round: wait mid, C. The waits come as late as the data allows, so the pushes
  * of A(k+1) overlap the mid barrier of round k and C(k-1) overlaps the start barrier of round k.
- * Every remote byte travels as a store; nothing is copied in. Zero-copy (windows[] from a
- * registered symmetric window): no A, B reads peers' user buffers directly; B never reads the
- * slice another rank writes in its B, and C(k) comes after wait mid(k), so in-place is safe.
+ * Every remote byte travels as a store; nothing is copied in. Zero-copy on the inputs
+ * (windows[] are the peers' inputs, small calls): no A, B reads peers' user buffers directly; B
+ * never reads the slice another rank writes in its B, and C(k) comes after wait mid(k), so
+ * in-place is safe. Zero-copy on the outputs (windowsOut, large calls): B stores the result
+ * into every peer's output instead of its gather slot, and there is no C (the last wait mid
+ * still comes before the call ends: every peer's stores into our output are done). In place,
+ * rank q's B(k) overwrites our slice q of round k, which we read in A(k) before arrive
+ * start(k), which q waits for; our own slice only we read and write. Our output is free once
+ * our kernel runs, and a peer stores into it only after waiting for our start(0).
  * Reuse of half p = k & 1 (block b's bytes):
  *   - A(k) overwrites scatter slots the peer read in B(k-2), which precedes the peer's arrive
  *     mid(k-2); we waited mid(k-2) before C(k-2), before A(k).
@@ -140,11 +146,15 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   const TwoShotPlan p = twoShotPlan(a, sizeof(T), N);
   const int me = a.rank, n = a.nranks;
   const size_t peers = (size_t)n - 1;
-  const bool recvVec = aligned16(a.recv);
+  const bool writeWindows = a.zeroCopy && a.windowsOut;
+  const bool readWindows = a.zeroCopy && !a.windowsOut;
+  bool dstVec = aligned16(a.recv); /* every output of the reduction 16-byte aligned */
+  if (writeWindows)
+    for (int r = 0; r < n; r++) dstVec = dstVec && aligned16(a.windows[r]);
   /* Our input reaches the peers through their scatter slots unless they read it in place. */
-  const bool push = !a.zeroCopy && a.inputDesc == 0;
+  const bool push = !readWindows && a.inputDesc == 0;
   bool srcVec = aligned16(a.send); /* every reduce source 16-byte aligned */
-  if (a.zeroCopy)
+  if (readWindows)
     for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(a.windows[r]);
   /* Our descriptor travels ahead of our start signal (same thread, release store after it). */
   if (a.exchangeDescs && threadIdx.x < n && threadIdx.x != me)
@@ -166,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
     blockArrive(a, kSigStart, epoch);
     if (round > 0) {
       if (!blockWait(a, kSigMid, epoch - 1, &failed)) return;
-      twoShotGather<E>(a, p, round - 1, epoch - 1);
+      if (!writeWindows) twoShotGather<E>(a, p, round - 1, epoch - 1);
     }
     if (round == 0 && a.exchangeDescs) {
       /* Each waiting thread resolves its writer's descriptor right after the acquire, so the
@@ -179,7 +189,8 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
       return;
     }
     if (round == 0) refreshOtherParity(a, epoch0, p.rounds);
-    /* B: reduce our slice in rank order; write the output and every peer's gather slot. */
+    /* B: reduce our slice in rank order; write the output and every peer's gather slot (or
+     * output). */
     const TwoShotSlice s = twoShotSlice(a, p, round, me, N);
     const char* srcs[SYMM_MAX_RANKS];
     char* dsts[SYMM_MAX_RANKS];
@@ -190,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
       srcs[r] = nullptr;
       if (r >= n) continue;
       const size_t at = s.first * sizeof(T);
-      if (a.zeroCopy)
+      if (readWindows)
         srcs[r] = a.windows[r] + at;
       else if (r == me)
         srcs[r] = (const char*)a.send + at;
@@ -199,13 +210,15 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
       else
         srcs[r] = a.staging[me] + half + (size_t)(r - (r > me)) * p.S * sizeof(T);
       if (r != me)
-        dsts[ndst++] = a.staging[r] + half + (peers + (size_t)(me - (me > r))) * p.S * sizeof(T);
+        dsts[ndst++] = writeWindows ? a.windows[r] + at
+                                    : a.staging[r] + half +
+                                          (peers + (size_t)(me - (me > r))) * p.S * sizeof(T);
     }
-    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, s.hi, recvVec && srcVec, a.avg != 0);
+    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, s.hi, dstVec && srcVec, a.avg != 0);
     blockArrive(a, kSigMid, epoch);
   }
   if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
-  twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
+  if (!writeWindows) twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
   endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 

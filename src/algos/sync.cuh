@@ -20,7 +20,8 @@ struct KernelArgs {
   size_t count;
   char* staging[SYMM_MAX_RANKS];      /* each rank's staging buffer (both halves) */
   /* zeroCopy: each rank's address, as mapped here, of this call's buffer in a registered
-   * window (all-reduce, reduce-scatter: its sendbuff; all-gather: its recvbuff); else unused. */
+   * window (or exchanged for a graph): its recvbuff for all-gather and where windowsOut, else
+   * its sendbuff; else unused. */
   char* windows[SYMM_MAX_RANKS];
   uint64_t* signals[SYMM_MAX_RANKS];  /* each rank's signal pad (word 0: failure word) */
   uint64_t* localState;               /* [0] last epoch used, [1] blocks started in this call */
@@ -42,6 +43,7 @@ struct KernelArgs {
   int rank, nranks;
   int avg;                            /* ncclAvg: Arith::avgPre on inputs, avgPost on the sum */
   int zeroCopy;                       /* windows[] valid */
+  int windowsOut;                     /* all-reduce: windows[] are the outputs (written in place) */
   /* ncclCommRegister zero-copy (two-shot): our input's descriptor, whether descriptors are
    * exchanged in this call, and the table that resolves peers' descriptors here. */
   uint64_t inputDesc;

@@ -38,9 +38,11 @@ struct symmLaunch {
    * all ranks; 0 = the library's default. */
   int maxBlocks, minBlocks;
   /* NULL, or every rank's address of the buffer this algorithm may use in place because it lies
-   * in a registered symmetric window on every rank: the input for all-reduce and
-   * reduce-scatter, the output for all-gather. */
+   * in a registered symmetric window on every rank (or was exchanged for a CUDA graph): the
+   * output where windowsAreOutputs (all-gather; all-reduce from
+   * SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES), else the input. */
   void* const* windowPeers;
+  int windowsAreOutputs;
   /* ncclCommRegister zero-copy (all-reduce two-shot): this rank's input descriptor
    * (SYMM_USER_REG_DESC, or 0) and whether descriptors are exchanged in this call (same on all
    * ranks; without it inputDesc must be 0). */

@@ -59,11 +59,17 @@ int symmTunerForced(const struct symmTuneInput* in, unsigned avail);
 /* Logs a choice made outside the table (src/route.c) once, like symmTunerPick's. */
 void symmTunerNote(const struct symmTuneInput* in, enum symmAlgo algo, const char* why);
 
-/* 1 when `algo` should read the registered buffer in place rather than through staging. */
+/* 1 when `algo` should use the registered buffer in place rather than through staging. */
 int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
 /* 1 when ranks should exchange ncclCommRegister descriptors in the kernel (all-reduce
  * two-shot, inputs outside windows, up to SYMMCOLL_ZERO_COPY_MAX_BYTES). */
 int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo);
+
+/* 1 when an all-reduce of `bytes` uses its output as the in-place buffer (the two-shot writes
+ * the peers' outputs: from SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES, above
+ * SYMMCOLL_ZERO_COPY_MAX_BYTES), 0 when its input (read in place up to the latter). Knobs
+ * only, so the same on every rank. */
+int symmTunerAllReduceWritesOutputs(size_t bytes);
 
 /* Largest message (symmCollBytes) that the table may give to one of our staged algorithms on a
  * communicator with these facts (coll, datatype, op, bytes, registered ignored): what the

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Zero copy for plain (unregistered) buffers in captured graphs. A captured all-gather writes
- * its peers' outputs, a captured reduce-scatter reads its peers' inputs, in place, as with
+/* Zero copy for plain (unregistered) buffers in captured graphs. A captured all-gather (and a
+ * large all-reduce) writes its peers' outputs, a captured reduce-scatter reads its peers'
+ * inputs, in place, as with
  * symmetric windows: at capture each rank offers its buffer's allocation to every peer over the
  * registration channel (a legacy CUDA IPC handle for cudaMalloc memory, a POSIX fd for our
  * ncclMemAlloc memory), imports theirs, and the ranks agree; the graph holds the imports.
@@ -27,8 +28,9 @@
  * peer's import of ncclMemAlloc memory holds the physical allocation (VMM), so its owner may free
  * it whenever it likes. */
 SYMMCOLL_PARAM_FULL(GraphZeroCopy, "GRAPH_ZERO_COPY", 1, 0, 2, SYMM_PARAM_AGREED,
-                    "captured all-gathers and reduce-scatters on plain buffers write and read the "
-                    "peers' buffers in place from the zero-copy minimum on, where every rank is "
+                    "captured all-gathers, reduce-scatters and large all-reduces on plain buffers "
+                    "write and read the peers' buffers in place from the zero-copy minimum (all-"
+                    "reduce: the write-outputs minimum) on, where every rank is "
                     "its own process: 1 = ncclMemAlloc buffers, 2 = cudaMalloc buffers too "
                     "(legacy CUDA IPC: free one only after every rank destroyed the graphs that "
                     "use it and its communicators), 0 = through staging")

@@ -44,6 +44,16 @@ SYMMCOLL_PARAM_FULL(ZeroCopyMinBytes, "ZERO_COPY_MIN_BYTES", 16 << 20, -1, (int6
                     "(symmetric windows) in place from this many bytes; smaller calls go "
                     "through staging (0: always in place, -1: never)")
 
+/* 2x H100, graphs, symmetric windows in place (perf/RESULTS.md): the two-shot storing its reduced
+ * slices straight into the peers' outputs, which drops the local copy of the gathered slices,
+ * took 32.7/56.2/104.1/195.4 us at 8/16/32/64 MiB (bf16) against 34.8/59.7/109.2/207.0 through
+ * staging; at 4 MiB all three ways took 21.1 us. */
+SYMMCOLL_PARAM_FULL(ArWriteOutputsMinBytes, "AR_WRITE_OUTPUTS_MIN_BYTES", 8 << 20, -1,
+                    (int64_t)1 << 40, SYMM_PARAM_AGREED,
+                    "all-reduce two-shot writes registered outputs (symmetric windows; plain "
+                    "buffers exchanged in CUDA graphs) in place from this many bytes, where it does "
+                    "not read inputs in place (-1: never)")
+
 /* Off by default: the multimem kernels and the multicast objects behind them are experimental
  * and have never run on hardware. The setup record carries this rank's "asked and allowed"
  * (SYMM_REC_MULTICAST), so the transport maps multicast only where every rank asked. */
@@ -217,10 +227,17 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
 
 /* The all-reduce two-shot reads registered inputs in place up to SYMMCOLL_ZERO_COPY_MAX_BYTES
  * (windows: symmTunerZeroCopy; ncclCommRegister buffers: symmTunerUserZeroCopy). */
-static int twoShotInPlace(const struct symmTuneInput* in, enum symmAlgo algo) {
+static int twoShotReadsInputs(const struct symmTuneInput* in, enum symmAlgo algo) {
   const int64_t max = symmParamZeroCopyMaxBytes();
   return in->coll == SYMM_COLL_ALLREDUCE && algo == SYMM_ALGO_TWOSHOT && max >= 0 &&
          in->bytes <= (size_t)max;
+}
+
+int symmTunerAllReduceWritesOutputs(size_t bytes) {
+  const int64_t readMax = symmParamZeroCopyMaxBytes();
+  const int64_t min = symmParamArWriteOutputsMinBytes();
+  if (readMax >= 0 && bytes <= (size_t)readMax) return 0;
+  return min >= 0 && bytes >= (size_t)min;
 }
 
 /* All-gather push and reduce-scatter pull: windows in place from SYMMCOLL_ZERO_COPY_MIN_BYTES. */
@@ -232,7 +249,9 @@ static int zeroCopyLargeEnough(const struct symmTuneInput* in) {
 int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
   if (!in->registered) return 0;
   switch (in->coll) {
-    case SYMM_COLL_ALLREDUCE: return twoShotInPlace(in, algo);
+    case SYMM_COLL_ALLREDUCE:
+      return twoShotReadsInputs(in, algo) ||
+             (algo == SYMM_ALGO_TWOSHOT && symmTunerAllReduceWritesOutputs(in->bytes));
     /* Storing into peers' registered outputs (all-gather push, copy engine) or loading peers'
      * registered inputs (reduce-scatter pull) skips a copy through staging but waits for every
      * peer first: the kernels do so from SYMMCOLL_ZERO_COPY_MIN_BYTES on. The copy engine keeps
@@ -246,5 +265,5 @@ int symmTunerZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
 }
 
 int symmTunerUserZeroCopy(const struct symmTuneInput* in, enum symmAlgo algo) {
-  return !in->registered && twoShotInPlace(in, algo);
+  return !in->registered && twoShotReadsInputs(in, algo);
 }

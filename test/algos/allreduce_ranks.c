@@ -169,15 +169,17 @@ int directPdl(int dev) {
 ncclResult_t issueOne(struct rankCtx* c, const struct arCall* a, cudaStream_t stream) {
   CUDA_OR_DIE(cudaSetDevice(c->dev));
   if (opt.mode == MODE_DIRECT) {
-    void* inputPeers[SYMM_MAX_RANKS];
-    const int zeroCopy = a->zeroCopy && allRanks != NULL;
+    void* bufferPeers[SYMM_MAX_RANKS];
+    const int writeOutputs = a->writeOutputs && allRanks != NULL;
+    const int zeroCopy = (a->zeroCopy || writeOutputs) && allRanks != NULL;
     if (zeroCopy)
-      for (int r = 0; r < nranksWorld; r++) inputPeers[r] = (void*)sendPtr(&allRanks[r], a);
+      for (int r = 0; r < nranksWorld; r++)
+        bufferPeers[r] = writeOutputs ? recvPtr(&allRanks[r], a) : (void*)sendPtr(&allRanks[r], a);
     struct symmLaunch call = {.coll = SYMM_COLL_ALLREDUCE, .sendbuff = sendPtr(c, a),
                               .recvbuff = recvPtr(c, a), .count = a->count, .datatype = a->dtype,
                               .op = a->op, .algo = a->algo, .emulateMultimem = 1,
-                              .windowPeers = zeroCopy ? inputPeers : NULL,
-                              .pdl = directPdl(c->dev)};
+                              .windowPeers = zeroCopy ? bufferPeers : NULL,
+                              .windowsAreOutputs = writeOutputs, .pdl = directPdl(c->dev)};
     if (a->exchangeDescs && allRanks != NULL) {
       call.exchangeDescs = 1;
       if (a->descMask & (1u << c->rank)) {

@@ -172,10 +172,12 @@ static void runCase(struct driver* d, struct arCall* a, struct hostCase* h, int 
     a->algo = (enum symmAlgo)algo;
     selectAlgo(d, a->algo);
     for (int t = 0; t < tries; t++) {
-      /* Two-shot also reads peers' user buffers directly (as from a registered window). */
-      /* ... or those of the ranks that registered them (random subset, ncclCommRegister). */
-      const uint64_t mode = rnd() % 3;
+      /* Two-shot also reads peers' user buffers directly (as from a registered window), ...
+       * or those of the ranks that registered them (random subset, ncclCommRegister), or
+       * writes the peers' outputs directly (as into registered output windows). */
+      const uint64_t mode = rnd() % 4;
       a->zeroCopy = a->algo == SYMM_ALGO_TWOSHOT && allRanks != NULL && mode == 1;
+      a->writeOutputs = a->algo == SYMM_ALGO_TWOSHOT && allRanks != NULL && mode == 3;
       a->exchangeDescs = a->algo == SYMM_ALGO_TWOSHOT && allRanks != NULL && mode == 2;
       a->descMask = (uint32_t)rnd();
       uploadInputs(d, a, h);

@@ -84,6 +84,7 @@ struct arCall {
   size_t sendOff[SYMM_MAX_RANKS], recvOff[SYMM_MAX_RANKS]; /* bytes, per global rank */
   int inPlace;
   int zeroCopy; /* direct mode, all ranks in this process: two-shot reads peers' sendbuff */
+  int writeOutputs; /* the same, two-shot writes peers' recvbuff (windowsAreOutputs) */
   /* Direct mode, all ranks in this process, two-shot: the ranks in descMask say their input is
    * registered (ncclCommRegister style), the others push it; exchangeDescs on every rank. */
   int exchangeDescs;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GPU, one process per GPU through the real NCCL (2..8 GPUs; exit 77 with fewer than 2):
- * captured all-gathers (push) and reduce-scatters (pull) on plain buffers run in place on the
- * peers' buffers (src/transport/graphpeers.c), and every rank agrees: ncclMemAlloc buffers by
+ * captured all-gathers (push), reduce-scatters (pull) and all-reduces (two-shot writing the
+ * peers' outputs) on plain buffers run in place on the peers' buffers
+ * (src/transport/graphpeers.c), and every rank agrees: ncclMemAlloc buffers by
  * default, cudaMalloc buffers too with SYMMCOLL_GRAPH_ZERO_COPY=2 (legacy IPC, opt-in), neither
  * kind alone making any rank go in place where another rank's buffer cannot.
  *
@@ -15,8 +16,10 @@
  * cannot take part, nobody does, and results stay right: a rank whose buffer comes from the
  * stream-ordered allocator (no IPC handle), a rank that issues its captured call inside a
  * group, a cudaMalloc buffer in the default mode. Knobs: SYMMCOLL_ALLGATHER_ALGO=push,
- * SYMMCOLL_REDUCESCATTER_ALGO=pull and SYMMCOLL_ZERO_COPY_MIN_BYTES=0 for the small cases
- * (set by the test, mode 2 then the default mode), the defaults for the 16 MiB+ ones. */
+ * SYMMCOLL_REDUCESCATTER_ALGO=pull, SYMMCOLL_ALLREDUCE_ALGO=twoshot,
+ * SYMMCOLL_ZERO_COPY_MIN_BYTES=0, SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES=0 and
+ * SYMMCOLL_ZERO_COPY_MAX_BYTES=-1 for the small cases (set by the test, mode 2 then the default
+ * mode), the defaults for the large ones (all-reduce from 8 MiB, the others from 16 MiB). */
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,7 +54,7 @@
     }                                                                                          \
   } while (0)
 
-enum { AG = 0, RS = 1 };
+enum { AG = 0, RS = 1, AR = 2 };
 enum placement { OUT_OF_PLACE, IN_PLACE };
 enum odd { NOTHING_ODD, STREAM_ORDERED, IN_A_GROUP };
 /* Where the case's buffers come from: cudaMalloc (legacy IPC handles), ncclMemAlloc (VMM memory
@@ -80,11 +83,17 @@ static void setKnobs(int forcePushPull, int graphMode) {
   if (forcePushPull) {
     setenv("SYMMCOLL_ALLGATHER_ALGO", "push", 1);
     setenv("SYMMCOLL_REDUCESCATTER_ALGO", "pull", 1);
+    setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
     setenv("SYMMCOLL_ZERO_COPY_MIN_BYTES", "0", 1);
+    setenv("SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES", "0", 1);
+    setenv("SYMMCOLL_ZERO_COPY_MAX_BYTES", "-1", 1);
   } else {
     unsetenv("SYMMCOLL_ALLGATHER_ALGO");
     unsetenv("SYMMCOLL_REDUCESCATTER_ALGO");
+    unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
     unsetenv("SYMMCOLL_ZERO_COPY_MIN_BYTES");
+    unsetenv("SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES");
+    unsetenv("SYMMCOLL_ZERO_COPY_MAX_BYTES");
   }
   if (graphMode >= 0) {
     char v[8];
@@ -106,12 +115,13 @@ static float inputOf(int q, size_t i, int k) {
   return (float)((int)(x % 33) - 16);
 }
 
-/* One case: `calls` captured calls of `coll` with `count` elements per rank each (all-gather
- * sendcount, reduce-scatter recvcount), their buffers `offset` elements into one allocation
+/* One case: `calls` captured calls of `coll` with `count` elements each (all-gather
+ * sendcount, reduce-scatter recvcount, all-reduce count), their buffers `offset` elements into one allocation
  * (`allocKind`); `expectInPlace`: whether every launch should have gone in place. */
 static void runCase(const char* name, int coll, size_t count, enum placement where, size_t offset,
                     int calls, enum odd odd, int expectInPlace) {
-  const size_t whole = count * (size_t)nranks;   /* the larger of input and output */
+  /* The larger of input and output. */
+  const size_t whole = coll == AR ? count : count * (size_t)nranks;
   const size_t perCall = 2 * whole + 64;          /* input and output of one call, apart */
   const size_t poolElems = offset + perCall * (size_t)calls;
   float* pool = NULL;
@@ -127,17 +137,20 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
     if (coll == AG) {
       recv[c] = out;
       send[c] = where == IN_PLACE ? out + count * (size_t)rank : in;
+    } else if (coll == AR) {
+      send[c] = in;
+      recv[c] = where == IN_PLACE ? in : out;
     } else {
       send[c] = in;
       recv[c] = where == IN_PLACE ? in + count * (size_t)rank : out;
     }
   }
-  /* The buffer peers would map: all-gather's output, reduce-scatter's input. */
+  /* The buffer peers would map: all-gather's and all-reduce's output, reduce-scatter's input. */
   if (odd == STREAM_ORDERED && rank == 0) {
     CUDA_OK(cudaMallocAsync((void**)&asyncBuf, (whole + 1) * sizeof(float), stream));
     CUDA_OK(cudaStreamSynchronize(stream));
-    if (coll == AG) recv[0] = asyncBuf + 1;
-    else send[0] = asyncBuf + 1;
+    if (coll == RS) send[0] = asyncBuf + 1;
+    else recv[0] = asyncBuf + 1;
   }
   barrier();
 
@@ -149,6 +162,8 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
     const int grouped = odd == IN_A_GROUP && rank == 0;
     if (grouped) NCCL_OK(ncclGroupStart());
     if (coll == AG) NCCL_OK(ncclAllGather(send[c], recv[c], count, ncclFloat, comm, stream));
+    else if (coll == AR)
+      NCCL_OK(ncclAllReduce(send[c], recv[c], count, ncclFloat, ncclSum, comm, stream));
     else NCCL_OK(ncclReduceScatter(send[c], recv[c], count, ncclFloat, ncclSum, comm, stream));
     if (grouped) NCCL_OK(ncclGroupEnd());
   }
@@ -160,7 +175,7 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
   CUDA_OK(cudaGraphUpload(exec, stream)); /* see test/core/README.md, "Graph uploads" */
   CUDA_OK(cudaStreamSynchronize(stream));
 
-  const size_t inElems = coll == AG ? count : whole, outElems = coll == AG ? whole : count;
+  const size_t inElems = coll == AG ? count : whole, outElems = coll == RS ? count : whole;
   float* host = malloc(whole * sizeof(float));
   float* ref = malloc(whole * sizeof(float));
   if (host == NULL || ref == NULL) exit(2);
@@ -180,6 +195,10 @@ static void runCase(const char* name, int coll, size_t count, enum placement whe
       for (size_t i = 0; i < outElems; i++) {
         if (coll == AG) {
           ref[i] = inputOf((int)(i / count), i % count + (size_t)c * 7, k);
+        } else if (coll == AR) {
+          double sum = 0;
+          for (int q = 0; q < nranks; q++) sum += inputOf(q, i + (size_t)c * 7, k);
+          ref[i] = (float)sum;
         } else {
           double sum = 0;
           for (int q = 0; q < nranks; q++)
@@ -230,8 +249,8 @@ static int childMain(int r, int n, int idFd) {
     return 77;
   }
   const int odd[] = {1, 3, 1001, 65537};
-  for (int coll = AG; coll <= RS; coll++) {
-    const char* c = coll == AG ? "all-gather" : "reduce-scatter";
+  for (int coll = AG; coll <= AR; coll++) {
+    const char* c = coll == AG ? "all-gather" : coll == RS ? "reduce-scatter" : "all-reduce";
     char name[96];
     /* Mode 2: cudaMalloc buffers through legacy IPC handles too. */
     setKnobs(1, 2);
@@ -300,6 +319,17 @@ static int childMain(int r, int n, int idFd) {
   snprintf(name, sizeof(name), "reduce-scatter, %u MiB, ncclMemAlloc, defaults", bigMiB);
   runCase(name, RS, ((size_t)bigMiB << 20) / sizeof(float) / (size_t)n, OUT_OF_PLACE, 0, 1,
           NOTHING_ODD, 1);
+  /* The pair's all-reduce two-shot writes the peers' outputs from 8 MiB
+   * (SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES); at 4 MiB (SYMMCOLL_ZERO_COPY_MAX_BYTES) it would read
+   * inputs in place, which no exchange is made for. The 4-rank rows forward these sizes. */
+  if (n == 2) {
+    runCase("all-reduce, 8 MiB + 3 elements, ncclMemAlloc, defaults", AR,
+            (8u << 20) / sizeof(float) + 3, OUT_OF_PLACE, 1, 1, NOTHING_ODD, 1);
+    runCase("all-reduce, 64 MiB, ncclMemAlloc, in place, defaults", AR,
+            (64u << 20) / sizeof(float), IN_PLACE, 0, 1, NOTHING_ODD, 1);
+    runCase("all-reduce, 4 MiB, ncclMemAlloc, defaults (staged)", AR, (4u << 20) / sizeof(float),
+            OUT_OF_PLACE, 0, 1, NOTHING_ODD, 0);
+  }
   /* Above 512 MiB the pair's windows table gives the all-gather to the copy engine: in place on
    * the imported buffers too. */
   if (n == 2)

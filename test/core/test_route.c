@@ -607,8 +607,27 @@ static void testGraphZeroCopy(void) {
   w.registered = 1;
   expectRoute("a window", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_PUSH, "CSLHRW"));
   w.registered = 0;
-  struct symmTask ar = allReduce(64 * MiB);
-  expectRoute("all-reduce", &w, &ar, (struct expect)LAUNCH_NOW(SYMM_ALGO_TWOSHOT, "CSLHRW"));
+  /* The all-reduce two-shot writing the peers' outputs (from 8 MiB) exchanges them too; reading
+   * inputs in place (to 4 MiB) does not ask. */
+  struct symmTask ar = allReduce(64 * MiB); /* 128 MiB of bf16 */
+  struct expect twoShot = {K_LAUNCH, X, X, X, SYMM_WHEN_NOW, 0, SYMM_ALGO_TWOSHOT, "CSLHRWKG"};
+  expectRoute("captured all-reduce", &w, &ar, twoShot);
+  CHECK_EQ_INT(drive(&w, &ar, asked).zeroCopy, 1);
+  ar.count = 4 * MiB; /* 8 MiB */
+  expectRoute("captured all-reduce, 8 MiB", &w, &ar, twoShot);
+  CHECK_EQ_INT(drive(&w, &ar, asked).zeroCopy, 1);
+  ar.count = 4 * MiB - 1;
+  expectRoute("all-reduce below 8 MiB", &w, &ar,
+              (struct expect)LAUNCH_NOW(SYMM_ALGO_TWOSHOT, "CSLHRW"));
+  CHECK_EQ_INT(drive(&w, &ar, asked).zeroCopy, 0);
+  /* Where inputs are read in place (here to 8 MiB), outputs are not written. */
+  setenv("SYMMCOLL_ZERO_COPY_MAX_BYTES", "8388608", 1);
+  symmParamResetAll();
+  ar.count = 4 * MiB;
+  expectRoute("all-reduce, inputs read in place to 8 MiB", &w, &ar,
+              (struct expect)LAUNCH_NOW(SYMM_ALGO_TWOSHOT, "CSLHRW"));
+  unsetenv("SYMMCOLL_ZERO_COPY_MAX_BYTES");
+  symmParamResetAll();
   w.graphPeersReady = 0;
   expectRoute("not ready", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_PUSH, "CSLHRW"));
   w.graphPeersReady = 1;
@@ -643,6 +662,7 @@ int main(void) {
                                                     "SYMMCOLL_MULTIMEM", "SYMMCOLL_MULTIMEM_EMULATE",
                                                     "SYMMCOLL_ZERO_COPY_MAX_BYTES",
                                                     "SYMMCOLL_ZERO_COPY_MIN_BYTES",
+                                                    "SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES",
                                                     "SYMMCOLL_TUNING_FILE", NULL};
        *k != NULL; k++)
     unsetenv(*k);

@@ -487,6 +487,31 @@ static void testZeroCopy(void) {
   in.registered = 0;
   CHECK_EQ_INT(symmTunerUserZeroCopy(&in, SYMM_ALGO_TWOSHOT), 0);
   tunerCleanEnv();
+  /* Above 4 MiB the two-shot writes registered outputs in place instead, from 8 MiB unless the
+   * knob says otherwise; ncclCommRegister descriptors stay an input matter. */
+  in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 8 * MiB);
+  in.registered = 1;
+  CHECK_EQ_INT(symmTunerAllReduceWritesOutputs(8 * MiB), 1);
+  CHECK_EQ_INT(symmTunerAllReduceWritesOutputs(8 * MiB - 1), 0);
+  CHECK_EQ_INT(symmTunerAllReduceWritesOutputs(4 * MiB), 0);
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_TWOSHOT), 1);
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_ONESHOT), 0);
+  in.registered = 0;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_TWOSHOT), 0);
+  CHECK_EQ_INT(symmTunerUserZeroCopy(&in, SYMM_ALGO_TWOSHOT), 0);
+  in.registered = 1;
+  in.bytes = 8 * MiB - 16;
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_TWOSHOT), 0);
+  tunerSetEnv("SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES", "0");
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_TWOSHOT), 1);
+  CHECK_EQ_INT(symmTunerAllReduceWritesOutputs(4 * MiB + 1), 1);
+  CHECK_EQ_INT(symmTunerAllReduceWritesOutputs(4 * MiB), 0); /* read in place there */
+  tunerSetEnv("SYMMCOLL_ZERO_COPY_MAX_BYTES", "-1");
+  CHECK_EQ_INT(symmTunerAllReduceWritesOutputs(8), 1);
+  tunerSetEnv("SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES", "-1");
+  CHECK_EQ_INT(symmTunerAllReduceWritesOutputs(GiB), 0);
+  CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_TWOSHOT), 0);
+  tunerCleanEnv();
   /* All-gather writes registered outputs in place, reduce-scatter reads registered inputs, from
    * 16 MiB on unless the knob says otherwise; the copy engine at every size. */
   in = tin(SYMM_COLL_ALLGATHER, 4, ncclBfloat16, ncclSum, 64 * MiB);

@@ -40,7 +40,7 @@ static inline struct symmTuneInput tin(enum symmColl coll, int nranks, ncclDataT
 static const char* const tunerKnobs[] = {
     "SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO", "SYMMCOLL_REDUCESCATTER_ALGO",
     "SYMMCOLL_MULTIMEM",       "SYMMCOLL_MULTIMEM_EMULATE", "SYMMCOLL_ZERO_COPY_MAX_BYTES",
-    "SYMMCOLL_ZERO_COPY_MIN_BYTES", "SYMMCOLL_TUNING_FILE"};
+    "SYMMCOLL_ZERO_COPY_MIN_BYTES", "SYMMCOLL_AR_WRITE_OUTPUTS_MIN_BYTES", "SYMMCOLL_TUNING_FILE"};
 
 static inline void tunerCleanEnv(void) {
   for (size_t i = 0; i < sizeof(tunerKnobs) / sizeof(tunerKnobs[0]); i++) unsetenv(tunerKnobs[i]);
