@@ -189,7 +189,9 @@ static void unlockCall(struct call* c);
 
 /* Whether the buffer an algorithm may use in place is the output: for all-gather, and for an
  * all-reduce whose two-shot writes the peers' outputs (by size, the same on every rank). */
-static int inPlaceIsOutput(const struct symmTask* task, size_t bytes) {
+static int inPlaceIsOutput(const struct symmTask* task, int nranks) {
+  const size_t bytes =
+      symmCollBytes(task->coll, task->count, symmTypeSize(task->datatype), nranks);
   return task->coll == SYMM_COLL_ALLGATHER ||
          (task->coll == SYMM_COLL_ALLREDUCE && symmTunerAllReduceWritesOutputs(bytes));
 }
@@ -197,7 +199,7 @@ static int inPlaceIsOutput(const struct symmTask* task, size_t bytes) {
 /* That buffer, and its bytes. */
 static const void* inPlaceBuffer(const struct symmTask* task, int nranks, size_t* bytes) {
   *bytes = symmCollBytes(task->coll, task->count, symmTypeSize(task->datatype), nranks);
-  return inPlaceIsOutput(task, *bytes) ? task->recvbuff : task->sendbuff;
+  return inPlaceIsOutput(task, nranks) ? task->recvbuff : task->sendbuff;
 }
 
 static int communicatorFailed(struct symmComm* comm) {
@@ -370,8 +372,6 @@ static ncclResult_t deferLaunch(const struct launchOp* local, int needsStaging) 
 
 static void buildLaunch(const struct call* c, const struct symmRoute* r, struct launchOp* op) {
   const struct symmTask* t = c->task;
-  size_t bytes;
-  (void)inPlaceBuffer(t, c->comm->nranks, &bytes);
   memset(op, 0, sizeof(*op));
   op->comm = c->comm;
   op->task = *t;
@@ -381,7 +381,8 @@ static void buildLaunch(const struct call* c, const struct symmRoute* r, struct 
       .count = t->count, .datatype = t->datatype, .op = r->op,
       .emulateMultimem = r->emulateMultimem, .maxBlocks = r->maxBlocks,
       .minBlocks = r->minBlocks, .windowPeers = r->zeroCopy ? op->windowPeers : NULL,
-      .windowsAreOutputs = inPlaceIsOutput(t, bytes), .exchangeDescs = r->exchangeDescs, .pdl = r->pdl};
+      .windowsAreOutputs = inPlaceIsOutput(t, c->comm->nranks),
+      .exchangeDescs = r->exchangeDescs, .pdl = r->pdl};
 }
 
 /* One switch over the route; called with the lock held if the route took it. */

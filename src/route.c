@@ -122,9 +122,10 @@ static struct symmTuneInput tuneInput(const struct symmRouteFacts* f, const stru
 /* Captured all-gather push, reduce-scatter pull and the all-reduce two-shot writing outputs on
  * plain buffers run in place, as on symmetric windows, where the tuner would run them so on a
  * window (large enough) and the buffers can be exchanged (src/transport/graphpeers.c); the
- * two-shot reading inputs in place (small calls) gains nothing worth an exchange. Inputs agreed on every rank, capture
- * aside (ranks capture the same calls): so every rank asks for the same exchanges. Such routes
- * are never remembered: whether a call is captured is not part of the repeat cache's key. */
+ * two-shot reading inputs in place (small calls) gains nothing worth an exchange. Inputs agreed
+ * on every rank, capture aside (ranks capture the same calls): so every rank asks for the same
+ * exchanges. Such routes are never remembered: whether a call is captured is not part of the
+ * repeat cache's key. */
 static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct symmTask* t,
                                   const struct symmRoute* r) {
   struct symmTuneInput windowed = tuneInput(f, t);

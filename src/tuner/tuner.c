@@ -51,8 +51,8 @@ SYMMCOLL_PARAM_FULL(ZeroCopyMinBytes, "ZERO_COPY_MIN_BYTES", 16 << 20, -1, (int6
 SYMMCOLL_PARAM_FULL(ArWriteOutputsMinBytes, "AR_WRITE_OUTPUTS_MIN_BYTES", 8 << 20, -1,
                     (int64_t)1 << 40, SYMM_PARAM_AGREED,
                     "all-reduce two-shot writes registered outputs (symmetric windows; plain "
-                    "buffers exchanged in CUDA graphs) in place from this many bytes, where it does "
-                    "not read inputs in place (-1: never)")
+                    "buffers exchanged in CUDA graphs) in place from this many bytes, where it "
+                    "does not read inputs in place (-1: never)")
 
 /* Off by default: the multimem kernels and the multicast objects behind them are experimental
  * and have never run on hardware. The setup record carries this rank's "asked and allowed"

@@ -115,9 +115,9 @@ static float inputOf(int q, size_t i, int k) {
   return (float)((int)(x % 33) - 16);
 }
 
-/* One case: `calls` captured calls of `coll` with `count` elements each (all-gather
- * sendcount, reduce-scatter recvcount, all-reduce count), their buffers `offset` elements into one allocation
- * (`allocKind`); `expectInPlace`: whether every launch should have gone in place. */
+/* One case: `calls` captured calls of `coll` with `count` elements each (all-gather sendcount,
+ * reduce-scatter recvcount, all-reduce count), their buffers `offset` elements into one
+ * allocation (`allocKind`); `expectInPlace`: whether every launch should have gone in place. */
 static void runCase(const char* name, int coll, size_t count, enum placement where, size_t offset,
                     int calls, enum odd odd, int expectInPlace) {
   /* The larger of input and output. */
