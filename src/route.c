@@ -128,10 +128,9 @@ static struct symmTuneInput tuneInput(const struct symmRouteFacts* f, const stru
  * repeat cache's key. */
 static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct symmTask* t,
                                   const struct symmRoute* r) {
+  if (!f->graphPeersReady || f->registered || r->algo == SYMM_ALGO_COPYENGINE) return 0;
   struct symmTuneInput windowed = tuneInput(f, t);
-  if (!f->graphPeersReady || f->registered || r->algo == SYMM_ALGO_COPYENGINE ||
-      (t->coll == SYMM_COLL_ALLREDUCE && !symmTunerAllReduceWritesOutputs(windowed.bytes)))
-    return 0;
+  if (t->coll == SYMM_COLL_ALLREDUCE && !symmTunerAllReduceWritesOutputs(windowed.bytes)) return 0;
   windowed.registered = 1;
   return symmTunerZeroCopy(&windowed, r->algo);
 }

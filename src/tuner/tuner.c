@@ -227,17 +227,19 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
 
 /* The all-reduce two-shot reads registered inputs in place up to SYMMCOLL_ZERO_COPY_MAX_BYTES
  * (windows: symmTunerZeroCopy; ncclCommRegister buffers: symmTunerUserZeroCopy). */
-static int twoShotReadsInputs(const struct symmTuneInput* in, enum symmAlgo algo) {
+static int allReduceReadsInputs(size_t bytes) {
   const int64_t max = symmParamZeroCopyMaxBytes();
-  return in->coll == SYMM_COLL_ALLREDUCE && algo == SYMM_ALGO_TWOSHOT && max >= 0 &&
-         in->bytes <= (size_t)max;
+  return max >= 0 && bytes <= (size_t)max;
+}
+
+static int twoShotReadsInputs(const struct symmTuneInput* in, enum symmAlgo algo) {
+  return in->coll == SYMM_COLL_ALLREDUCE && algo == SYMM_ALGO_TWOSHOT &&
+         allReduceReadsInputs(in->bytes);
 }
 
 int symmTunerAllReduceWritesOutputs(size_t bytes) {
-  const int64_t readMax = symmParamZeroCopyMaxBytes();
   const int64_t min = symmParamArWriteOutputsMinBytes();
-  if (readMax >= 0 && bytes <= (size_t)readMax) return 0;
-  return min >= 0 && bytes >= (size_t)min;
+  return !allReduceReadsInputs(bytes) && min >= 0 && bytes >= (size_t)min;
 }
 
 /* All-gather push and reduce-scatter pull: windows in place from SYMMCOLL_ZERO_COPY_MIN_BYTES. */
