@@ -148,14 +148,12 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   const size_t peers = (size_t)n - 1;
   const bool writeWindows = a.zeroCopy && a.windowsOut;
   const bool readWindows = a.zeroCopy && !a.windowsOut;
-  bool dstVec = aligned16(a.recv); /* every output of the reduction 16-byte aligned */
-  if (writeWindows)
-    for (int r = 0; r < n; r++) dstVec = dstVec && aligned16(a.windows[r]);
+  /* Every source and destination of the reduction 16-byte aligned (staging always is). */
+  bool vec = aligned16(a.recv) && aligned16(a.send);
+  if (a.zeroCopy)
+    for (int r = 0; r < n; r++) vec = vec && aligned16(a.windows[r]);
   /* Our input reaches the peers through their scatter slots unless they read it in place. */
   const bool push = !readWindows && a.inputDesc == 0;
-  bool srcVec = aligned16(a.send); /* every reduce source 16-byte aligned */
-  if (readWindows)
-    for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(a.windows[r]);
   /* Our descriptor travels ahead of our start signal (same thread, release store after it). */
   if (a.exchangeDescs && threadIdx.x < n && threadIdx.x != me)
     *descSlot(a.signals[threadIdx.x], blockIdx.x, me) = a.inputDesc;
@@ -184,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
       if (!blockWait(a, kSigStart, epoch, &failed,
                      [&](int t) { pulled[t] = peerInput(a, t, &failed); }))
         return;
-      for (int r = 0; r < n; r++) srcVec = srcVec && aligned16(pulled[r]);
+      for (int r = 0; r < n; r++) vec = vec && aligned16(pulled[r]);
     } else if (!blockWait(a, kSigStart, epoch, &failed)) {
       return;
     }
@@ -214,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
                                     : a.staging[r] + half +
                                           (peers + (size_t)(me - (me > r))) * p.S * sizeof(T);
     }
-    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, s.hi, dstVec && srcVec, a.avg != 0);
+    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, s.hi, vec, a.avg != 0);
     blockArrive(a, kSigMid, epoch);
   }
   if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
