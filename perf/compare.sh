@@ -11,14 +11,14 @@
 #
 # usage: perf/compare.sh [results-dir]
 # env:   DTYPE (bfloat16), MIN_BYTES (8), MAX_BYTES (256M), ITERS (20), WARMUP (5), GRAPH (0:
-#        eager; N: -G N, e.g. 20), REPS (runs per library: 4 eager, 2 with GRAPH), WINDOWS (1; 0:
+#        eager; N: -G N, e.g. 20), REPS (runs per library: 4 eager, 3 with GRAPH), WINDOWS (1; 0:
 #        plain buffers only, half the runs), NGPUS (all
 #        visible), BUILD_DIR (build; absolute, or relative to the current directory, as is
 #        results-dir), NCCL_HOME (NCCL root), GPU_ARCHS, EXTRA_ARGS (more perf flags), PERF_BIN
 #        (a directory of prebuilt *_perf binaries: no build)
-# Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x REPS = 24 runs of a perf binary in graph
-# mode, 48 eager; measured besides the build: GRAPH=10 MAX_BYTES=1G 157-167 s on 4x H200 and
-# 110-113 s on 2x H100; eager with two runs each, to 64 MiB, about 86 s on 4x H200 and 60 s on 2x
+# Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x REPS = 36 runs of a perf binary in graph
+# mode, 48 eager; measured besides the build, with two runs each in graph mode: GRAPH=10
+# MAX_BYTES=1G 157-167 s on 4x H200 and 110-115 s on 2x H100 (three: half as long again); eager with two runs each, to 64 MiB, about 86 s on 4x H200 and 60 s on 2x
 # H200, to 1 GiB 69 s on 2x H100; eager with four, to 1 MiB, 113-116 s on 2x H100.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,7 +29,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 requested_gpus=${NGPUS:-}
 echo "perf/compare.sh: compares libsymmcoll with NCCL (plain and with symmetric windows) on every local" \
      "GPU, one process each (all-reduce, all-gather, reduce-scatter); the first build takes 2-3 minutes on" \
-     "16 cores, the runs 2-3 minutes"
+     "16 cores, the runs 2-4 minutes"
 # GPUs first: nothing to build for where nothing can run.
 perf_count_gpus
 [ -n "$requested_gpus" ] && NGPUS=$requested_gpus
@@ -54,9 +54,11 @@ mkdir -p "$results"
 dtype=${DTYPE:-bfloat16}
 common=(-b "${MIN_BYTES:-8}" -e "${MAX_BYTES:-256M}" -f 2 -n "${ITERS:-20}" -w "${WARMUP:-5}" -c 1 -d "$dtype" -P "$NGPUS")
 [ "${GRAPH:-0}" != 0 ] && common+=(-G "$GRAPH")
-# Runs per library: eager small sizes are host-bound, and one slow run moves a median of two
-# (2x H100: single runs 1.5-4x the other made 0.66-0.99x rows), so eager takes four.
-reps=${REPS:-$([ "${GRAPH:-0}" != 0 ] && echo 2 || echo 4)}
+# Runs per library: a median of two is their mean, and one slow run moves it (eager, 2x H100:
+# single runs 1.5-4x the other made 0.66-0.99x rows; graphs, 4x H100: one 11.5 us run beside
+# 5.9 made a 128 KiB row 8.7 us). Eager small sizes are host-bound, so eager takes four; graphs
+# three, the fewest with a true median.
+reps=${REPS:-$([ "${GRAPH:-0}" != 0 ] && echo 3 || echo 4)}
 common+=(--compare_reps "$reps")
 # shellcheck disable=SC2206
 [ -n "${EXTRA_ARGS:-}" ] && common+=($EXTRA_ARGS)

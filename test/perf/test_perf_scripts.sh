@@ -139,7 +139,7 @@ check results_md 'grep -q "^## All-reduce, bfloat16" "$tmp/cwd/res/RESULTS.md"' 
    "$src/perf/compare.sh" res2 >"$tmp/compare2.out" 2>&1)
 rc=$?
 check graph_exit '[ $rc -eq 1 ] && grep -q "all_gather failed or found wrong data" "$tmp/compare2.out"' "exit $rc"
-check graph_args '[ "$(grep -c -- "-e 64K .*-G 20 --compare_reps 2 -X" "$FAKE_LOG")" = 3 ] && ! grep -q -- "-R 2" "$FAKE_LOG"' "$(cat "$FAKE_LOG")"
+check graph_args '[ "$(grep -c -- "-e 64K .*-G 20 --compare_reps 3 -X" "$FAKE_LOG")" = 3 ] && ! grep -q -- "-R 2" "$FAKE_LOG"' "$(cat "$FAKE_LOG")"
 check graph_summary 'grep -q "^# all_reduce: ours vs NCCL.s best: .*below 1.0x: none$" "$tmp/compare2.out"' \
   "$(grep "^# all_reduce:" "$tmp/compare2.out")"
 
