@@ -9,8 +9,13 @@
 # Prints, per variant and size, NCCL's and our out-of-place time and the difference (us).
 set -euo pipefail
 bin=${1:?directory of the *_perf binaries} out=${2:?results directory}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=perf/build_env.sh
+. "$repo/perf/build_env.sh" # multicast off, perf_count_gpus
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-ngpus=${NGPUS:-$(nvidia-smi -L | grep -c '^GPU')}
+requested_gpus=${NGPUS:-}
+perf_count_gpus # visible GPUs (CUDA_VISIBLE_DEVICES too)
+ngpus=${requested_gpus:-$NGPUS}
 mkdir -p "$out"
 run() { # variant, collective, extra perf flags...
   local variant=$1 coll=$2

@@ -18,8 +18,9 @@
 #        (a directory of prebuilt *_perf binaries: no build)
 # Runs: 3 collectives x (plain, -R 2) x (NCCL, ours) x REPS = 36 runs of a perf binary in graph
 # mode, 48 eager; measured besides the build, with two runs each in graph mode: GRAPH=10
-# MAX_BYTES=1G 157-167 s on 4x H200 and 110-115 s on 2x H100 (three: half as long again); eager with two runs each, to 64 MiB, about 86 s on 4x H200 and 60 s on 2x
-# H200, to 1 GiB 69 s on 2x H100; eager with four, to 1 MiB, 113-116 s on 2x H100.
+# MAX_BYTES=1G 157-167 s on 4x H200 and 110-115 s on 2x H100 (three: half as long again); eager
+# with two runs each, to 64 MiB, about 86 s on 4x H200 and 60 s on 2x H200, to 1 GiB 69 s on 2x
+# H100; eager with four, to 1 MiB, 113-116 s on 2x H100.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=perf/build_env.sh
