@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # What a call we forward costs in a CUDA graph, against the same call made to NCCL directly: the
-# perf binaries' compare mode with every all-gather and all-reduce forced to NCCL
+# perf binaries' compare mode with every all-gather, all-reduce and reduce-scatter forced to NCCL
 # (SYMMCOLL_*_ALGO=nccl), so both sides run NCCL's kernels and only our wrapping differs. Three
 # variants: plain buffers, symmetric windows (-R 2), and windows with graph mixing off
 # (NCCL_GRAPH_MIXING_SUPPORT=0: no ordering nodes of ours in the capture).
@@ -20,7 +20,8 @@ mkdir -p "$out"
 run() { # variant, collective, extra perf flags...
   local variant=$1 coll=$2
   shift 2
-  SYMMCOLL_ALLGATHER_ALGO=nccl SYMMCOLL_ALLREDUCE_ALGO=nccl "$bin/${coll}_perf" -b 8 -e 64M -f 4 \
+  SYMMCOLL_ALLGATHER_ALGO=nccl SYMMCOLL_ALLREDUCE_ALGO=nccl SYMMCOLL_REDUCESCATTER_ALGO=nccl \
+    "$bin/${coll}_perf" -b 8 -e 32M -f 4 \
     -n 20 -w 5 -c 1 -d bfloat16 -P "$ngpus" -G 10 --compare_reps 3 -X "$out/$variant.$coll" "$@" \
     >"$out/$variant.$coll.log" 2>&1 || echo "$variant $coll: failed, see $out/$variant.$coll.log"
   echo "== $variant $coll: bytes, NCCL us, ours (forwarded) us, difference"
@@ -35,7 +36,7 @@ for size in sorted(times):
         print(f"{size:>11} {nccl:9.2f} {ours:9.2f} {ours - nccl:+7.2f}")
 EOF
 }
-for coll in all_gather all_reduce; do
+for coll in all_gather all_reduce reduce_scatter; do
   run plain "$coll"
   run windows "$coll" -R 2
   NCCL_GRAPH_MIXING_SUPPORT=0 run windows_nomixing "$coll" -R 2

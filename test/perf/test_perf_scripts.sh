@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# perf/build_env.sh and perf/compare.sh without a GPU: meson, ninja and nvidia-smi are stubs, and
-# the "perf binaries" the stub ninja installs are a script that writes the CSV rows the real
-# compare mode (-X) writes. Checks where BUILD_DIR and the results directory end up (absolute,
-# relative to the caller's directory, default) and that compare.sh runs through.
+# perf/build_env.sh, perf/compare.sh and bench/forward_cost.sh without a GPU: meson, ninja and
+# nvidia-smi are stubs, and the "perf binaries" the stub ninja installs are a script that writes
+# the CSV rows the real compare mode (-X) writes. Checks where BUILD_DIR and the results directory
+# end up (absolute, relative to the caller's directory, default), that compare.sh runs through, and
+# what forward_cost.sh runs and prints.
 # Usage: test_perf_scripts.sh SOURCE_ROOT
 # check() evaluates its condition later, hence the single quotes; subshells set BUILD_DIR on purpose.
 # shellcheck disable=SC2016,SC2030,SC2031
@@ -64,6 +65,7 @@ cat >"$tmp/fake_perf" <<'EOF'
 # NCCL takes 0.9 of that, ours 0.8.
 coll=$(basename "$0" _perf)
 echo "fake $coll $*" >>"$FAKE_LOG"
+echo "env $coll mixing=${NCCL_GRAPH_MIXING_SUPPORT:-} forced=${SYMMCOLL_ALLGATHER_ALGO:-}/${SYMMCOLL_ALLREDUCE_ALGO:-}/${SYMMCOLL_REDUCESCATTER_ALGO:-}" >>"$FAKE_LOG.env"
 prefix="" min=8 max=1024 dtype=float reg=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -154,6 +156,21 @@ check prebuilt_runs '[ $rc -eq 0 ] && [ -f "$tmp/cwd/res3/all_reduce.csv" ]' "ex
 check reps_knob '[ "$(grep -c -- "--compare_reps 3 -X" "$FAKE_LOG")" = 3 ]' "$(cat "$FAKE_LOG")"
 check prebuilt_no_build '[ ! -e "$tmp/nobuild" ]' "built into $tmp/nobuild: $(ls "$tmp/nobuild" 2>&1)"
 check prebuilt_count '[ "$(grep -c "^fake " "$FAKE_LOG")" = 3 ]' "$(cat "$FAKE_LOG")"
+
+# ---- bench/forward_cost.sh: every call forced to NCCL, three variants per collective ----------
+mkdir -p "$src/bench"
+cp "$1/bench/forward_cost.sh" "$src/bench/"
+: >"$FAKE_LOG"
+: >"$FAKE_LOG.env"
+"$src/bench/forward_cost.sh" "$tmp/prebuilt" "$tmp/fwd" >"$tmp/fwd.out" 2>&1
+rc=$?
+check fwd_runs '[ $rc -eq 0 ] && [ "$(grep -c "^fake " "$FAKE_LOG")" = 9 ] && [ "$(grep -c -- "-G 10 --compare_reps 3 -X .* -R 2$" "$FAKE_LOG")" = 6 ]' \
+  "exit $rc: $(cat "$FAKE_LOG")"
+check fwd_env '[ "$(grep -c "forced=nccl/nccl/nccl$" "$FAKE_LOG.env")" = 9 ] && [ "$(grep -c "mixing=0 " "$FAKE_LOG.env")" = 3 ]' \
+  "$(cat "$FAKE_LOG.env")"
+# 8 B: NCCL 10.00 us, ours 5.00: a difference of -5.00.
+check fwd_table 'grep -q "^== windows_nomixing reduce_scatter: bytes" "$tmp/fwd.out" && grep -qE "^ +8 +10\.00 +5\.00 +-5\.00$" "$tmp/fwd.out"' \
+  "$(cat "$tmp/fwd.out")"
 
 echo "test_perf_scripts: $checks checks, $failed failed"
 [ "$failed" = 0 ]
