@@ -28,6 +28,13 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   if constexpr (Coll != SYMM_COLL_ALLGATHER) {
     SYMM_REDUCING_KERNEL(E)
   }
+  /* The pair's instances (kWriters == 2) run only where the world is 2 ranks (lamportAlgo and
+   * lamportWriters): there the world size is a constant, so each loop over ranks is two
+   * iterations instead of eight predicated ones (less code to fetch and issue on the path of the
+   * smallest calls). */
+  static_assert(SYMM_MAX_RANKS != 2, "lamportWriters must tell the pair from other worlds");
+  constexpr int kRanks = kWriters == 2 ? 2 : SYMM_MAX_RANKS;
+  const int nranks = kWriters == 2 ? 2 : a.nranks;
   typedef typename E::T T;
   constexpr int kPer = 8 / sizeof(T);
   __shared__ volatile int failed;
@@ -46,11 +53,11 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   /* Our first input line (reduce-scatter: the first line of each reader's slice) is loaded
    * while openCall fetches the epoch: two memory latencies overlap instead of adding up (the
    * input is ready: earlier work on the stream is done). */
-  constexpr int kFirst = Coll == SYMM_COLL_REDUCESCATTER ? SYMM_MAX_RANKS : 1;
+  constexpr int kFirst = Coll == SYMM_COLL_REDUCESCATTER ? kRanks : 1;
   uint2 firstData[kFirst];
 #pragma unroll
   for (int r = 0; r < kFirst; r++)
-    firstData[r] = r < a.nranks && firstLine < hi
+    firstData[r] = r < nranks && firstLine < hi
                        ? loadLine(readerSlice(r), firstLine, bytes)
                        : make_uint2(0, 0);
   Call c;
@@ -65,8 +72,8 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   for (size_t i = firstLine; i < hi; i += blockDim.x) {
     if constexpr (Coll == SYMM_COLL_REDUCESCATTER) {
 #pragma unroll
-      for (int r = 0; r < SYMM_MAX_RANKS; r++) {
-        if (r >= a.nranks) continue;
+      for (int r = 0; r < kRanks; r++) {
+        if (r >= nranks) continue;
         const uint2 d = i == firstLine ? firstData[r] : loadLine(readerSlice(r), i, bytes);
         storeVolatile16(a.staging[r] + mySlot + i * 16, make_uint4(d.x, flag, d.y, flag));
       }
@@ -74,26 +81,26 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
       const uint2 d = i == firstLine ? firstData[0] : loadLine((const char*)a.send, i, bytes);
       const uint4 line = make_uint4(d.x, flag, d.y, flag);
 #pragma unroll
-      for (int r = 0; r < SYMM_MAX_RANKS; r++)
-        if (r < a.nranks) storeVolatile16(a.staging[r] + mySlot + i * 16, line);
+      for (int r = 0; r < kRanks; r++)
+        if (r < nranks) storeVolatile16(a.staging[r] + mySlot + i * 16, line);
     }
   }
   /* Pass 1: wait until every line of every writer arrived, polling all writers of a line at
    * once; the data of each thread's first line stays in registers for pass 2 (at the sizes
    * where time matters every thread has one line). */
   const char* region = a.staging[a.rank] + half;
-  uint2 kept[SYMM_MAX_RANKS];
+  uint2 kept[kRanks];
   uint64_t start = 0;
   uint32_t why = 0, polls = 0;
   for (size_t i = firstLine; i < hi && why == 0; i += blockDim.x) {
-    uint32_t pending = (1u << a.nranks) - 1u;
+    uint32_t pending = (1u << nranks) - 1u;
     while (pending != 0) {
-      uint4 v[SYMM_MAX_RANKS];
+      uint4 v[kRanks];
 #pragma unroll
-      for (int r = 0; r < SYMM_MAX_RANKS; r++)
+      for (int r = 0; r < kRanks; r++)
         if ((pending >> r) & 1u) v[r] = loadVolatile16(region + (size_t)r * kSlot + i * 16);
 #pragma unroll
-      for (int r = 0; r < SYMM_MAX_RANKS; r++) {
+      for (int r = 0; r < kRanks; r++) {
         if (((pending >> r) & 1u) && v[r].y == flag && v[r].w == flag) {
           pending &= ~(1u << r);
           if (i == firstLine) kept[r] = make_uint2(v[r].x, v[r].z);
@@ -122,10 +129,10 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
       uint2 v;
       T e[kPer];
     } acc, x;
-    uint2 d[SYMM_MAX_RANKS];
+    uint2 d[kRanks];
 #pragma unroll
-    for (int r = 0; r < SYMM_MAX_RANKS; r++) {
-      if (r >= a.nranks) continue;
+    for (int r = 0; r < kRanks; r++) {
+      if (r >= nranks) continue;
       if (i == firstLine) {
         d[r] = kept[r];
       } else {
@@ -135,27 +142,27 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
     }
     if constexpr (Coll == SYMM_COLL_ALLGATHER) {
 #pragma unroll
-      for (int r = 0; r < SYMM_MAX_RANKS; r++)
-        if (r < a.nranks) storeLine((char*)a.recv + (size_t)r * a.sliceStride * sizeof(T), i, bytes, d[r]);
+      for (int r = 0; r < kRanks; r++)
+        if (r < nranks) storeLine((char*)a.recv + (size_t)r * a.sliceStride * sizeof(T), i, bytes, d[r]);
       continue;
     }
     acc.v = d[0];
     if (a.avg) {
 #pragma unroll
-      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgPre(acc.e[k], a.nranks);
+      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgPre(acc.e[k], nranks);
     }
 #pragma unroll
-    for (int r = 1; r < SYMM_MAX_RANKS; r++) {
-      if (r < a.nranks) {
+    for (int r = 1; r < kRanks; r++) {
+      if (r < nranks) {
         x.v = d[r];
 #pragma unroll
         for (int k = 0; k < kPer; k++)
-          acc.e[k] = Op<E, Kind>::apply(acc.e[k], a.avg ? Arith<E>::avgPre(x.e[k], a.nranks) : x.e[k]);
+          acc.e[k] = Op<E, Kind>::apply(acc.e[k], a.avg ? Arith<E>::avgPre(x.e[k], nranks) : x.e[k]);
       }
     }
     if (a.avg) {
 #pragma unroll
-      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgPost(acc.e[k], a.nranks);
+      for (int k = 0; k < kPer; k++) acc.e[k] = Arith<E>::avgPost(acc.e[k], nranks);
     }
     storeLine((char*)a.recv, i, bytes, acc.v);
   }
