@@ -28,8 +28,8 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   if constexpr (Coll != SYMM_COLL_ALLGATHER) {
     SYMM_REDUCING_KERNEL(E)
   }
-  /* The pair's instances (kWriters == 2) run only where the world is 2 ranks (lamportAlgo and
-   * lamportWriters): there the world size is a constant, so each loop over ranks is two
+  /* The pair's instances (kWriters == 2) run only where the world is 2 ranks (launchLamport picks
+   * them by lamportWriters): there the world size is a constant, so each loop over ranks is two
    * iterations instead of eight predicated ones (less code to fetch and issue on the path of the
    * smallest calls). */
   static_assert(SYMM_MAX_RANKS != 2, "lamportWriters must tell the pair from other worlds");
