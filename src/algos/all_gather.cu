@@ -36,7 +36,7 @@
 
 namespace symm {
 
-template <typename E>
+template <typename E, int R>
 __device__ __forceinline__ void allGatherZeroCopy(const KernelArgs& a, volatile int* failed) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
@@ -47,21 +47,24 @@ __device__ __forceinline__ void allGatherZeroCopy(const KernelArgs& a, volatile 
   const size_t ours = (size_t)a.rank * a.sliceStride * sizeof(T);
   /* Each load of our input feeds every rank's store (the local copy rides along with the remote
    * ones instead of taking its own pass), peers from the next rank on. */
-  char* dsts[SYMM_MAX_RANKS];
+  const int n = R == 2 ? 2 : a.nranks;
+  char* dsts[R];
   int ndst = 0;
   bool vec = aligned16(a.send);
-  for (int i = 0; i < a.nranks; i++) {
-    char* dst = a.windows[(a.rank + 1 + i) % a.nranks] + ours;
+  for (int i = 0; i < n; i++) {
+    char* dst = a.windows[(a.rank + 1 + i) % n] + ours;
     if (dst == (const char*)a.send) continue; /* in place: our slot holds our input already */
     vec = vec && aligned16(dst);
     dsts[ndst++] = dst;
   }
-  copyRangeMulti<E>(dsts, ndst, (const char*)a.send, c.lo, c.hi, vec);
+  copyRangeMulti<E, R>(dsts, ndst, (const char*)a.send, c.lo, c.hi, vec);
   if (!blockBarrier(a, kSigMid, c.epoch, failed)) return;
   endCall(a, c.epoch, c.ticket);
 }
 
-template <typename E>
+/* R: the bound of the loops over ranks (family.cuh, launchByWorld; 2 only where the world is 2
+ * ranks). */
+template <typename E, int R>
 __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a) {
   kernelEntry();
   typedef typename E::T T;
@@ -69,14 +72,14 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
   constexpr size_t es = sizeof(T);
   __shared__ volatile int failed;
   if (a.zeroCopy) {
-    allGatherZeroCopy<E>(a, &failed);
+    allGatherZeroCopy<E, R>(a, &failed);
     return;
   }
   Call c;
   if (!openCall<kNoPart>(a, &failed, &c)) return;
   const uint64_t epoch0 = c.epoch;
   const RoundPlan p = roundPlan(a, es, N);
-  const int me = a.rank, n = a.nranks;
+  const int me = a.rank, n = R == 2 ? 2 : a.nranks;
   const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
   const char* send = (const char*)a.send;
   char* recv = (char*)a.recv;
@@ -89,15 +92,15 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
   /* Peers from the next rank on, so the ranks' first stores go to different peers. */
   auto remote = [&](uint32_t k, size_t half) {
     const RoundPart r = roundPart(a, p, k);
-    char* dsts[SYMM_MAX_RANKS];
+    char* dsts[R];
 #pragma unroll
-    for (int i = 0; i < SYMM_MAX_RANKS; i++) {
+    for (int i = 0; i < R; i++) {
       const int q = (me + 1 + i) % n;
       dsts[i] = i < n - 1    ? a.staging[q] + half + peerSlot(q, me) * slot
                 : i == n - 1 ? mine + r.first * es
                              : nullptr;
     }
-    copyRangeMulti<E>(dsts, n - (ownAlone ? 1 : 0), send + r.first * es, r.lo, r.hi, sendVec);
+    copyRangeMulti<E, R>(dsts, n - (ownAlone ? 1 : 0), send + r.first * es, r.lo, r.hi, sendVec);
   };
   auto own = [&](uint32_t k) {
     if (mine == send || !ownAlone) return;
@@ -170,9 +173,9 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherMultimemKernel(KernelArg
 }
 
 /* The instances of each algorithm (family.cuh): one per datatype, whatever the op. */
-struct AllGatherPushFamily {
+template <int R> struct AllGatherPushFamily {
   static constexpr bool kReduces = false;
-  template <typename E, int> static KernelFn of(bool) { return allGatherPushKernel<E>; }
+  template <typename E, int> static KernelFn of(bool) { return allGatherPushKernel<E, R>; }
 };
 
 struct AllGatherMultimemFamily {
@@ -191,11 +194,11 @@ static ncclResult_t allGatherLaunch(const struct symmLaunch* call, const struct 
   return gatherScatterLaunch(&kAllGather, call, peers, stream);
 }
 
-/* All-gather's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). It moves
+/* All-gather's algorithms (launch.h, AlgoKernels; familyAlgo, worldAlgo: family.cuh). It moves
  * bits: every datatype has every kernel, whatever the op. */
 static const AlgoKernels kAllGatherAlgos[] = {
     lamportAlgo<SYMM_COLL_ALLGATHER>(anyTypeAndOp),
-    familyAlgo<AllGatherPushFamily>(SYMM_ALGO_PUSH, anyTypeAndOp),
+    worldAlgo<AllGatherPushFamily>(SYMM_ALGO_PUSH, anyTypeAndOp),
     {SYMM_ALGO_COPYENGINE, launchNoKernel, loadNothing, anyTypeAndOp},
     familyAlgo<AllGatherMultimemFamily>(SYMM_ALGO_MULTIMEM, anyTypeAndOp),
 };

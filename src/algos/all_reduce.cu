@@ -24,8 +24,9 @@ namespace symm {
  * reader of call k's half remains. The same holds across algorithms: every kernel uses the same
  * epoch counter and waits for all peers at least once before it returns. */
 
-/* One-shot: copy our input into staging, barrier, every rank reduces everything. */
-template <typename E, int Kind>
+/* One-shot: copy our input into staging, barrier, every rank reduces everything. R: the bound
+ * of the loops over ranks (family.cuh, launchByWorld; 2 only where the world is 2 ranks). */
+template <typename E, int Kind, int R>
 __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   kernelEntry();
   SYMM_REDUCING_KERNEL(E)
@@ -39,11 +40,12 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   /* Staging is always 16-byte aligned: only the user's pointer decides each loop's width. */
   copyRange<E>(a.staging[a.rank] + half, (const char*)a.send, lo, hi, aligned16(a.send), false);
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-  const char* srcs[SYMM_MAX_RANKS];
+  const int n = R == 2 ? 2 : a.nranks;
+  const char* srcs[R];
 #pragma unroll
-  for (int r = 0; r < SYMM_MAX_RANKS; r++) srcs[r] = r < a.nranks ? a.staging[r] + half : nullptr;
+  for (int r = 0; r < R; r++) srcs[r] = r < n ? a.staging[r] + half : nullptr;
   char* const out[1] = {(char*)a.recv};
-  reduceRange<E, Kind>(srcs, a.nranks, out, 1, lo, hi, aligned16(a.recv), a.avg != 0);
+  reduceRange<E, Kind, R>(srcs, n, out, 1, lo, hi, aligned16(a.recv), a.avg != 0);
   (void)sizeof(T);
   endCall(a, epoch, c.ticket);
 }
@@ -121,9 +123,9 @@ __global__ void __launch_bounds__(kThreads, 1) multimemKernel(KernelArgs a) {
 }
 
 /* The instances of each algorithm (family.cuh). */
-struct AllReduceOneShotFamily {
+template <int R> struct AllReduceOneShotFamily {
   static constexpr bool kReduces = true;
-  template <typename E, int Kind> static KernelFn of(bool) { return oneShotKernel<E, Kind>; }
+  template <typename E, int Kind> static KernelFn of(bool) { return oneShotKernel<E, Kind, R>; }
 };
 
 struct AllReduceMultimemFamily {
@@ -167,10 +169,10 @@ static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct 
   return launchPieces(&kAllReduce, "all-reduce", call, peers, stream, &args, launchElems);
 }
 
-/* All-reduce's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). */
+/* All-reduce's algorithms (launch.h, AlgoKernels; familyAlgo, worldAlgo: family.cuh). */
 static const AlgoKernels kAllReduceAlgos[] = {
     lamportAlgo<SYMM_COLL_ALLREDUCE>(anyTypeAndOp),
-    familyAlgo<AllReduceOneShotFamily>(SYMM_ALGO_ONESHOT, anyTypeAndOp),
+    worldAlgo<AllReduceOneShotFamily>(SYMM_ALGO_ONESHOT, anyTypeAndOp),
     {SYMM_ALGO_TWOSHOT, launchTwoShot, loadTwoShot, anyTypeAndOp},
     familyAlgo<AllReduceMultimemFamily>(SYMM_ALGO_MULTIMEM, multimemHasKernel),
 };

@@ -54,6 +54,25 @@ template <class Family> cudaError_t loadFamily() {
   return err;
 }
 
+/* Families whose kernels take the bound of their loops over ranks as a template constant R:
+ * Family<2> for a pair (each loop over ranks two iterations) and Family<SYMM_MAX_RANKS> for any
+ * other world (loops to 8, ranks past the world predicated off). The world size picks, the same
+ * on every rank. */
+template <template <int> class Family>
+cudaError_t launchByWorld(const struct symmLaunch* call, int blocks, cudaStream_t stream,
+                          const KernelArgs& args) {
+  if (args.nranks == 2) return launchFamily<Family<2>>(call, blocks, stream, args);
+  return launchFamily<Family<SYMM_MAX_RANKS>>(call, blocks, stream, args);
+}
+template <template <int> class Family> cudaError_t loadByWorld() {
+  const cudaError_t err = loadFamily<Family<2>>();
+  return err != cudaSuccess ? err : loadFamily<Family<SYMM_MAX_RANKS>>();
+}
+template <template <int> class Family>
+constexpr AlgoKernels worldAlgo(enum symmAlgo algo, bool (*exists)(ncclDataType_t, ncclRedOp_t)) {
+  return {algo, launchByWorld<Family>, loadByWorld<Family>, exists};
+}
+
 /* A line of a collective's table of algorithms (launch.h, AlgoKernels). */
 template <class Family>
 constexpr AlgoKernels familyAlgo(enum symmAlgo algo, bool (*exists)(ncclDataType_t, ncclRedOp_t)) {

@@ -12,8 +12,8 @@
 
 namespace symm {
 
-/* The pull kernel's instances (reduce_scatter_pull.cuh), compiled in two other files. */
-template <typename E, int Kind> KernelFn reduceScatterPullInstance();
+/* The pull kernel's instances (reduce_scatter_pull.cuh), compiled in three other files. */
+template <typename E, int Kind, int R> KernelFn reduceScatterPullInstance();
 
 /* Multimem, one launch per chunk of every slice (slotStride elements; launch.cu): part [lo, hi)
  * of every slice q of our input copied into slot q of our own staging half (epoch & 1), a start
@@ -82,10 +82,10 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterMultimemKernel(Kerne
 }
 
 /* The instances of each algorithm (family.cuh). */
-struct ReduceScatterPullFamily {
+template <int R> struct ReduceScatterPullFamily {
   static constexpr bool kReduces = true;
   template <typename E, int Kind> static KernelFn of(bool) {
-    return reduceScatterPullInstance<E, Kind>();
+    return reduceScatterPullInstance<E, Kind, R>();
   }
 };
 
@@ -100,11 +100,11 @@ struct ReduceScatterMultimemFamily {
   }
 };
 
-/* Reduce-scatter's algorithms (launch.h, AlgoKernels; familyAlgo: family.cuh). Its
+/* Reduce-scatter's algorithms (launch.h, AlgoKernels; familyAlgo, worldAlgo: family.cuh). Its
  * launcher is the one it shares with all-gather (launch.cu). */
 static const AlgoKernels kReduceScatterAlgos[] = {
     lamportAlgo<SYMM_COLL_REDUCESCATTER>(anyTypeAndOp),
-    familyAlgo<ReduceScatterPullFamily>(SYMM_ALGO_PULL, anyTypeAndOp),
+    worldAlgo<ReduceScatterPullFamily>(SYMM_ALGO_PULL, anyTypeAndOp),
     familyAlgo<ReduceScatterMultimemFamily>(SYMM_ALGO_MULTIMEM, multimemHasKernel),
 };
 

@@ -4,8 +4,8 @@
 
 namespace symm {
 
-#define SYMM_PULL_SUM(E) template KernelFn reduceScatterPullInstance<E, kSum>();
-#define SYMM_PULL_PROD(E) template KernelFn reduceScatterPullInstance<E, kProd>();
+#define SYMM_PULL_SUM(E) template KernelFn reduceScatterPullInstance<E, kSum, SYMM_MAX_RANKS>();
+#define SYMM_PULL_PROD(E) template KernelFn reduceScatterPullInstance<E, kProd, SYMM_MAX_RANKS>();
 SYMM_DTYPE_TRAITS(SYMM_PULL_SUM)
 SYMM_DTYPE_TRAITS(SYMM_PULL_PROD)
 

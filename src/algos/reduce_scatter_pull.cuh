@@ -31,27 +31,30 @@
 
 namespace symm {
 
-template <typename E, int Kind>
+template <typename E, int Kind, int R>
 __device__ __forceinline__ void reduceScatterZeroCopy(const KernelArgs& a, volatile int* failed) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   Call c;
   if (!openCall<N>(a, failed, &c)) return;
   if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
-  const char* srcs[SYMM_MAX_RANKS];
+  const int n = R == 2 ? 2 : a.nranks;
+  const char* srcs[R];
   bool vec = aligned16(a.recv);
 #pragma unroll
-  for (int r = 0; r < SYMM_MAX_RANKS; r++) {
-    srcs[r] = r < a.nranks ? a.windows[r] + (size_t)a.rank * a.sliceStride * sizeof(T) : nullptr;
+  for (int r = 0; r < R; r++) {
+    srcs[r] = r < n ? a.windows[r] + (size_t)a.rank * a.sliceStride * sizeof(T) : nullptr;
     vec = vec && (srcs[r] == nullptr || aligned16(srcs[r]));
   }
   char* const out[1] = {(char*)a.recv};
-  reduceRange<E, Kind>(srcs, a.nranks, out, 1, c.lo, c.hi, vec, a.avg != 0);
+  reduceRange<E, Kind, R>(srcs, n, out, 1, c.lo, c.hi, vec, a.avg != 0);
   if (!blockBarrier(a, kSigMid, c.epoch, failed)) return;
   endCall(a, c.epoch, c.ticket);
 }
 
-template <typename E, int Kind>
+/* R: the bound of the loops over ranks (family.cuh, launchByWorld; 2 only where the world is 2
+ * ranks). */
+template <typename E, int Kind, int R>
 __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArgs a) {
   kernelEntry();
   SYMM_REDUCING_KERNEL(E)
@@ -60,14 +63,14 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
   constexpr size_t es = sizeof(T);
   __shared__ volatile int failed;
   if (a.zeroCopy) {
-    reduceScatterZeroCopy<E, Kind>(a, &failed);
+    reduceScatterZeroCopy<E, Kind, R>(a, &failed);
     return;
   }
   Call c;
   if (!openCall<kNoPart>(a, &failed, &c)) return;
   const uint64_t epoch0 = c.epoch;
   const RoundPlan p = roundPlan(a, es, N);
-  const int me = a.rank, n = a.nranks;
+  const int me = a.rank, n = R == 2 ? 2 : a.nranks;
   const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
   const size_t stride = a.sliceStride * es;
   const char* send = (const char*)a.send;
@@ -84,28 +87,29 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
   auto own = [](uint32_t) {};
   auto local = [&](uint32_t k, size_t half) {
     const RoundPart r = roundPart(a, p, k);
-    const char* srcs[SYMM_MAX_RANKS];
+    const char* srcs[R];
     char* const out[1] = {(char*)a.recv + r.first * es};
     bool vec = aligned16(out[0]);
 #pragma unroll
-    for (int w = 0; w < SYMM_MAX_RANKS; w++) {
+    for (int w = 0; w < R; w++) {
       srcs[w] = w >= n    ? nullptr
                 : w == me ? send + (size_t)me * stride + r.first * es
                           : a.staging[me] + half + peerSlot(me, w) * slot;
       vec = vec && (srcs[w] == nullptr || aligned16(srcs[w]));
     }
-    reduceRange<E, Kind>(srcs, n, out, 1, r.lo, r.hi, vec, a.avg != 0);
+    reduceRange<E, Kind, R>(srcs, n, out, 1, r.lo, r.hi, vec, a.avg != 0);
   };
   if (!runRounds(a, epoch0, p.rounds, &failed, remote, own, local)) return;
   endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 
-/* The instance for E and Kind. The 48 instances (datatypes x ops) are the longest compile of the
- * library, so two files compile them, each instantiating this for its ops:
- * reduce_scatter_pull.cu (sum, product) and reduce_scatter_pull_minmax.cu (min, max). The
- * family (reduce_scatter.cu) sees only the declaration. */
-template <typename E, int Kind> KernelFn reduceScatterPullInstance() {
-  return reduceScatterPullKernel<E, Kind>;
+/* The instance for E, Kind and R. The 48 general instances (datatypes x ops, R = SYMM_MAX_RANKS)
+ * are the longest compile of the library, so three files compile the instances:
+ * reduce_scatter_pull.cu (sum, product) and reduce_scatter_pull_minmax.cu (min, max) the general
+ * ones, reduce_scatter_pull_pair.cu the pair's (R = 2, every op). The family (reduce_scatter.cu)
+ * sees only the declaration. */
+template <typename E, int Kind, int R> KernelFn reduceScatterPullInstance() {
+  return reduceScatterPullKernel<E, Kind, R>;
 }
 
 }  // namespace symm

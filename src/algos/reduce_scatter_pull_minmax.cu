@@ -4,8 +4,8 @@
 
 namespace symm {
 
-#define SYMM_PULL_MIN(E) template KernelFn reduceScatterPullInstance<E, kMin>();
-#define SYMM_PULL_MAX(E) template KernelFn reduceScatterPullInstance<E, kMax>();
+#define SYMM_PULL_MIN(E) template KernelFn reduceScatterPullInstance<E, kMin, SYMM_MAX_RANKS>();
+#define SYMM_PULL_MAX(E) template KernelFn reduceScatterPullInstance<E, kMax, SYMM_MAX_RANKS>();
 SYMM_DTYPE_TRAITS(SYMM_PULL_MIN)
 SYMM_DTYPE_TRAITS(SYMM_PULL_MAX)
 
