@@ -46,7 +46,11 @@
  * kernels won at every size but one: with windows at 2 MiB NCCL beat the zero-copy pull by 1%,
  * and windowed calls below 16 MiB now go through staging (tuner.c, SYMMCOLL_ZERO_COPY_MIN_BYTES),
  * 10.3 us there. The comparison on that pair: 1.04-1.73x (all-gather) and 1.18-1.72x
- * (reduce-scatter) NCCL's best on plain buffers, bf16, graphs. Windowed all-gathers above
+ * (reduce-scatter) NCCL's best on plain buffers, bf16, graphs. Lamport all-gather and
+ * reduce-scatter run to 1 MiB on the pair since its kernels loop over two ranks there: on 2x H100,
+ * graphs, plain buffers, bf16 and float, it took 6.20-6.47 us (all-gather) and 6.80-6.94
+ * (reduce-scatter) at 1 MiB against the push's 7.28-7.44 and the pull's 7.16-7.21, and lost at
+ * 2 MiB (9.75-11.62 against 9.01-9.08; 9.76-12.31 against 8.93-10.43). Windowed all-gathers above
  * 512 MiB take the copy engine (since its own part moves on a side stream): on 2x H100 NV18,
  * bf16 graphs -R 2, it took 1391 us at 1 GiB against the push's 1478 (386 against 363 GB/s)
  * but 765 against 743 at 512 MiB and lost at every smaller size (16 MiB-256 MiB).
@@ -124,14 +128,14 @@ static const struct symmTuneRow builtinRows[] = {
     {AR, 5, 8, ANY, ANY, NVLINK, 0, 2, {{4 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AR, 3, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AG, 2, 2, ANY, 90, NVLINK, 0, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PUSH}}},
+     {{1 * MiB, SYMM_ALGO_LAMPORT}, {1 * MiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PUSH}}},
     {AG, 2, 2, ANY, 90, NVLINK, 1, 5,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PUSH},
+     {{1 * MiB, SYMM_ALGO_LAMPORT}, {1 * MiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PUSH},
       {512 * MiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_COPYENGINE}}},
     {RS, 2, 2, 2, 90, NVLINK, ANY, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PULL}}},
+     {{1 * MiB, SYMM_ALGO_LAMPORT}, {1 * MiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PULL}}},
     {RS, 2, 2, 4, 90, NVLINK, ANY, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PULL}}},
+     {{1 * MiB, SYMM_ALGO_LAMPORT}, {1 * MiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_PULL}}},
     {AG, 2, 8, ANY, ANY, NVLINK, 0, 2, {{16 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {AG, 2, 8, ANY, ANY, NVLINK, 1, 1, {{1 * GiB, SYMM_ALGO_MULTIMEM}}},
     {RS, 2, 8, ANY, ANY, NVLINK, 0, 2, {{16 * KiB, SYMM_ALGO_LAMPORT}, {1 * GiB, SYMM_ALGO_MULTIMEM}}},

@@ -232,7 +232,7 @@ static void testUntimedRows(void) {
       }
     }
   }
-  /* Measured on 2 ranks, sm_90: Lamport to 512 KiB, then push / pull at every larger size,
+  /* Measured on 2 ranks, sm_90: Lamport to 1 MiB, then push / pull at every larger size,
    * plain and with windows, but the copy engine for windowed all-gathers above 512 MiB.
    * Reduce-scatter rows exist for 2- and 4-byte elements only (other sizes take the untimed
    * row). */
@@ -252,7 +252,8 @@ static void testUntimedRows(void) {
         }
         CHECK_EQ_INT(symmTuneRowPick(row, 16, all), SYMM_ALGO_LAMPORT);
         CHECK_EQ_INT(symmTuneRowPick(row, 512 * KiB, all), SYMM_ALGO_LAMPORT);
-        CHECK_EQ_INT(symmTuneRowPick(row, 512 * KiB + 1, all), big);
+        CHECK_EQ_INT(symmTuneRowPick(row, 1 * MiB, all), SYMM_ALGO_LAMPORT);
+        CHECK_EQ_INT(symmTuneRowPick(row, 1 * MiB + 1, all), big);
         CHECK_EQ_INT(symmTuneRowPick(row, 128 * MiB, all), big);
         CHECK_EQ_INT(symmTuneRowPick(row, 512 * MiB, all), big);
         /* Windowed all-gathers above 512 MiB: the copy engine (zero copy). */
@@ -568,8 +569,9 @@ static void testLargestStaged(void) {
   tunerCleanEnv();
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 0);
   in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_LAMPORT));
-  /* With only Lamport allowed: the largest Lamport step of the rows, 512 KiB on 2-rank sm_90. */
-  CHECK_EQ_INT(symmTunerLargestStaged(&in), 512 * KiB);
+  /* With only Lamport allowed: the largest Lamport step of the rows, 1 MiB on 2-rank sm_90 (the
+   * all-gather's and reduce-scatter's). */
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), 1 * MiB);
   in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_COPYENGINE));
   /* No plain row names the copy engine; the windowed all-gather row's runs it zero copy. */
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
