@@ -3,7 +3,8 @@
  * ranks as threads on one GPU through the test bootstrap (SYMMCOLL_NCCL_LIB names it): every
  * algorithm x datatype x op x size (0, 1, primes, odd, powers of two; full runs also whole 64 MiB
  * buffers and a million-element odd count) x in place or not, CUDA
- * graph replays with the input rewritten after capture, and a soak mixing all three collectives.
+ * graph replays with the input rewritten after capture, the table's own picks on both sides of
+ * its steps, and a soak mixing all three collectives.
  * References are computed on the host: all-gather bit for bit, reduce-scatter with the
  * rank-order arithmetic of the all-reduce reference (ar_helpers.cu), also bit for bit. Then the
  * same sweeps and replays on buffers in registered windows (push, the copy engine and pull run
@@ -351,6 +352,31 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
   CUDA_OK(cudaGraphDestroy(graph));
 }
 
+/* The table's own picks on both sides of its steps: all-gathers and reduce-scatters whose whole
+ * message (symmCollBytes) is a step of the built-in rows (Lamport to push or pull, on a pair at
+ * 1 MiB) or one element per rank past it, bf16 and float, in place and not, the larger ones also
+ * unaligned. Ours or forwarded, as the table says for this world; the result is what counts. */
+static void tableSteps(struct rank* r) {
+  static const size_t stepBytes[] = {256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20};
+  uint64_t seed = seed0 + 8880000u;
+  for (int coll = 0; coll < 2; coll++) {
+    useAlgo(r, coll, "auto");
+    for (int t = 0; t < 2; t++) {
+      const ncclDataType_t dt = t == 0 ? ncclBfloat16 : ncclFloat32;
+      const size_t es = symmTypeSize(dt);
+      for (size_t k = 0; k < sizeof(stepBytes) / sizeof(stepBytes[0]); k++) {
+        const size_t atStep = stepBytes[k] / ((size_t)nranks * es);
+        for (size_t past = 0; past < 2; past++) {
+          const size_t count = atStep + past;
+          if ((size_t)nranks * (count + 1) * es > bufBytes) continue;
+          for (int inPlace = 0; inPlace < 2; inPlace++)
+            runCaseAt(r, coll, dt, ncclSum, count, inPlace, past, seed++, 0, "auto");
+        }
+      }
+    }
+  }
+}
+
 /* All three collectives mixed with a forwarded one (broadcast, which only NCCL runs), the
  * tuning file choosing algorithms by size, every result checked. The same pseudo-random
  * sequence on every rank. */
@@ -556,6 +582,7 @@ static void* rankMain(void* arg) {
   registeredTest(r);
   setAlgo(r, "SYMMCOLL_MULTIMEM_EMULATE", "0");
   avgOverflow(r);
+  tableSteps(r);
   soak(r);
   pthread_barrier_wait(&barrier);
   __atomic_store_n(&rankOf[r->rank], NULL, __ATOMIC_RELEASE);
