@@ -50,7 +50,8 @@
  * reduce-scatter run to 1 MiB on the pair since its kernels loop over two ranks there: on 2x H100,
  * graphs, plain buffers, bf16 and float, it took 6.20-6.47 us (all-gather) and 6.80-6.94
  * (reduce-scatter) at 1 MiB against the push's 7.28-7.44 and the pull's 7.16-7.21, and lost at
- * 2 MiB (9.75-11.62 against 9.01-9.08; 9.76-12.31 against 8.93-10.43). Windowed all-gathers above
+ * 2 MiB (9.75-11.62 against 9.01-9.08; 9.76-12.31 against 8.93-10.43); the H200 pair, which
+ * takes these rows too, was not measured at 1 MiB since. Windowed all-gathers above
  * 512 MiB take the copy engine (since its own part moves on a side stream): on 2x H100 NV18,
  * bf16 graphs -R 2, it took 1391 us at 1 GiB against the push's 1478 (386 against 363 GB/s)
  * but 765 against 743 at 512 MiB and lost at every smaller size (16 MiB-256 MiB).
