@@ -353,9 +353,10 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
 }
 
 /* The table's own picks on both sides of its steps: all-gathers and reduce-scatters whose whole
- * message (symmCollBytes) is a step of the built-in rows (Lamport to push or pull, on a pair at
- * 1 MiB) or one element per rank past it, bf16 and float, in place and not, the larger ones also
- * unaligned. Ours or forwarded, as the table says for this world; the result is what counts. */
+ * message (symmCollBytes) is 256 KiB-4 MiB, where the built-in rows step (Lamport to push or
+ * pull, on a pair at 1 MiB), or one element per rank past it (those unaligned), bf16 and float,
+ * in place and not. Ours or forwarded, as the table says for this world; the result is what
+ * counts. */
 static void tableSteps(struct rank* r) {
   static const size_t stepBytes[] = {256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20};
   uint64_t seed = seed0 + 8880000u;
