@@ -47,7 +47,7 @@ __device__ __forceinline__ void allGatherZeroCopy(const KernelArgs& a, volatile 
   const size_t ours = (size_t)a.rank * a.sliceStride * sizeof(T);
   /* Each load of our input feeds every rank's store (the local copy rides along with the remote
    * ones instead of taking its own pass), peers from the next rank on. */
-  const int n = R == 2 ? 2 : a.nranks;
+  const int n = worldRanks<R>(a);
   char* dsts[R];
   int ndst = 0;
   bool vec = aligned16(a.send);
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) allGatherPushKernel(KernelArgs a)
   if (!openCall<kNoPart>(a, &failed, &c)) return;
   const uint64_t epoch0 = c.epoch;
   const RoundPlan p = roundPlan(a, es, N);
-  const int me = a.rank, n = R == 2 ? 2 : a.nranks;
+  const int me = a.rank, n = worldRanks<R>(a);
   const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
   const char* send = (const char*)a.send;
   char* recv = (char*)a.recv;

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, 1) oneShotKernel(KernelArgs a) {
   /* Staging is always 16-byte aligned: only the user's pointer decides each loop's width. */
   copyRange<E>(a.staging[a.rank] + half, (const char*)a.send, lo, hi, aligned16(a.send), false);
   if (!blockBarrier(a, kSigStart, epoch, &failed)) return;
-  const int n = R == 2 ? 2 : a.nranks;
+  const int n = worldRanks<R>(a);
   const char* srcs[R];
 #pragma unroll
   for (int r = 0; r < R; r++) srcs[r] = r < n ? a.staging[r] + half : nullptr;

@@ -22,19 +22,20 @@
 
 namespace symm {
 
-template <typename E, int Kind, int Coll, int kWriters>
+template <typename E, int Kind, int Coll, int kWriters, int kRanks>
 __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   kernelEntry();
   if constexpr (Coll != SYMM_COLL_ALLGATHER) {
     SYMM_REDUCING_KERNEL(E)
   }
-  /* The pair's instances (kWriters == 2) run only where the world is 2 ranks (launchLamport picks
-   * them by lamportWriters): there the world size is a constant, so each loop over ranks is two
-   * iterations instead of eight predicated ones (less code to fetch and issue on the path of the
+  /* kRanks bounds every loop over ranks (launchLamport picks it by world size: 2, up to 4, up to
+   * SYMM_MAX_RANKS): the pair's instances run only where the world is 2 ranks, so there the
+   * world size is a constant and each loop two iterations; elsewhere ranks past the world are
+   * predicated off, four or eight iterations (less code to fetch and issue on the path of the
    * smallest calls). */
   static_assert(SYMM_MAX_RANKS != 2, "lamportWriters must tell the pair from other worlds");
-  constexpr int kRanks = kWriters == 2 ? 2 : SYMM_MAX_RANKS;
-  const int nranks = kWriters == 2 ? 2 : a.nranks;
+  static_assert(kWriters != 2 || kRanks == 2, "the pair's slot class is the pair's alone");
+  const int nranks = worldRanks<kRanks>(a);
   typedef typename E::T T;
   constexpr int kPer = 8 / sizeof(T);
   __shared__ volatile int failed;
@@ -171,25 +172,31 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
 
 /* The instances of collective Coll for one slot class (family.cuh). All-gather moves bits: one
  * instance per datatype (kSum), whatever the op. */
-template <int Coll, int kWriters> struct LamportFamily {
+template <int Coll, int kWriters, int kRanks> struct LamportFamily {
   static constexpr bool kReduces = Coll != SYMM_COLL_ALLGATHER;
   template <typename E, int Kind> static KernelFn of(bool) {
-    return lamportKernel<E, Kind, Coll, kWriters>;
+    return lamportKernel<E, Kind, Coll, kWriters, kRanks>;
   }
 };
 
 /* Collective Coll's Lamport line of its table: the launch takes the slot class of the world
- * (lamportWriters, the same rule refreshLamportLine uses); the load loads both classes. */
+ * (lamportWriters, the same rule refreshLamportLine uses) and the bound of the loops over ranks
+ * (2 for the pair, 4 up to 4 ranks, SYMM_MAX_RANKS above); the load loads all three sets. */
 template <int Coll>
 cudaError_t launchLamport(const struct symmLaunch* call, int blocks, cudaStream_t stream,
                           const KernelArgs& args) {
   if (lamportWriters(args.nranks) == 2)
-    return launchFamily<LamportFamily<Coll, 2>>(call, blocks, stream, args);
-  return launchFamily<LamportFamily<Coll, SYMM_MAX_RANKS>>(call, blocks, stream, args);
+    return launchFamily<LamportFamily<Coll, 2, 2>>(call, blocks, stream, args);
+  if (args.nranks <= 4)
+    return launchFamily<LamportFamily<Coll, SYMM_MAX_RANKS, 4>>(call, blocks, stream, args);
+  return launchFamily<LamportFamily<Coll, SYMM_MAX_RANKS, SYMM_MAX_RANKS>>(call, blocks, stream,
+                                                                            args);
 }
 template <int Coll> cudaError_t loadLamport() {
-  const cudaError_t err = loadFamily<LamportFamily<Coll, 2>>();
-  return err != cudaSuccess ? err : loadFamily<LamportFamily<Coll, SYMM_MAX_RANKS>>();
+  cudaError_t err = loadFamily<LamportFamily<Coll, 2, 2>>();
+  if (err == cudaSuccess) err = loadFamily<LamportFamily<Coll, SYMM_MAX_RANKS, 4>>();
+  if (err == cudaSuccess) err = loadFamily<LamportFamily<Coll, SYMM_MAX_RANKS, SYMM_MAX_RANKS>>();
+  return err;
 }
 template <int Coll>
 constexpr AlgoKernels lamportAlgo(bool (*exists)(ncclDataType_t, ncclRedOp_t)) {

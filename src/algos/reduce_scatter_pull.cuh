@@ -38,7 +38,7 @@ __device__ __forceinline__ void reduceScatterZeroCopy(const KernelArgs& a, volat
   Call c;
   if (!openCall<N>(a, failed, &c)) return;
   if (!blockBarrier(a, kSigStart, c.epoch, failed)) return;
-  const int n = R == 2 ? 2 : a.nranks;
+  const int n = worldRanks<R>(a);
   const char* srcs[R];
   bool vec = aligned16(a.recv);
 #pragma unroll
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduceScatterPullKernel(KernelArg
   if (!openCall<kNoPart>(a, &failed, &c)) return;
   const uint64_t epoch0 = c.epoch;
   const RoundPlan p = roundPlan(a, es, N);
-  const int me = a.rank, n = R == 2 ? 2 : a.nranks;
+  const int me = a.rank, n = worldRanks<R>(a);
   const size_t slot = p.S * es; /* a multiple of 16: slots stay aligned */
   const size_t stride = a.sliceStride * es;
   const char* send = (const char*)a.send;

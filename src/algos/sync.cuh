@@ -98,6 +98,13 @@ __device__ __forceinline__ uint64_t loadRelaxedSys(const uint64_t* p) {
   return v;
 }
 
+/* The world size seen by a kernel whose loops over ranks are bounded by the template constant R
+ * (family.cuh, launchByWorld; lamport.cuh): the pair's instances (R == 2) run only where the
+ * world is 2 ranks, so there it is a constant the compiler folds into each loop. */
+template <int R> __device__ __forceinline__ int worldRanks(const KernelArgs& a) {
+  return R == 2 ? 2 : a.nranks;
+}
+
 /* Fails the communicator on every rank: `reason` into every rank's failure word. */
 __device__ __forceinline__ void failEverywhere(const KernelArgs& a, uint32_t reason) {
   for (int r = 0; r < a.nranks; r++)
