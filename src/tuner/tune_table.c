@@ -50,8 +50,10 @@
  * reduce-scatter run to 1 MiB on the pair since its kernels loop over two ranks there: on 2x H100,
  * graphs, plain buffers, bf16 and float, it took 6.20-6.47 us (all-gather) and 6.80-6.94
  * (reduce-scatter) at 1 MiB against the push's 7.28-7.44 and the pull's 7.16-7.21, and lost at
- * 2 MiB (9.75-11.62 against 9.01-9.08; 9.76-12.31 against 8.93-10.43); the H200 pair, which
- * takes these rows too, was not measured at 1 MiB since. Windowed all-gathers above
+ * 2 MiB (9.75-11.62 against 9.01-9.08; 9.76-12.31 against 8.93-10.43); symmcoll-tune on that
+ * pair, plain and windows, picks the same (tune_2xH100_NV18_1M.txt; with windows the float
+ * reduce-scatter tied at 2 MiB, 9.82 us each, kept at 1 MiB); the H200 pair, which takes these
+ * rows too, was not measured at 1 MiB since. Windowed all-gathers above
  * 512 MiB take the copy engine (since its own part moves on a side stream): on 2x H100 NV18,
  * bf16 graphs -R 2, it took 1391 us at 1 GiB against the push's 1478 (386 against 363 GB/s)
  * but 765 against 743 at 512 MiB and lost at every smaller size (16 MiB-256 MiB).
@@ -85,6 +87,8 @@
  * (the push lost at 1 MiB on both: 9.76 against 9.24 us on H100, 9.69 / 8.80 on H200; at 2 MiB
  * 12.47 / 13.02 and 11.92 / 11.81). Where the plain rows lose on H100 it is to NCCL's symmetric
  * kernels, which plain buffers cannot use (all-reduce 2 MiB, all-gather 1 and 16-64 MiB).
+ * These steps come from the Lamport kernel bounded by 8; since 53374c9 it is bounded by 4 at
+ * 3-4 ranks, 0.2-0.47 us faster per call (4x H100, perf/RESULTS.md run K12), not tuned again.
  *
  * Untimed (3 and 5-8 ranks, other archs, types the measured rows lack): only the Lamport
  * kernels, and only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
