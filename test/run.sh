@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "test/run.sh: builds libsymmcoll twice (plain, and ASan+UBSan) and runs the CPU suite, then the" \
-     "GPU suite when GPUs are present; about 10 minutes on 16 cores, 12 on 2 without a GPU"
+     "GPU suite when GPUs are present; about 10 minutes on 16 cores, about 20 on 2 without a GPU"
 . build-aux/prereqs.sh
 # Multicast stays off wherever our tests run (README.md, "NVLink multicast").
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
