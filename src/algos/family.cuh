@@ -57,8 +57,8 @@ template <class Family> cudaError_t loadFamily() {
 /* Families whose kernels take the bound of their loops over ranks as a template constant R:
  * Family<2> for a pair (each loop over ranks two iterations) and Family<SYMM_MAX_RANKS> for any
  * other world (loops to 8, ranks past the world predicated off). The world size picks, the same
- * on every rank. The Lamport kernel has its own launch (lamport.cuh): its slot class is a second
- * template constant, and it has a third bound (4), measured worth its instances at 4 ranks. */
+ * on every rank. The Lamport kernel has its own launch (lamport.cuh, lamportBound): it has a
+ * third bound (4), measured worth its instances at 4 ranks, and its slot follows its bound. */
 template <template <int> class Family>
 cudaError_t launchByWorld(const struct symmLaunch* call, int blocks, cudaStream_t stream,
                           const KernelArgs& args) {

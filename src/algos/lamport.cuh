@@ -9,10 +9,10 @@
  * is cleared and stale lines never match (refreshLamportLine keeps every line younger than 2^31
  * epochs). Two passes: wait for all lines first, so a block that gives up wrote no user memory.
  * In place is safe: each block reads its own lines of the input before it writes any output.
- * Slots (sync.cuh) are a template constant: one instance set for a pair (kWriters = 2, 2 MiB
- * slots) and one for any other world (kWriters = SYMM_MAX_RANKS, 512 KiB); lamportAlgo picks by
- * world size. Each collective's file launches and loads the instances of its own Coll
- * (lamportAlgo below), so no instance is compiled twice. */
+ * The bound of the loops over ranks is a template constant, 2, 4 or SYMM_MAX_RANKS by world
+ * size (lamportBound), and so is the slot (sync.cuh), which follows from it. Each collective's
+ * file launches and loads the instances of its own Coll (lamportAlgo below), so no instance is
+ * compiled twice. */
 #ifndef SYMMCOLL_LAMPORT_CUH
 #define SYMMCOLL_LAMPORT_CUH
 
@@ -22,19 +22,31 @@
 
 namespace symm {
 
-template <typename E, int Kind, int Coll, int kWriters, int kRanks>
+/* The bound of the loops over ranks for a world of nranks: 2 for the pair, 4 up to 4 ranks,
+ * SYMM_MAX_RANKS above (4 instead of 8 saved 0.2-0.47 us per call at 4 ranks). */
+__host__ __device__ constexpr int lamportBound(int nranks) {
+  return nranks == 2 ? 2 : nranks <= 4 ? 4 : SYMM_MAX_RANKS;
+}
+/* A kernel takes its slot from its bound (lamportWriters(kRanks)); the refresh of every kernel
+ * takes it from the world (lamportWriters(nranks)): they must agree for every world size. */
+constexpr bool lamportBoundKeepsSlots() {
+  for (int n = 1; n <= SYMM_MAX_RANKS; n++)
+    if (lamportWriters(lamportBound(n)) != lamportWriters(n)) return false;
+  return true;
+}
+static_assert(lamportBoundKeepsSlots(), "a world's Lamport bound must keep its slot class");
+
+template <typename E, int Kind, int Coll, int kRanks>
 __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   kernelEntry();
   if constexpr (Coll != SYMM_COLL_ALLGATHER) {
     SYMM_REDUCING_KERNEL(E)
   }
-  /* kRanks bounds every loop over ranks (launchLamport picks it by world size: 2, up to 4, up to
-   * SYMM_MAX_RANKS): the pair's instances run only where the world is 2 ranks, so there the
-   * world size is a constant and each loop two iterations; elsewhere ranks past the world are
-   * predicated off, four or eight iterations (less code to fetch and issue on the path of the
-   * smallest calls). */
+  /* kRanks bounds every loop over ranks (lamportBound): the pair's instances run only where the
+   * world is 2 ranks, so there the world size is a constant and each loop two iterations;
+   * elsewhere ranks past the world are predicated off, four or eight iterations (less code to
+   * fetch and issue on the path of the smallest calls). */
   static_assert(SYMM_MAX_RANKS != 2, "lamportWriters must tell the pair from other worlds");
-  static_assert(kWriters != 2 || kRanks == 2, "the pair's slot class is the pair's alone");
   const int nranks = worldRanks<kRanks>(a);
   typedef typename E::T T;
   constexpr int kPer = 8 / sizeof(T);
@@ -64,7 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   Call c;
   if (!openCall<kNoPart>(a, &failed, &c, lines)) return;
   const uint64_t epoch = c.epoch;
-  constexpr size_t kSlot = lamportSlotOf(kWriters);
+  constexpr size_t kSlot = lamportSlotOf(lamportWriters(kRanks));
   const size_t half = a.lamportOffset + (size_t)(epoch & 1u) * kLamportParityBytes;
   const size_t mySlot = half + (size_t)a.rank * kSlot;
   /* Lines carry the epoch's low 32 bits (8-byte halves arrive whole; see README for why a stale
@@ -170,32 +182,30 @@ __global__ void __launch_bounds__(kThreads, 1) lamportKernel(KernelArgs a) {
   endCall(a, epoch, c.ticket);
 }
 
-/* The instances of collective Coll for one slot class (family.cuh). All-gather moves bits: one
+/* The instances of collective Coll for one bound (family.cuh). All-gather moves bits: one
  * instance per datatype (kSum), whatever the op. */
-template <int Coll, int kWriters, int kRanks> struct LamportFamily {
+template <int Coll, int kRanks> struct LamportFamily {
   static constexpr bool kReduces = Coll != SYMM_COLL_ALLGATHER;
   template <typename E, int Kind> static KernelFn of(bool) {
-    return lamportKernel<E, Kind, Coll, kWriters, kRanks>;
+    return lamportKernel<E, Kind, Coll, kRanks>;
   }
 };
 
-/* Collective Coll's Lamport line of its table: the launch takes the slot class of the world
- * (lamportWriters, the same rule refreshLamportLine uses) and the bound of the loops over ranks
- * (2 for the pair, 4 up to 4 ranks, SYMM_MAX_RANKS above); the load loads all three sets. */
+/* Collective Coll's Lamport line of its table: the launch takes the instances of the world's
+ * bound (lamportBound, the same on every rank); the load loads all three sets. */
 template <int Coll>
 cudaError_t launchLamport(const struct symmLaunch* call, int blocks, cudaStream_t stream,
                           const KernelArgs& args) {
-  if (lamportWriters(args.nranks) == 2)
-    return launchFamily<LamportFamily<Coll, 2, 2>>(call, blocks, stream, args);
-  if (args.nranks <= 4)
-    return launchFamily<LamportFamily<Coll, SYMM_MAX_RANKS, 4>>(call, blocks, stream, args);
-  return launchFamily<LamportFamily<Coll, SYMM_MAX_RANKS, SYMM_MAX_RANKS>>(call, blocks, stream,
-                                                                            args);
+  switch (lamportBound(args.nranks)) {
+    case 2: return launchFamily<LamportFamily<Coll, 2>>(call, blocks, stream, args);
+    case 4: return launchFamily<LamportFamily<Coll, 4>>(call, blocks, stream, args);
+    default: return launchFamily<LamportFamily<Coll, SYMM_MAX_RANKS>>(call, blocks, stream, args);
+  }
 }
 template <int Coll> cudaError_t loadLamport() {
-  cudaError_t err = loadFamily<LamportFamily<Coll, 2, 2>>();
-  if (err == cudaSuccess) err = loadFamily<LamportFamily<Coll, SYMM_MAX_RANKS, 4>>();
-  if (err == cudaSuccess) err = loadFamily<LamportFamily<Coll, SYMM_MAX_RANKS, SYMM_MAX_RANKS>>();
+  cudaError_t err = loadFamily<LamportFamily<Coll, 2>>();
+  if (err == cudaSuccess) err = loadFamily<LamportFamily<Coll, 4>>();
+  if (err == cudaSuccess) err = loadFamily<LamportFamily<Coll, SYMM_MAX_RANKS>>();
   return err;
 }
 template <int Coll>
