@@ -248,22 +248,26 @@ static int serveOne(struct symmFdServer* s, int conn, int64_t deadline) {
   return req.rank;
 }
 
+/* Serves until every member fetched, the stop flag rises or the owner cancels: no deadline of
+ * its own. A server starts before the agreement that brings its peers (who may arrive much
+ * later, a slow rank's first call) and its owner always cancels it after the agreement that ends
+ * the fetches, so a clock here could only expire under a peer that was still coming. Only one
+ * connected member's request has a deadline (from its connection on). */
 static void* serverMain(void* arg) {
   struct symmFdServer* s = arg;
-  int64_t deadline = nowMs() + s->rv.timeoutMs;
   while (s->pending != 0) {
     struct pollfd pfds[2] = {{.fd = s->listenFd, .events = POLLIN}, {.fd = s->stopFd, .events = POLLIN}};
-    int ready = pollUntil(&s->rv, pfds, 2, deadline);
+    int ready = pollUntil(&s->rv, pfds, 2, INT64_MAX);
     if (ready < 0 && stopped(&s->rv)) break; /* aborted */
     if (ready <= 0) {
-      WARN("symmetric memory: rank %d timed out waiting for peers to fetch its handle",
-           s->rv.rank);
+      WARN("symmetric memory: rank %d's handle server stopped waiting: %s", s->rv.rank,
+           strerror(errno));
       break;
     }
     if (pfds[1].revents) break; /* cancelled: the setup failed elsewhere */
     int conn = accept4(s->listenFd, NULL, NULL, SOCK_CLOEXEC);
     if (conn < 0) continue;
-    int served = serveOne(s, conn, deadline);
+    int served = serveOne(s, conn, nowMs() + s->rv.timeoutMs);
     close(conn);
     if (served >= 0) s->pending &= ~(1u << served);
   }

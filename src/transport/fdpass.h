@@ -18,7 +18,8 @@ struct symmFdRendezvous {
   int rank, nranks;                  /* this end's rank */
   int32_t pids[SYMM_MAX_RANKS];      /* member pids, as seen by each member */
   uint32_t uid;                      /* everyone's uid (checked equal at eligibility) */
-  int timeoutMs;                     /* overall budget of one serve or one fetch */
+  int timeoutMs;                     /* budget of one fetch, and of one connected member's
+                                      * request at the server (which has no deadline itself) */
   /* When non-NULL and nonzero (the communicator's abort flag), every wait ends early and fails:
    * an abort must not sit out the budget behind a peer that will never come. */
   const volatile uint32_t* stop;
@@ -30,8 +31,9 @@ struct symmFdServer;
  * serves a duplicate of `fd` from a thread, once to each rank in `clientMask`. */
 ncclResult_t symmFdServerStart(const struct symmFdRendezvous* rv, int fd, uint32_t clientMask,
                                struct symmFdServer** out);
-/* Waits for the server to finish (served everyone, timed out or stopped through rv->stop); with
- * `cancel` it stops at once.
+/* Waits for the server to finish (served everyone, or stopped through rv->stop); with `cancel`
+ * it stops at once. The server never gives up by itself: its owner cancels it once an agreement
+ * says the fetches are over.
  * Returns ncclSuccess only if every expected client was served. Closes everything. */
 ncclResult_t symmFdServerFinish(struct symmFdServer* server, int cancel);
 

@@ -267,7 +267,8 @@ static double secondsSince(const struct timespec* t0) {
   return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-/* Nobody serves / nobody fetches: both sides give up within their time budget. */
+/* Nobody serves: the fetch gives up within its time budget. Nobody fetches: the server waits
+ * (it has no deadline of its own) until its owner cancels it, which then reports the failure. */
 static void testTimeouts(void) {
   int fdsBefore = countFds();
   struct symmFdRendezvous rv;
@@ -283,8 +284,27 @@ static void testTimeouts(void) {
   CHECK(waited >= 0.25 && waited < 3.0);
   rv.rank = 0;
   struct symmFdServer* server = serveText(&rv, "nobody comes", 1u << 1, ncclSuccess);
-  CHECK_EQ_INT(symmFdServerFinish(server, 0), ncclSystemError);
+  CHECK_EQ_INT(symmFdServerFinish(server, 1), ncclSystemError);
   CHECK_EQ_INT(symmFdFetch(&rv, 0, &fd), ncclInternalError); /* from ourselves: a bug */
+  CHECK_EQ_INT(countFds(), fdsBefore);
+}
+
+/* A member that comes long after the fetch budget (its rank reached the setup's first agreement
+ * late) is still served: the server's wait is not the budget. */
+static void testLateFetcher(void) {
+  int fdsBefore = countFds();
+  struct symmFdRendezvous rv;
+  freshRendezvous(&rv, 2, 200);
+  int gate;
+  pid_t member = spawnFetcher("served late", &gate);
+  rv.pids[0] = getpid();
+  rv.pids[1] = member;
+  struct symmFdServer* server = serveText(&rv, "served late", 1u << 1, ncclSuccess);
+  struct timespec pause = {0, 600 * 1000 * 1000}; /* three budgets */
+  nanosleep(&pause, NULL);
+  openGate(gate, &rv, 1, 0);
+  CHECK_EQ_INT(waitExit(member), 0);
+  CHECK_EQ_INT(symmFdServerFinish(server, 0), ncclSuccess);
   CHECK_EQ_INT(countFds(), fdsBefore);
 }
 
@@ -360,6 +380,7 @@ int main(void) {
   testSquatted();
   testUnexpectedDescriptors();
   testTimeouts();
+  testLateFetcher();
   testStop();
   return harnessReport("transport_cpu_fdpass");
 }
