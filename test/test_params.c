@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   setenv("SYMMCOLL_AR_MAX_BLOCKS", "64", 1);
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "oneshot", 1);
   setenv("SYMMCOLL_DEBUG", "WARN", 1);
+  setenv("SYMMCOLL_SETUP_TIMEOUT_MS", "-1", 1); /* out of range (1..INT32_MAX): the default */
   unsetenv("SYMMCOLL_MULTIMEM");
   char* text = listing();
   CHECK(text != NULL);
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   checkValue(text, "AR_MAX_BLOCKS", "64", "128");
   checkValue(text, "ALLREDUCE_ALGO", "oneshot", "auto");
   checkValue(text, "DEBUG", "WARN", "WARN");
+  checkValue(text, "SETUP_TIMEOUT_MS", "30000", "30000");
   free(text);
 
   /* ncclResetDebugInit reads the logging knobs again and nothing else: what changes which

@@ -9,9 +9,10 @@
 #include "multicast.h"
 #include "param.h"
 
-SYMMCOLL_PARAM(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000,
-               "how long setup waits for a peer to fetch or serve a handle before giving up "
-               "(forwarding)")
+/* An int of milliseconds (poll's unit); 0 or less would fail every fetch at once. */
+SYMMCOLL_PARAM_FULL(SetupTimeoutMs, "SETUP_TIMEOUT_MS", 30000, 1, INT32_MAX, 0u,
+                    "how long one setup fetch of a peer's handle waits before giving up "
+                    "(the communicator then forwards on every rank)")
 
 int64_t symmTransportSetupTimeoutMs(void) { return symmParamSetupTimeoutMs(); }
 
