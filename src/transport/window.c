@@ -192,7 +192,8 @@ static void prepareJob(struct windowJob* j) {
   j->retained = 1;
   if (CU_CALL(SYMM_LOG_INFO, cuMemGetAddressRange, (&base, &allocBytes, (CUdeviceptr)r->buff)) ==
           CUDA_SUCCESS &&
-      (CUdeviceptr)r->buff + r->size <= base + allocBytes) {
+      /* buff lies in [base, base + allocBytes): no sum that can wrap */
+      r->size <= allocBytes - ((CUdeviceptr)r->buff - base)) {
     j->ours.ok = 1;
     j->ours.allocBytes = allocBytes;
     j->ours.offset = (CUdeviceptr)r->buff - base;
