@@ -230,6 +230,23 @@ static void deliver(struct symmTransport* t, const struct symmRegMsg* m, int fd)
 
 /* ---- one exchange -------------------------------------------------------------------------- */
 
+/* Drops the letters of exchanges before `seq`, closing their descriptors. collect() does it too,
+ * but a rank that says no never collects: without this, every captured call on plain buffers
+ * (every rank says no) would leave a letter per peer, and a VMM offer's descriptor, for good. */
+static void dropEarlier(struct symmGraphPeers* g, uint64_t seq) {
+  pthread_mutex_lock(&g->lock);
+  for (struct letter** it = &g->letters; *it != NULL;) {
+    struct letter* l = *it;
+    if (l->msg.seq < seq) {
+      *it = l->next;
+      dropLetter(l);
+    } else {
+      it = &l->next;
+    }
+  }
+  pthread_mutex_unlock(&g->lock);
+}
+
 /* Whether a wait of this rank must give up: the communicator is going away, was aborted or
  * revoked, or (`failed`, asked now and then) failed: a peer that failed never sends. */
 static int giveUp(struct symmComm* comm, const struct symmTransport* t,
@@ -354,6 +371,7 @@ int symmTransportGraphPeers(struct symmComm* comm, struct symmTransport* t, cons
   if (g == NULL) return 0; /* never agreed: no rank exchanges */
   const int n = t->peers.nranks, me = t->peers.rank;
   const uint64_t seq = __atomic_fetch_add(&g->nextSeq, 1, __ATOMIC_RELAXED);
+  dropEarlier(g, seq);
   struct symmCudaThread saved;
   symmCudaThreadEnter(&saved); /* relaxed: these calls must not end the application's capture */
   (void)cudaSetDevice(t->cudaDev);
