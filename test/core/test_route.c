@@ -301,6 +301,9 @@ static void testArguments(void) {
   t = task(SYMM_COLL_ALLGATHER, 1024, ncclFloat8e4m3, ncclSum);
   w.arch = 80;
   expectRoute("fp8 all-gather sm_80", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
+  /* An empty fp8 reduction is no error below sm_90 either (NCCL discards it first). */
+  t = task(SYMM_COLL_ALLREDUCE, 0, ncclFloat8e4m3, ncclSum);
+  expectRoute("fp8 count 0 sm_80", &w, &t, (struct expect)FWD_PLAIN("CSLHR"));
 }
 
 static void testParked(void) {
