@@ -8,6 +8,7 @@
 #include "checks.h"
 #include "failure.h"
 #include "forward.h"
+#include "init.h"
 #include "setup.h"
 #include "transport.h"
 
@@ -198,8 +199,22 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
   if (pendingCount > 0) {
     int n = pendingCount;
     pendingCount = 0;
-    if (groupOk) (void)symmCommSetupMany(pendingComms, n);
-    for (int i = 0; i < n; i++) symmCommRelease(pendingComms[i]);
+    /* Blocking ones are ready now and set up together (one thread may own several ranks); the
+     * real NCCL still creates non-blocking ones in its own threads: each in its own job, which
+     * waits for that (NCCL refuses to mix both kinds in one group). */
+    int blocking = 0;
+    for (int i = 0; i < n; i++) {
+      struct symmComm* c = pendingComms[i];
+      if (c->config.blocking)
+        pendingComms[blocking++] = c;
+      else if (groupOk)
+        symmCommStartJob(c, 0);
+      else
+        c->setupDone = 1;
+      if (!c->config.blocking) symmCommRelease(c);
+    }
+    if (groupOk && blocking > 0) (void)symmCommSetupMany(pendingComms, blocking);
+    for (int i = 0; i < blocking; i++) symmCommRelease(pendingComms[i]);
   }
   if (windowCount > 0) {
     int n = windowCount;

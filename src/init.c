@@ -93,18 +93,23 @@ void symmCommWaitJob(struct symmComm* comm) {
 /* ---- creation ----------------------------------------------------------------------------- */
 
 /* Records a communicator the real NCCL returned; sets it up now, at the outermost GroupEnd, or
- * (non-blocking) in a background job. Our failures never fail the user's call. */
+ * (non-blocking) in a background job. Our failures never fail the user's call.
+ * Inside a group the real NCCL only queues the creation until the outermost ncclGroupEnd: until
+ * then the communicator reports no error and rank 0 of 0 ranks, so a job started now would set
+ * up from nothing, or not, as the race with the group's end goes on each rank. Both kinds wait
+ * for that end (flushDeferred in group.c starts the non-blocking one's job there). */
 static void commCreated(ncclResult_t res, ncclComm_t real, const struct symmCommConfig* config) {
   if ((res != ncclSuccess && res != ncclInProgress) || real == NULL) return;
   struct symmComm* comm = NULL;
-  const int job = config->blocking ? SYMM_JOB_NONE : SYMM_JOB_RUNNING;
+  const int grouped = symmGroupDepth() > 0;
+  const int job = config->blocking || grouped ? SYMM_JOB_NONE : SYMM_JOB_RUNNING;
   if (symmCommAddConfig(real, config, job, &comm) != ncclSuccess) return;
-  if (!config->blocking) {
-    symmCommStartJob(comm, 0);
+  if (grouped) {
+    if (symmGroupDeferSetup(comm) != ncclSuccess) comm->setupDone = 1;
     return;
   }
-  if (symmGroupDepth() > 0) {
-    if (symmGroupDeferSetup(comm) != ncclSuccess) comm->setupDone = 1;
+  if (!config->blocking) {
+    symmCommStartJob(comm, 0);
     return;
   }
   if (res == ncclSuccess) (void)symmCommSetupMany(&comm, 1);

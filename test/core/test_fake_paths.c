@@ -4,7 +4,8 @@
  * real group, deferred operations are dropped when the group does not launch, a non-blocking
  * communicator's setup job is the only caller of the real NCCL while it runs, an abort from
  * another thread during a stream of calls neither crashes nor leaks (run it under ASan), and a
- * rank with SYMMCOLL_DISABLE=1 still takes part in every communicator's setup. */
+ * rank with SYMMCOLL_DISABLE=1 still takes part in every communicator's setup, and a
+ * non-blocking communicator created inside a group is set up only after the group's end. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include "forward.h"
 #include "group.h"
 #include "harness.h"
+#include "init.h"
 #include "nccl_api.h"
 #include "param.h"
 
@@ -648,6 +650,41 @@ static void testDisabledRank(void) {
   symmParamResetAll();
 }
 
+/* A non-blocking communicator created inside a group: the real NCCL creates it only at the
+ * group's outermost end (before, it reports no error and 0 ranks), so our setup job starts
+ * there, not at the creating call. */
+static void testNonBlockingInGroup(void) {
+  setenv("SYMMCOLL_DISABLE", "1", 1); /* setup runs (attributes, exchange), nothing is built */
+  unsetenv("NCCL_COMM_BLOCKING");
+  symmParamResetAll();
+  setAsyncError(ncclSuccess); /* the real creation is over once the job asks */
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = NULL;
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(ncclCommInitRankConfig(&comm, FAKE_COMM_COUNT, id, FAKE_COMM_RANK, &config),
+               ncclSuccess);
+  struct symmComm* e = symmCommFind(comm);
+  CHECK(e != NULL);
+  if (e != NULL) {
+    struct timespec pause = {0, 20 * 1000 * 1000}; /* a job started too early would be done */
+    nanosleep(&pause, NULL);
+    CHECK_EQ_INT(symmCommJobState(e), ncclSuccess); /* no job yet */
+    CHECK_EQ_INT(e->setupDone, 0);
+    CHECK_EQ_INT(e->attrsKnown, 0);
+  }
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  if (e != NULL) symmCommWaitJob(e);
+  checkSetUpDisabled(comm);
+  CHECK_EQ_INT(ncclCommDestroy(comm), ncclSuccess);
+  CHECK(symmCommFind(comm) == NULL);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  unsetenv("SYMMCOLL_DISABLE");
+  symmParamResetAll();
+}
+
 int main(int argc, char** argv) {
   (void)symmLogLevel();
   void* fake = harnessUseFakeNccl(argc, argv, "test_fake_paths /path/fake/libnccl.so.2 [abort cycles]");
@@ -675,6 +712,7 @@ int main(int argc, char** argv) {
   testBlockingSplit();
   testShrinkAbort();
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
+  testNonBlockingInGroup();
   testDisabledRank();
   CHECK_EQ_INT(symmCommCount(), 0);
   return harnessReport("core_fake_paths");
