@@ -59,7 +59,18 @@ ncclResult_t symmCommHealth(struct symmComm* comm) {
 }
 
 ncclResult_t symmCommPollHealth(struct symmComm* comm) {
-  pthread_mutex_lock(&comm->launchLock);
+  /* A launch holds launchLock and can block there while our kernels wait for a dead peer (a
+   * full launch queue): a watchdog polling here must not wait behind it, or it never aborts.
+   * Then only the kernels' error word is read (under transportLock); the pad's failure word is
+   * read by a later poll that finds the lock free. */
+  if (pthread_mutex_trylock(&comm->launchLock) != 0) {
+    if (symmFailureGet(&comm->failure) != ncclSuccess) return symmFailureGet(&comm->failure);
+    pthread_mutex_lock(&comm->transportLock);
+    const uint32_t kernel = symmTransportKernelErrors(comm) & ~SYMM_ERR_ABORT;
+    pthread_mutex_unlock(&comm->transportLock);
+    if (kernel != 0) symmCommFail(comm, kernel, 0);
+    return symmFailureGet(&comm->failure);
+  }
   ncclResult_t res = symmCommHealth(comm);
   if (res == ncclSuccess) {
     const uint32_t peer = symmTransportPollPadFailure(comm);

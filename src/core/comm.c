@@ -29,6 +29,7 @@ static void freeEntry(struct symmComm* comm) {
   free(comm->repeats);
   symmOrderDestroy(&comm->order);
   pthread_mutex_destroy(&comm->launchLock);
+  pthread_mutex_destroy(&comm->transportLock);
   pthread_mutex_destroy(&comm->parkLock);
   pthread_mutex_destroy(&comm->pollLock);
   free(comm);
@@ -52,6 +53,7 @@ ncclResult_t symmCommAddConfig(ncclComm_t real, const struct symmCommConfig* con
   comm->refs = 1; /* the table's */
   comm->job = job;
   pthread_mutex_init(&comm->launchLock, NULL);
+  pthread_mutex_init(&comm->transportLock, NULL);
   pthread_mutex_init(&comm->parkLock, NULL);
   pthread_mutex_init(&comm->pollLock, NULL);
   comm->rank = comm->nranks = comm->cudaDev = -1;

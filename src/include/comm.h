@@ -69,8 +69,15 @@ struct symmComm {
   int aborting;
   int inRealExchange;         /* setup exchanges of ours inside the real NCCL now (atomic) */
   /* Serialises our launches, the order state and the transport pointer against teardown; held
-   * only for host work that never waits on peers. */
+   * only for host work that never waits on peers itself (but a CUDA launch under it can block
+   * while the launch queue is full: see transportLock). */
   pthread_mutex_t launchLock;
+  /* Also guards the transport pointer, taken inside launchLock by whoever changes it, and alone
+   * by the two readers that must never wait behind a launch: ncclCommAbort's flag and the health
+   * poll of ncclCommGetAsyncError. A launch can block for as long as our kernels in flight wait
+   * for a dead peer (a full launch queue), and only the abort flag ends those kernels. Never
+   * held across a CUDA call. */
+  pthread_mutex_t transportLock;
   struct symmOrder order;
   uint64_t launches;                 /* launches of ours issued (tests read it) */
   uint64_t zeroCopyLaunches;         /* of those, on registered windows in place (tests) */

@@ -28,7 +28,8 @@ ncclResult_t symmFailureCombine(ncclResult_t real, ncclResult_t ours);
 /* Fails `comm` for `bits` (no-op if it already failed, bits are still or-ed). With `tellPeers`
  * (a failure our kernels could not report themselves: a launch or ordering failure on this
  * host) SYMM_ERR_LAUNCH is also written into every rank's failure word, so that peers' kernels
- * stop waiting for ours and every rank fails. Caller holds comm->launchLock. */
+ * stop waiting for ours and every rank fails. Caller holds comm->launchLock (with `tellPeers`; without,
+ * it only records and logs, lock-free). */
 void symmCommFail(struct symmComm* comm, uint32_t bits, int tellPeers);
 
 /* The per-call check (caller holds comm->launchLock): our recorded failure, else a kernel's
@@ -37,7 +38,8 @@ ncclResult_t symmCommHealth(struct symmComm* comm);
 
 /* ncclCommGetAsyncError's part: symmCommHealth, plus the failure word of our own signal pad
  * written by a peer while no kernel of ours runs here (read back asynchronously: seen by a
- * later poll). Takes comm->launchLock itself. */
+ * later poll). Takes comm->launchLock itself, but never waits for it: while another thread holds
+ * it (a launch, which may block behind our kernels), only the kernels' error word is read. */
 ncclResult_t symmCommPollHealth(struct symmComm* comm);
 
 #endif

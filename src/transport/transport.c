@@ -353,8 +353,10 @@ void symmTransportTeardown(struct symmComm* comm, int abort) {
     nanosleep(&pause, NULL);
   }
   pthread_mutex_lock(&comm->launchLock);
+  pthread_mutex_lock(&comm->transportLock);
   struct symmTransport* t = comm->transport;
   comm->transport = NULL;
+  pthread_mutex_unlock(&comm->transportLock);
   if (t != NULL) {
     if (abort) __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
     /* Revoked, or aborted by a shrink: our work may wait for peers that are gone. */
@@ -484,10 +486,11 @@ void symmTransportSetAbort(struct symmComm* comm) {
   if (comm == NULL) return;
   /* Before the flag, and sequentially consistent: see enterReal in exchange.c. */
   __atomic_store_n(&comm->aborting, 1, __ATOMIC_SEQ_CST);
-  pthread_mutex_lock(&comm->launchLock);
+  /* Not launchLock: a launch may hold it, blocked behind our kernels that only this flag ends. */
+  pthread_mutex_lock(&comm->transportLock);
   struct symmTransport* t = comm->transport;
   if (t != NULL) __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
-  pthread_mutex_unlock(&comm->launchLock);
+  pthread_mutex_unlock(&comm->transportLock);
 }
 
 /* ---- queries ----------------------------------------------------------------------------- */

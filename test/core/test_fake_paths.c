@@ -4,7 +4,8 @@
  * real group, deferred operations are dropped when the group does not launch, a non-blocking
  * communicator's setup job is the only caller of the real NCCL while it runs, an abort from
  * another thread during a stream of calls neither crashes nor leaks (run it under ASan), and a
- * rank with SYMMCOLL_DISABLE=1 still takes part in every communicator's setup, and a
+ * rank with SYMMCOLL_DISABLE=1 still takes part in every communicator's setup, a launch blocked
+ * under its lock keeps neither the health poll nor the abort flag waiting, and a
  * non-blocking communicator created inside a group is set up only after the group's end. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,6 +25,7 @@
 #include "group.h"
 #include "harness.h"
 #include "init.h"
+#include "internal.h"
 #include "nccl_api.h"
 #include "param.h"
 
@@ -573,6 +575,70 @@ static void testAbortRace(int cycles) {
   printf("abort race: %d cycles, %ld calls\n", cycles, calls);
 }
 
+/* ---- a launch blocked under launchLock ------------------------------------------------------ */
+
+/* A launch of ours holds launchLock, and the CUDA call under it blocks while the launch queue is
+ * full, behind our kernels that wait for a dead peer. The watchdog's ncclCommGetAsyncError
+ * still answers (with the kernels' error word) and ncclCommAbort's flag (here through
+ * ncclCommRevoke, the same flag) still goes up: the only way those kernels end. */
+struct asyncCall {
+  ncclComm_t comm;
+  int revoke; /* else poll */
+  ncclResult_t state;
+  int done;   /* atomic */
+};
+
+static void* callAsync(void* arg) {
+  struct asyncCall* a = arg;
+  if (a->revoke)
+    (void)ncclCommRevoke(a->comm, NCCL_REVOKE_DEFAULT);
+  else
+    (void)ncclCommGetAsyncError(a->comm, &a->state);
+  __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* 1 once a->done, 0 after 2 s. */
+static int finishes(struct asyncCall* a) {
+  for (int ms = 0; ms < 2000; ms++) {
+    if (__atomic_load_n(&a->done, __ATOMIC_ACQUIRE)) return 1;
+    struct timespec pause = {0, 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  return 0;
+}
+
+static void testBlockedLaunch(void) {
+  struct symmComm* c = known(0x5400000);
+  struct symmTransport* t = calloc(1, sizeof(*t));
+  static uint32_t hostWords[SYMM_HOST_SLOT_BYTES / sizeof(uint32_t)];
+  CHECK(c != NULL && t != NULL);
+  if (c == NULL || t == NULL) return;
+  t->flags.host = hostWords;
+  c->transport = t;
+  setAsyncError(ncclSuccess); /* the real NCCL sees nothing wrong: ours must show */
+  pthread_mutex_lock(&c->launchLock); /* the blocked launch */
+  __atomic_store_n(&hostWords[SYMM_HOST_ERROR], (uint32_t)SYMM_ERR_PEER, __ATOMIC_RELEASE);
+  struct asyncCall poll = {.comm = c->real}, revoke = {.comm = c->real, .revoke = 1};
+  pthread_t pollThread, revokeThread;
+  CHECK(pthread_create(&pollThread, NULL, callAsync, &poll) == 0);
+  CHECK(finishes(&poll));
+  CHECK(pthread_create(&revokeThread, NULL, callAsync, &revoke) == 0);
+  CHECK(finishes(&revoke));
+  CHECK_EQ_INT(__atomic_load_n(&hostWords[SYMM_HOST_ABORT], __ATOMIC_ACQUIRE), 1);
+  pthread_mutex_unlock(&c->launchLock); /* the launch goes on (a failed check above ends here) */
+  pthread_join(pollThread, NULL);
+  pthread_join(revokeThread, NULL);
+  CHECK_EQ_INT(poll.state, ncclRemoteError);
+  CHECK_EQ_INT(symmFailureGet(&c->failure), ncclRemoteError);
+  pthread_mutex_lock(&c->launchLock);
+  c->transport = NULL; /* not a real one: nothing to tear down */
+  pthread_mutex_unlock(&c->launchLock);
+  free(t);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  CHECK_EQ_INT(ncclCommDestroy(c->real), ncclSuccess);
+}
+
 /* ---- SYMMCOLL_DISABLE on this rank: its peers' setup exchange needs it ----------------------- */
 
 /* An entry that went through setup (as a disabled rank: nothing of ours loaded or built). */
@@ -712,6 +778,7 @@ int main(int argc, char** argv) {
   testBlockingSplit();
   testShrinkAbort();
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
+  testBlockedLaunch();
   testNonBlockingInGroup();
   testDisabledRank();
   CHECK_EQ_INT(symmCommCount(), 0);
