@@ -32,6 +32,7 @@ static const struct agreedField agreedFields[] = {
     {"minCTAs (ncclConfig_t.minCTAs, NCCL_MIN_CTAS)", offsetof(struct symmPeerRecord, minCTAs)},
     {"the CTA policy (ncclConfig_t.CTAPolicy, NCCL_CTA_POLICY)",
      offsetof(struct symmPeerRecord, ctaPolicy)},
+    {"blocking (ncclConfig_t.blocking, NCCL_COMM_BLOCKING)", offsetof(struct symmPeerRecord, blocking)},
 };
 
 static int32_t fieldOf(const struct symmPeerRecord* rec, const struct agreedField* f) {

@@ -82,9 +82,9 @@ static void skewForTests(const struct symmComm* c, struct symmPeerRecord* rec) {
 }
 
 /* This rank's record. Everything that changes which kernel runs or its grid is in it (agreed
- * knobs, the tuning file, SYMMCOLL_DISABLE, SYMMCOLL_MAX_RANKS, the CTA bounds and policy) and is
- * compared with every other rank's; the knobs are read once per process, the config once per
- * communicator (at creation), so nothing changes behind the agreement. */
+ * knobs, the tuning file, SYMMCOLL_DISABLE, SYMMCOLL_MAX_RANKS, the CTA bounds and policy,
+ * blocking) and is compared with every other rank's; the knobs are read once per process, the
+ * config once per communicator (at creation), so nothing changes behind the agreement. */
 static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
   memset(rec, 0, sizeof(*rec));
   rec->version = SYMM_RECORD_VERSION;
@@ -99,6 +99,7 @@ static void buildRecord(const struct symmComm* c, struct symmPeerRecord* rec) {
   rec->maxCTAs = c->config.maxCTAs;
   rec->minCTAs = c->config.minCTAs;
   rec->ctaPolicy = c->config.ctaPolicy;
+  rec->blocking = c->config.blocking != 0;
   if (symmDisabled()) rec->flags |= SYMM_REC_DISABLED;
   skewForTests(c, rec);
   /* Disabled: every rank forwards; nothing of ours (device queries, driver) is touched. */

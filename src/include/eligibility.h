@@ -9,7 +9,7 @@
 #include "symm_peers.h"
 #include "transport.h" /* SYMM_SECRET_BYTES */
 
-#define SYMM_RECORD_VERSION 3u
+#define SYMM_RECORD_VERSION 4u
 #define SYMM_RECORD_KNOBS 48 /* hashes of SYMM_PARAM_AGREED knobs a record carries */
 
 /* Flags a rank reports about itself. */
@@ -37,10 +37,13 @@ struct symmPeerRecord {
   /* Settings that change which kernel runs or its grid, compared field by field with rank 0's:
    * SYMMCOLL_MAX_RANKS (capped at SYMM_MAX_RANKS), and the communicator's CTA bounds and policy
    * as NCCL reads them (ncclConfig_t's maxCTAs, minCTAs, CTAPolicy; NCCL_MAX_CTAS,
-   * NCCL_MIN_CTAS, NCCL_CTA_POLICY win; 0: unset). */
+   * NCCL_MIN_CTAS, NCCL_CTA_POLICY win; 0: unset), and whether it is blocking (decides how the
+   * first call given to our kernels builds staging: inline, or forwarded with a job behind it;
+   * NCCL lets it differ between ranks, our staging may not). */
   int32_t maxRanks;
   int32_t maxCTAs, minCTAs;
   int32_t ctaPolicy;
+  int32_t blocking;
   /* Knobs that must agree (symmParamAgreed, sorted by name: identical binaries list the same
    * ones) and the tuning file's identity (hash of its contents, 0 when none is set). */
   uint32_t knobCount;

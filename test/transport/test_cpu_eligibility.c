@@ -136,6 +136,12 @@ int main(void) {
   CHECK_REASON(v, "CTA policy (ncclConfig_t.CTAPolicy, NCCL_CTA_POLICY) differs between ranks: "
                "0 on rank 0, 2 on rank 1");
   CHECK_EQ_INT(v.mismatch, 1);
+  makeTable(recs, 2);
+  recs[0].blocking = 1; /* NCCL_COMM_BLOCKING=0 on rank 1 only: its first call would forward */
+  CHECK_EQ_INT(symmDecideFromRecords(recs, 2, &v), 0);
+  CHECK_REASON(v, "blocking (ncclConfig_t.blocking, NCCL_COMM_BLOCKING) differs between ranks: "
+               "1 on rank 0, 0 on rank 1");
+  CHECK_EQ_INT(v.mismatch, 1);
   makeTable(recs, 3);
   recs[2].maxRanks = 2; /* SYMMCOLL_MAX_RANKS=2 on rank 2: it would stay out alone */
   CHECK_EQ_INT(symmDecideFromRecords(recs, 3, &v), 0);
