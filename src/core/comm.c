@@ -3,6 +3,7 @@
  * counted entries so that an abort on one thread never frees an entry another thread uses. */
 #include "comm.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -138,12 +139,15 @@ int symmCommCount(void) {
 }
 
 /* NCCL_* integer from the environment, or NCCL_CONFIG_UNDEF_INT. */
+/* An integer setting of NCCL's, read as NCCL 2.28 reads its parameters (NCCL_PARAM): strtoll in
+ * base 0 with what follows the number ignored ("0 " is 0), a range error keeps the default, and
+ * the 64-bit value is stored into an int. Ours must be the value the real NCCL uses. */
 static int envInt(const char* name) {
   const char* env = getenv(name);
   if (env == NULL || env[0] == '\0') return NCCL_CONFIG_UNDEF_INT;
-  char* end = NULL;
-  const long long v = strtoll(env, &end, 0);
-  if (*end != '\0' || v < INT32_MIN || v > INT32_MAX) return NCCL_CONFIG_UNDEF_INT;
+  errno = 0;
+  const long long v = strtoll(env, NULL, 0);
+  if (errno != 0) return NCCL_CONFIG_UNDEF_INT;
   return (int)v;
 }
 
