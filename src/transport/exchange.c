@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "checks.h"
+#include "failure.h"
 #include "fdpass.h"
 #include "forward.h"
 #include "internal.h"
@@ -133,6 +134,23 @@ static void leaveReal(struct symmComm** comms, int n, const int* entered) {
     if (entered[i]) __atomic_sub_fetch(&comms[i]->inRealExchange, 1, __ATOMIC_SEQ_CST);
 }
 
+/* A rank that staged its part of an exchange and then could not finish it (a failed all-gather,
+ * read-back or stream), other than for an abort, fails its communicator: its peers are in the
+ * same exchange and either wait in it for this rank or have decided from a result this rank
+ * does not have, so no path it takes alone would match theirs (a forwarded collective would
+ * meet their next setup all-gather). Every later call on it returns the error. A rank that could
+ * not even use its device or whose real communicator already failed stays out without this:
+ * the real NCCL refuses its calls as well. */
+static void failDropouts(struct symmComm** comms, int n, const int* prepared, const int* done) {
+  for (int i = 0; i < n; i++) {
+    struct symmComm* c = comms[i];
+    if (!prepared[i] || done[i] || __atomic_load_n(&c->gone, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE))
+      continue;
+    symmCommFail(c, SYMM_ERR_LAUNCH, 0);
+  }
+}
+
 ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
                           const void* const* send, void* const* recv, size_t bytes) {
   int prevDev = -1;
@@ -227,6 +245,7 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     }
     releaseExchange(x);
   }
+  failDropouts(comms, n, prepared, inExchange);
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
   free(slots);
   free(prepared);
