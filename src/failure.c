@@ -40,7 +40,7 @@ void symmCommFail(struct symmComm* comm, uint32_t bits, int tellPeers) {
        "%d until ncclCommAbort or ncclCommDestroy", (void*)comm->real, comm->rank, bits,
        (bits & SYMM_ERR_PEER) ? "another rank failed" :
        (bits & SYMM_ERR_DEADLINE) ? "a kernel waited past SYMMCOLL_SPIN_DEADLINE_MS" :
-       (bits & SYMM_ERR_LAUNCH) ? "a launch or ordering failure on this rank's host" :
+       (bits & SYMM_ERR_LAUNCH) ? "a launch, ordering or setup exchange failure on this rank's host" :
        (bits & SYMM_ERR_BAD_DESC) ? "a registered input that is not mapped here" : "aborted",
        (int)symmFailureGet(&comm->failure));
   if (tellPeers) symmTransportTellPeers(comm, SYMM_ERR_LAUNCH);
