@@ -201,17 +201,22 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
     pendingCount = 0;
     /* Blocking ones are ready now and set up together (one thread may own several ranks); the
      * real NCCL still creates non-blocking ones in its own threads: each in its own job, which
-     * waits for that (NCCL refuses to mix both kinds in one group). */
+     * waits for that (NCCL refuses to mix both kinds in one group). One destroyed or aborted
+     * inside the group is not set up: its real communicator may be freed already (NCCL ran the
+     * teardown in the same group). */
     int blocking = 0;
     for (int i = 0; i < n; i++) {
       struct symmComm* c = pendingComms[i];
-      if (c->config.blocking)
+      const int gone = __atomic_load_n(&c->gone, __ATOMIC_ACQUIRE);
+      if (c->config.blocking && !gone) {
         pendingComms[blocking++] = c;
-      else if (groupOk)
+        continue;
+      }
+      if (groupOk && !gone)
         symmCommStartJob(c, 0);
       else
         c->setupDone = 1;
-      if (!c->config.blocking) symmCommRelease(c);
+      symmCommRelease(c);
     }
     if (groupOk && blocking > 0) (void)symmCommSetupMany(pendingComms, blocking);
     for (int i = 0; i < blocking; i++) symmCommRelease(pendingComms[i]);

@@ -51,14 +51,23 @@ static void* jobMain(void* arg) {
   return NULL;
 }
 
-/* 0 when the job could not start. */
+/* 1 when started, 0 when the job could not start, -1 when the communicator's teardown began (no
+ * job: its real communicator may be gone already). */
 static int startJob(struct symmComm* comm, enum jobKind kind) {
   struct commJob* job = malloc(sizeof(*job));
   pthread_attr_t attr;
   if (job == NULL) return 0;
   *job = (struct commJob){.comm = comm, .kind = kind};
   symmCommRetain(comm);
-  __atomic_store_n(&comm->job, SYMM_JOB_RUNNING, __ATOMIC_RELEASE);
+  /* A teardown raises `gone`, then waits while a job runs (both sequentially consistent): it
+   * sees this job, or this sees `gone`. */
+  __atomic_store_n(&comm->job, SYMM_JOB_RUNNING, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&comm->gone, __ATOMIC_SEQ_CST)) {
+    __atomic_store_n(&comm->job, SYMM_JOB_DONE, __ATOMIC_RELEASE);
+    symmCommRelease(comm);
+    free(job);
+    return -1;
+  }
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   const int err = pthread_create(&comm->jobThread, &attr, jobMain, job);
@@ -71,7 +80,9 @@ static int startJob(struct symmComm* comm, enum jobKind kind) {
 }
 
 void symmCommStartJob(struct symmComm* comm, int staging) {
-  if (startJob(comm, staging ? JOB_STAGING : JOB_SETUP)) return;
+  const int started = startJob(comm, staging ? JOB_STAGING : JOB_SETUP);
+  if (started < 0 && !staging) comm->setupDone = 1;
+  if (started != 0) return;
   /* Every rank could fail to start it for different reasons: it is then the setup that stays
    * undone, which forwards without disagreement only if nobody starts; so say it loudly. */
   WARN("comm %p: cannot start the setup job of a non-blocking communicator", (void*)comm->real);
@@ -79,7 +90,7 @@ void symmCommStartJob(struct symmComm* comm, int staging) {
 }
 
 ncclResult_t symmCommJobState(const struct symmComm* comm) {
-  return __atomic_load_n(&comm->job, __ATOMIC_ACQUIRE) == SYMM_JOB_RUNNING ? ncclInProgress
+  return __atomic_load_n(&comm->job, __ATOMIC_SEQ_CST) == SYMM_JOB_RUNNING ? ncclInProgress
                                                                            : ncclSuccess;
 }
 
@@ -371,8 +382,9 @@ static struct symmComm* beginTeardown(ncclComm_t real) {
   struct symmComm* comm = symmCommAcquire(real);
   if (comm == NULL) return NULL;
   int expected = 0;
-  if (!__atomic_compare_exchange_n(&comm->gone, &expected, 1, 0, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_ACQUIRE)) {
+  /* Sequentially consistent: startJob's side of the handshake (see there). */
+  if (!__atomic_compare_exchange_n(&comm->gone, &expected, 1, 0, __ATOMIC_SEQ_CST,
+                                   __ATOMIC_SEQ_CST)) {
     symmCommRelease(comm);
     return NULL;
   }

@@ -746,6 +746,19 @@ static void testNonBlockingInGroup(void) {
   checkSetUpDisabled(comm);
   CHECK_EQ_INT(ncclCommDestroy(comm), ncclSuccess);
   CHECK(symmCommFind(comm) == NULL);
+  /* Destroyed inside the group that created it: no job at the group's end (the real
+   * communicator may be freed by then), so the real NCCL hears nothing more about it. */
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(ncclCommInitRankConfig(&comm, FAKE_COMM_COUNT, id, FAKE_COMM_RANK, &config),
+               ncclSuccess);
+  CHECK_EQ_INT(ncclCommDestroy(comm), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  const int afterEnd = callCount();
+  struct timespec settle = {0, 50 * 1000 * 1000};
+  nanosleep(&settle, NULL);
+  CHECK_EQ_INT(callCount(), afterEnd);
+  CHECK_EQ_STR(lastName(), "ncclGroupEnd");
+  CHECK(symmCommFind(comm) == NULL);
   setAsyncError(FAKE_ASYNC_ERROR);
   unsetenv("SYMMCOLL_DISABLE");
   symmParamResetAll();

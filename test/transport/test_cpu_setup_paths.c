@@ -104,7 +104,7 @@ int main(void) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   unsetenv("NCCL_COMM_BLOCKING");
   CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 1);
-  CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 1); /* a split of a non-blocking parent */
+  CHECK_EQ_INT(symmConfigBlocking(NULL, 0), 0); /* a split of a non-blocking parent */
   CHECK_EQ_INT(symmConfigBlocking(&config, 0), 1); /* undefined field: NCCL's default */
   config.blocking = 0;
   CHECK_EQ_INT(symmConfigBlocking(&config, 1), 0);
@@ -116,8 +116,12 @@ int main(void) {
   CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 1);
   setenv("NCCL_COMM_BLOCKING", "0 ", 1); /* NCCL's strtoll ignores what follows the number */
   CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 0);
-  setenv("NCCL_COMM_BLOCKING", "99999999999999999999", 1); /* out of range: NCCL's default */
-  CHECK_EQ_INT(symmConfigBlocking(NULL, 0), 0);
+  /* Out of range for strtoll: NCCL keeps its default (here: inherited). */
+  setenv("NCCL_COMM_BLOCKING", "-99999999999999999999", 1);
+  CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 1);
+  /* In range, stored into an int as NCCL does: 2^32 is 0, non-blocking. */
+  setenv("NCCL_COMM_BLOCKING", "4294967296", 1);
+  CHECK_EQ_INT(symmConfigBlocking(NULL, 1), 0);
   unsetenv("NCCL_COMM_BLOCKING");
 
   /* ncclMemAlloc without a GPU is not ours: the caller forwards. */
