@@ -56,15 +56,20 @@ def time_of(row):
 
 
 def table_rows(sizes):
-    """One dict per size: times per column title (None: missing), best NCCL, speedups, #wrong."""
+    """One dict per size: times per column title (None: missing), best NCCL, speedups, #wrong.
+    NCCL's best is taken over every NCCL variant the runs measured: a size one of them lacks
+    (a run cut short) has no best and no speedup, rather than one against the slower variant
+    alone. #wrong is None when no run checked that size (-c 0 writes -1)."""
+    measured = [k for k in NCCL_TITLES if any(k in runs for runs in sizes.values())]
     out = []
     for size in sorted(sizes):
         runs = sizes[size]
         t = {title: time_of(runs.get(title)) for title in NCCL_TITLES + OURS_TITLES}
-        nccl = [t[k] for k in NCCL_TITLES if t[k] is not None]
-        best = min(nccl) if nccl else None
+        nccl = [t[k] for k in measured]
+        best = min(nccl) if nccl and None not in nccl else None
         speedup = {k: (best / t[k] if best is not None and t[k] is not None else None) for k in OURS_TITLES}
-        wrong = sum(max(0, int(r.get(k) or 0)) for r in runs.values() for k in ("oop_wrong", "ip_wrong"))
+        counts = [int(r.get(k) or 0) for r in runs.values() for k in ("oop_wrong", "ip_wrong")]
+        wrong = sum(max(0, c) for c in counts) if any(c >= 0 for c in counts) else None
         out.append({"bytes": size, "time": t, "best": best, "speedup": speedup, "wrong": wrong})
     return out
 
@@ -73,14 +78,16 @@ def summary(rows, title):
     """Worst, median and best speedup of column `title` over the nonzero sizes, and the sizes below
     1.0x. A 0-byte call moves nothing on either side, so its ratio is timer noise (0.03 against
     0.04 us) and stays out of the summary (the table still shows the row)."""
-    pts = [(r["speedup"][title], r["bytes"]) for r in rows
-           if r["speedup"][title] is not None and r["bytes"] > 0]
+    sweep = [r for r in rows if r["bytes"] > 0]
+    pts = [(r["speedup"][title], r["bytes"], i) for i, r in enumerate(sweep)
+           if r["speedup"][title] is not None]
     if not pts:
         return f"{title}: no results"
     worst, best = min(pts), max(pts)
-    # Sizes below 1.0x, consecutive ones of the sweep as one range ("1 MiB-64 MiB").
+    # Sizes below 1.0x, consecutive ones of the sweep as one range ("1 MiB-64 MiB"); a size
+    # without a speedup in between breaks the range.
     spans = []
-    for i, (s, b) in enumerate(pts):
+    for s, b, i in pts:
         if s >= 1.0:
             continue
         if spans and spans[-1][2] == i - 1:
@@ -89,7 +96,7 @@ def summary(rows, title):
             spans.append([b, b, i])
     below = [human(a) if a == b else f"{human(a)}-{human(b)}" for a, b, _ in spans]
     return (f"{title} vs NCCL's best: worst {worst[0]:.2f}x ({human(worst[1])}), median "
-            f"{statistics.median(s for s, _ in pts):.2f}x, best {best[0]:.2f}x ({human(best[1])}); "
+            f"{statistics.median(s for s, _, _ in pts):.2f}x, best {best[0]:.2f}x ({human(best[1])}); "
             f"below 1.0x: {', '.join(below) if below else 'none'}")
 
 
@@ -98,6 +105,10 @@ def summary_line(coll, rows):
     if any(r["speedup"]["ours -R 2"] is not None for r in rows):
         parts.append(summary(rows, "ours -R 2"))
     return f"# {coll}: " + " | ".join(parts)
+
+
+def wrong_text(wrong):
+    return "n/a" if wrong is None else str(wrong)
 
 
 def fmt(x, width, suffix=""):
@@ -114,7 +125,7 @@ def print_table(coll, dtype, op, rows, out):
         t, s = r["time"], r["speedup"]
         print(f"  {human(r['bytes']):>9} {fmt(t['NCCL'], 10)} {fmt(t['NCCL -R 2'], 10)} {fmt(t['ours'], 10)} "
               f"{fmt(t['ours -R 2'], 10)} {fmt(s['ours'], 9, 'x')} {fmt(s['ours -R 2'], 14, 'x')} "
-              f"{r['wrong']:>7}", file=out)
+              f"{wrong_text(r['wrong']):>7}", file=out)
 
 
 def write_merged(d, coll, cases):

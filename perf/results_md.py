@@ -43,7 +43,7 @@ def main():
             for r in rows:
                 t, s = r["time"], r["speedup"]
                 print(f"| {ct.human(r['bytes'])} | {cell(t['NCCL'])} | {cell(t['NCCL -R 2'])} | {cell(t['ours'])} | "
-                      f"{cell(t['ours -R 2'])} | {cell(s['ours'], 'x')} | {cell(s['ours -R 2'], 'x')} | {r['wrong']} |")
+                      f"{cell(t['ours -R 2'])} | {cell(s['ours'], 'x')} | {cell(s['ours -R 2'], 'x')} | {ct.wrong_text(r['wrong'])} |")
             print()
             print(ct.summary_line(coll, rows).lstrip("# ") + "\n")
     print(f"![time, bus bandwidth and speedup against size]({image})")

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # perf/compare_table.py and perf/results_md.py on synthetic compare-mode CSVs: NCCL's best of
 # plain and -R 2 per size, our speedups against it, the summary line (worst, median, best, sizes
-# below 1.0x), missing variants and sizes, #wrong, the merged CSV for plot.py.
+# below 1.0x), missing variants and sizes (a size one NCCL variant lacks has no best), #wrong
+# (n/a when nothing was checked), the merged CSV for plot.py.
 # Usage: test_compare_table.py PERF_DIR
 import csv
 import os
@@ -98,6 +99,29 @@ def run(perf, d, empty):
     check("markdown", r.returncode == 0 and "## All-reduce, bfloat16" in md
           and "| 1 MiB | 20.00 | 18.00 | 24.00 | 15.00 | 0.75x | 1.20x | 0 |" in md
           and "all_reduce: ours vs NCCL's best: worst 0.75x" in md, md + r.stderr)
+
+    # The -R 2 run lacks NCCL at 2 KiB (cut short): no best there, rather than a speedup against
+    # plain NCCL alone, and the sizes below 1.0x on either side of it stay two ranges. No run
+    # checked data (-c 0: -1): #wrong is n/a, not 0.
+    with tempfile.TemporaryDirectory() as cut:
+        write(os.path.join(cut, "reduce_scatter.csv"), "ReduceScatter", [
+            ("nccl", 1024, 10, -1), ("libsymmcoll", 1024, 12, -1),
+            ("nccl", 2048, 30, -1), ("libsymmcoll", 2048, 12, -1),
+            ("nccl", 4096, 10, -1), ("libsymmcoll", 4096, 12, -1)])
+        write(os.path.join(cut, "reduce_scatter.R2.csv"), "ReduceScatter", [
+            ("nccl", 1024, 10, -1), ("libsymmcoll", 1024, 12, -1),
+            ("libsymmcoll", 2048, 12, -1),
+            ("nccl", 4096, 10, -1), ("libsymmcoll", 4096, 12, -1)])
+        rs = ct.table_rows(ct.load(cut, "reduce_scatter")[("bfloat16", "sum")])
+        check("missing variant", [(r["best"], r["speedup"]["ours"], r["wrong"]) for r in rs]
+              == [(10.0, 10 / 12, None), (None, None, None), (10.0, 10 / 12, None)], f"{rs}")
+        line = ct.summary(rs, "ours")
+        check("missing variant ranges", line.endswith("below 1.0x: 1 KiB, 4 KiB"), line)
+        r = subprocess.run([sys.executable, os.path.join(perf, "compare_table.py"), cut],
+                           capture_output=True, text=True)
+        check("cli n/a", r.returncode == 0 and
+              "      2 KiB      30.00          -      12.00      12.00          -               -     n/a"
+              in r.stdout, r.stdout + r.stderr)
     return check.report()
 
 
