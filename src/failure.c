@@ -61,15 +61,13 @@ ncclResult_t symmCommHealth(struct symmComm* comm) {
 ncclResult_t symmCommPollHealth(struct symmComm* comm) {
   /* A launch holds launchLock and can block there while our kernels wait for a dead peer (a
    * full launch queue): a watchdog polling here must not wait behind it, or it never aborts.
-   * Then only the kernels' error word is read (under transportLock); the pad's failure word is
-   * read by a later poll that finds the lock free. */
+   * Then only symmCommHealth runs (under transportLock); the pad's failure word is read by a
+   * later poll that finds the lock free. */
   if (pthread_mutex_trylock(&comm->launchLock) != 0) {
-    if (symmFailureGet(&comm->failure) != ncclSuccess) return symmFailureGet(&comm->failure);
     pthread_mutex_lock(&comm->transportLock);
-    const uint32_t kernel = symmTransportKernelErrors(comm) & ~SYMM_ERR_ABORT;
+    const ncclResult_t res = symmCommHealth(comm);
     pthread_mutex_unlock(&comm->transportLock);
-    if (kernel != 0) symmCommFail(comm, kernel, 0);
-    return symmFailureGet(&comm->failure);
+    return res;
   }
   ncclResult_t res = symmCommHealth(comm);
   if (res == ncclSuccess) {

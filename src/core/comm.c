@@ -138,10 +138,10 @@ int symmCommCount(void) {
   return n;
 }
 
-/* NCCL_* integer from the environment, or NCCL_CONFIG_UNDEF_INT. */
-/* An integer setting of NCCL's, read as NCCL 2.28 reads its parameters (NCCL_PARAM): strtoll in
- * base 0 with what follows the number ignored ("0 " is 0), a range error keeps the default, and
- * the 64-bit value is stored into an int. Ours must be the value the real NCCL uses. */
+/* An NCCL_* integer from the environment, or NCCL_CONFIG_UNDEF_INT, read as NCCL 2.28 reads its
+ * parameters (NCCL_PARAM): strtoll in base 0 with what follows the number ignored ("0 " is 0), a
+ * range error keeps the default, and the 64-bit value is stored into an int. Ours must be the
+ * value the real NCCL uses. */
 static int envInt(const char* name) {
   const char* env = getenv(name);
   if (env == NULL || env[0] == '\0') return NCCL_CONFIG_UNDEF_INT;

@@ -150,7 +150,8 @@ static inline size_t symmPadCeWord(enum symmCeWord kind, int writer) {
 #define SYMM_ERR_DEADLINE 2u /* SYMMCOLL_SPIN_DEADLINE_MS (debugging, off by default) fired */
 #define SYMM_ERR_BAD_DESC 4u /* a peer published a registered input we have not mapped */
 #define SYMM_ERR_PEER 8u     /* another rank failed the communicator (its pad's failure word) */
-#define SYMM_ERR_LAUNCH 16u  /* a rank's host could not launch or order one of our calls, or finish a setup exchange */
+/* A rank's host could not launch or order one of our calls, or finish a setup exchange. */
+#define SYMM_ERR_LAUNCH 16u
 
 #ifdef __cplusplus
 }

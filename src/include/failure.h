@@ -28,12 +28,13 @@ ncclResult_t symmFailureCombine(ncclResult_t real, ncclResult_t ours);
 /* Fails `comm` for `bits` (no-op if it already failed, bits are still or-ed). With `tellPeers`
  * (a failure our kernels could not report themselves: a launch or ordering failure on this
  * host) SYMM_ERR_LAUNCH is also written into every rank's failure word, so that peers' kernels
- * stop waiting for ours and every rank fails. Caller holds comm->launchLock (with `tellPeers`; without,
- * it only records and logs, lock-free). */
+ * stop waiting for ours and every rank fails. Caller holds comm->launchLock (with `tellPeers`;
+ * without, it only records and logs, lock-free). */
 void symmCommFail(struct symmComm* comm, uint32_t bits, int tellPeers);
 
-/* The per-call check (caller holds comm->launchLock): our recorded failure, else a kernel's
- * error word, which then fails the communicator. ncclSuccess while healthy. */
+/* The per-call check (caller holds comm->launchLock, or transportLock, which also keeps the
+ * transport while it reads): our recorded failure, else a kernel's error word, which then fails
+ * the communicator. ncclSuccess while healthy. */
 ncclResult_t symmCommHealth(struct symmComm* comm);
 
 /* ncclCommGetAsyncError's part: symmCommHealth, plus the failure word of our own signal pad

@@ -93,8 +93,6 @@ void symmTransportAttach(struct symmComm* comm, struct symmTransport* t,
   t->padBytes = plan->padBytes;
   t->releaseWaits = plan->releaseWaits;
   pthread_mutex_lock(&comm->launchLock);
-  pthread_mutex_lock(&comm->transportLock);
-  comm->transport = t;
-  pthread_mutex_unlock(&comm->transportLock);
+  (void)symmTransportSwap(comm, t);
   pthread_mutex_unlock(&comm->launchLock);
 }

@@ -130,6 +130,10 @@ void symmWindowsTeardown(struct symmTransport* t);
 
 /* Frees everything the transport holds, in reverse order (its kernels have finished). */
 void symmTransportFree(struct symmTransport* t);
+/* Sets comm->transport to `t` and returns the one it held. The caller holds launchLock; this
+ * takes transportLock too, so that the readers that take only that lock (the abort flag, the
+ * health poll) never see a transport being freed. */
+struct symmTransport* symmTransportSwap(struct symmComm* comm, struct symmTransport* t);
 /* Multicast object and mapping of a transport, if any (transport.c, which frees). */
 void symmMulticastDrop(struct symmTransport* t);
 

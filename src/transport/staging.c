@@ -232,10 +232,7 @@ static void finishServers(struct stageCtx* x, int cancel) {
  * until teardown; it forwards because its transport is detached). */
 static void detach(struct symmComm* c) {
   pthread_mutex_lock(&c->launchLock);
-  pthread_mutex_lock(&c->transportLock);
-  struct symmTransport* t = c->transport;
-  c->transport = NULL;
-  pthread_mutex_unlock(&c->transportLock);
+  struct symmTransport* t = symmTransportSwap(c, NULL);
   pthread_mutex_unlock(&c->launchLock);
   if (t != NULL) symmTransportFree(t);
 }

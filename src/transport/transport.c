@@ -343,6 +343,14 @@ static enum quiet drained(struct symmTransport* t, int abort) {
   }
 }
 
+struct symmTransport* symmTransportSwap(struct symmComm* comm, struct symmTransport* t) {
+  pthread_mutex_lock(&comm->transportLock);
+  struct symmTransport* old = comm->transport;
+  comm->transport = t;
+  pthread_mutex_unlock(&comm->transportLock);
+  return old;
+}
+
 void symmTransportTeardown(struct symmComm* comm, int abort) {
   if (comm == NULL) return;
   /* A thread building staging stops at its next wait once `gone` is up (no kernel of ours runs
@@ -353,10 +361,7 @@ void symmTransportTeardown(struct symmComm* comm, int abort) {
     nanosleep(&pause, NULL);
   }
   pthread_mutex_lock(&comm->launchLock);
-  pthread_mutex_lock(&comm->transportLock);
-  struct symmTransport* t = comm->transport;
-  comm->transport = NULL;
-  pthread_mutex_unlock(&comm->transportLock);
+  struct symmTransport* t = symmTransportSwap(comm, NULL);
   if (t != NULL) {
     if (abort) __atomic_store_n(&t->flags.host[SYMM_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
     /* Revoked, or aborted by a shrink: our work may wait for peers that are gone. */
