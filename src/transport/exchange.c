@@ -18,6 +18,14 @@
 SYMMCOLL_PARAM_FULL(FaultExchangeRank, "FAULT_EXCHANGE_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
                     "tests only: this rank's setup exchanges act as if device memory had run out "
                     "(-1: never)")
+SYMMCOLL_PARAM_FULL(FaultReadbackRank, "FAULT_READBACK_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
+                    "tests only: on this rank, the process's setup exchange number "
+                    "SYMMCOLL_FAULT_READBACK_CALL fails reading its result back (-1: never)")
+SYMMCOLL_PARAM_FULL(FaultReadbackCall, "FAULT_READBACK_CALL", 0, 0, INT32_MAX, SYMM_PARAM_TEST,
+                    "tests only: which setup exchange of the process (from 0) "
+                    "SYMMCOLL_FAULT_READBACK_RANK fails")
+
+static int exchangeCalls; /* this process's symmExchange calls so far (atomic; the fault knob) */
 
 /* Where one rank's all-gather lives: device memory on its own stream, or, after a local failure,
  * pinned host memory. */
@@ -164,6 +172,7 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     for (int i = 0; i < n; i++) inExchange[i] = 0;
     return ncclSystemError;
   }
+  const int call = __atomic_fetch_add(&exchangeCalls, 1, __ATOMIC_RELAXED);
   int taking = 0;
   for (int i = 0; i < n; i++) {
     if (!inExchange[i]) continue;
@@ -236,7 +245,8 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
       continue;
     }
     /* Never the legacy stream: it would wait behind blocking streams where kernels spin. */
-    if (inExchange[i] && (cudaMemcpyAsync(recv[i], x->scratch, bytes * (size_t)c->nranks,
+    const int faulty = c->rank == symmParamFaultReadbackRank() && call == symmParamFaultReadbackCall();
+    if (inExchange[i] && (faulty || cudaMemcpyAsync(recv[i], x->scratch, bytes * (size_t)c->nranks,
                                           cudaMemcpyDefault, x->stream) != cudaSuccess ||
                           cudaStreamSynchronize(x->stream) != cudaSuccess)) {
       (void)cudaGetLastError();

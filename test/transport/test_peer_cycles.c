@@ -43,6 +43,45 @@ static void faultExchangeBody(struct rankCtx* local, int n, void* arg) {
   }
 }
 
+/* ---- a rank whose last staging agreement fails after the all-gather ------------------------ */
+
+/* Rank 1 cannot read back the final staging agreement (SYMMCOLL_FAULT_READBACK_*), which rank 0
+ * completed: rank 0 staged and runs our kernel, which can only stop at its deadline; rank 1
+ * must not forward alone (its all-reduce would wait for rank 0's real one forever), it fails
+ * its communicator: the call returns the error, and so does ncclCommGetAsyncError. */
+static void faultReadbackBody(struct rankCtx* local, int n, void* arg) {
+  (void)arg;
+  enum { COUNT = 4099 };
+  for (int i = 0; i < n; i++) {
+    struct rankCtx* c = &local[i];
+    c->entry = symmCommFind(c->comm);
+    TCHECK(c->entry != NULL);
+    if (c->entry == NULL) continue;
+    float* dev = NULL;
+    cudaStream_t stream = NULL;
+    CUDA_OK(cudaSetDevice(c->dev));
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc((void**)&dev, COUNT * sizeof(float)));
+    CUDA_OK(cudaMemsetAsync(dev, 0, COUNT * sizeof(float), stream));
+    const ncclResult_t res = ncclAllReduce(dev, dev, COUNT, ncclFloat32, ncclSum, c->comm, stream);
+    ncclResult_t state = ncclSuccess;
+    if (c->rank == 1) {
+      TCHECK(symmTransportPeers(c->entry) == NULL);
+      TCHECK_EQ_INT(res, ncclUnhandledCudaError);
+      TCHECK_EQ_INT(ncclCommGetAsyncError(c->comm, &state), ncclSuccess);
+      TCHECK_EQ_INT(state, ncclUnhandledCudaError);
+    } else {
+      TCHECK(symmTransportPeers(c->entry) != NULL);
+      TCHECK_EQ_INT(res, ncclSuccess);
+      CUDA_OK(cudaStreamSynchronize(stream)); /* the kernel gives up at its deadline */
+      TCHECK_EQ_INT(ncclCommGetAsyncError(c->comm, &state), ncclSuccess);
+      TCHECK_EQ_INT(state, ncclRemoteError);
+    }
+    CUDA_OK(cudaFree(dev));
+    CUDA_OK(cudaStreamDestroy(stream));
+  }
+}
+
 /* ---- create/destroy cycles --------------------------------------------------------------- */
 
 struct resources {
@@ -204,6 +243,18 @@ static int faultMode(const char* arg) {
   return 0;
 }
 
+static int faultReadbackMode(const char* arg) {
+  (void)arg;
+  /* Exchanges 0-2 are setup's (records, access, tables), 3 and 4 staging's (built at creation
+   * here, SYMMCOLL_STAGE_AT_CREATION=1): 4 is its final agreement. */
+  setenv("SYMMCOLL_FAULT_READBACK_RANK", "1", 1);
+  setenv("SYMMCOLL_FAULT_READBACK_CALL", "4", 1);
+  setenv("SYMMCOLL_SPIN_DEADLINE_MS", "3000", 1);
+  symmParamResetAll();
+  runProcesses(faultReadbackBody, NULL);
+  return 0;
+}
+
 static int cycles;
 
 /* A small staging buffer keeps 1,000 cycles fast; a leak still shows (cycles x buffer). */
@@ -234,8 +285,10 @@ static int setupMode(const char* arg) {
 int main(int argc, char** argv) {
   static const struct peerMode modes[] = {
       {"bootstrap", 1, PEER_BOOTSTRAP, bootstrapMode}, {"procs", 2, PEER_FORKED, procsMode},
-      {"setup", 2, PEER_FORKED, setupMode},            {"fault", 2, PEER_FORKED, faultMode}};
-  static const struct peerTest test = {"peer_cycles", "bootstrap|procs|setup <count> | fault", 0,
+      {"setup", 2, PEER_FORKED, setupMode},            {"fault", 2, PEER_FORKED, faultMode},
+      {"fault_readback", 2, PEER_FORKED, faultReadbackMode}};
+  static const struct peerTest test = {"peer_cycles",
+                                       "bootstrap|procs|setup <count> | fault | fault_readback", 0,
                                        modes, sizeof(modes) / sizeof(modes[0])};
   return peerMain(&test, argc, argv);
 }
