@@ -149,15 +149,22 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
   return res;
 }
 
-static void forwardLeave(struct symmForwardScope* s) {
+/* `realResult`: what the real call returned. On a non-blocking communicator the real NCCL puts
+ * even a single call on the stream from its own thread, later (ncclInProgress): the order mark
+ * then waits with the operations parked behind it and runs once the real NCCL says it is done. */
+static void forwardLeave(struct symmForwardScope* s, ncclResult_t realResult) {
   if (s->ordered) {
-    if (symmGroupDepth() > 0) {
+    const int grouped = symmGroupDepth() > 0;
+    if (grouped || realResult == ncclInProgress) {
       struct forwardedMark* m = malloc(sizeof(*m));
       if (m != NULL) {
         *m = (struct forwardedMark){.comm = s->comm, .stream = s->stream, .before = s->capture};
-        m->before.deps = NULL; /* read again at the group's end */
+        m->before.deps = NULL; /* read again when it runs */
         m->before.ndeps = 0;
-        if (symmGroupDeferOp(s->comm, SYMM_DEFERRED_FORWARDED, 0, runForwardedMark, m) != ncclSuccess)
+        if (!grouped)
+          (void)symmGroupParkOp(s->comm, SYMM_DEFERRED_FORWARDED, runForwardedMark, m);
+        else if (symmGroupDeferOp(s->comm, SYMM_DEFERRED_FORWARDED, 0, runForwardedMark, m) !=
+                 ncclSuccess)
           free(m);
       }
     } else {
@@ -189,9 +196,8 @@ ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, struct symmF
 }
 
 void symmForwardEnd(struct symmForwardScope* s, ncclResult_t realResult) {
-  (void)realResult;
   if (s->comm == NULL) return;
-  forwardLeave(s);
+  forwardLeave(s, realResult);
   symmCommRelease(s->comm);
   s->comm = NULL;
 }
@@ -204,6 +210,6 @@ ncclResult_t symmForwardOrdered(struct symmComm* comm, const struct symmTask* ta
   ncclResult_t res = forwardEnter(comm, task->stream, &scope);
   if (res == ncclSuccess) res = symmCallReal(task);
   else if (symmGroupDepth() > 0) symmGroupPoison(task->comm);
-  forwardLeave(&scope);
+  forwardLeave(&scope, res);
   return res;
 }

@@ -104,6 +104,15 @@ static ncclResult_t runOp(struct deferredOp* op, int launch) {
   return res;
 }
 
+static ncclResult_t park(struct deferredOp* op);
+
+ncclResult_t symmGroupParkOp(struct symmComm* comm, enum symmDeferredKind kind, symmDeferredFn run,
+                             void* arg) {
+  symmCommRetain(comm);
+  struct deferredOp op = {.comm = comm, .kind = kind, .run = run, .arg = arg};
+  return park(&op);
+}
+
 static ncclResult_t park(struct deferredOp* op) {
   struct symmComm* c = op->comm;
   pthread_mutex_lock(&c->parkLock);

@@ -29,6 +29,13 @@ typedef ncclResult_t (*symmDeferredFn)(void* arg, int launch);
 ncclResult_t symmGroupDeferOp(struct symmComm* comm, enum symmDeferredKind kind, int needsStaging,
                               symmDeferredFn run, void* arg);
 
+/* Outside a group: parks one operation behind what the real NCCL is still launching on a
+ * non-blocking communicator (a call that returned ncclInProgress), as a group's are (see
+ * symmGroupRunParked). ncclInProgress when parked; else (out of memory) it ran at once. Owns
+ * `arg` either way. */
+ncclResult_t symmGroupParkOp(struct symmComm* comm, enum symmDeferredKind kind, symmDeferredFn run,
+                             void* arg);
+
 /* A symmetric window registered inside a group; peer-mapped at the outermost GroupEnd after the
  * setups and before the deferred operations, all windows of the group in one batch. */
 ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg);

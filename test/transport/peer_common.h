@@ -350,6 +350,54 @@ static PEER_UNUSED void checkOurAllReduce(ncclComm_t comm, const struct symmPeer
   CHECK_EQ_INT((int)bad, 0);
 }
 
+/* On a non-blocking communicator the real NCCL puts even a single call on the stream from its
+ * own thread, after the call returned ncclInProgress: a broadcast we forward on `stream`, then an
+ * all-reduce of ours on a second stream that reads the broadcast's last elements (written last)
+ * must see them, every time. Our order mark after the forwarded call has to follow NCCL's kernel,
+ * not the moment the call returned. */
+static PEER_UNUSED void forwardedThenOurs(struct rankCtx* c, const struct symmPeers* peers,
+                                          cudaStream_t stream) {
+  const size_t big = (size_t)32 << 20, tail = 1000; /* 128 MiB of int32; 4000 bytes of ours */
+  int32_t* buf = NULL;
+  int32_t* sum = NULL;
+  int32_t* host = malloc(tail * sizeof(int32_t));
+  cudaStream_t second;
+  CHECK(host != NULL);
+  CUDA_OK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&buf, big * sizeof(int32_t)));
+  CUDA_OK(cudaMalloc((void**)&sum, tail * sizeof(int32_t)));
+  int wrongRounds = 0;
+  for (int round = 0; round < 20 && host != NULL; round++) {
+    const int byte = 1 + round % 100;
+    const int32_t value = (int32_t)(0x01010101u * (uint32_t)byte);
+    /* Rank 0 holds the value, the others 0 until the broadcast lands. */
+    CUDA_OK(cudaMemsetAsync(buf, c->rank == 0 ? byte : 0, big * sizeof(int32_t), stream));
+    CUDA_OK(cudaMemsetAsync(sum, 0xff, tail * sizeof(int32_t), second));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaStreamSynchronize(second));
+    uint32_t before = 0, after = 0;
+    CUDA_OK(cudaMemcpy(&before, peers->localState, sizeof(before), cudaMemcpyDeviceToHost));
+    CHECK_EQ_INT(settle(c->comm, ncclBroadcast(buf, buf, big, ncclInt32, 0, c->comm, stream)),
+                 ncclSuccess);
+    CHECK_EQ_INT(settle(c->comm, ncclAllReduce(buf + big - tail, sum, tail, ncclInt32, ncclSum,
+                                               c->comm, second)),
+                 ncclSuccess);
+    CUDA_OK(cudaStreamSynchronize(second));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(cudaMemcpy(&after, peers->localState, sizeof(after), cudaMemcpyDeviceToHost));
+    CHECK(after != before); /* the all-reduce was ours */
+    CUDA_OK(cudaMemcpy(host, sum, tail * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < tail; i++) bad += host[i] != (int32_t)((uint32_t)value * (uint32_t)c->nranks);
+    wrongRounds += bad != 0;
+  }
+  CHECK_EQ_INT(wrongRounds, 0);
+  CUDA_OK(cudaFree(buf));
+  CUDA_OK(cudaFree(sum));
+  CUDA_OK(cudaStreamDestroy(second));
+  free(host);
+}
+
 /* After the peer test (which wants untouched staging and signals): our kernels run on the
  * non-blocking communicator, each forced algorithm once (checkOurAllReduce). */
 static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
@@ -385,6 +433,7 @@ static PEER_UNUSED void nonBlockingAllReduces(struct rankCtx* c) {
   }
   unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
   symmParamResetAll();
+  forwardedThenOurs(c, peers, stream);
   /* A split without a config inherits "non-blocking": set up at its first all-reduce too. */
   ncclComm_t child = NULL;
   const ncclResult_t split = ncclCommSplit(c->comm, 0, c->rank, &child, NULL);
