@@ -149,13 +149,16 @@ static void leaveReal(struct symmComm** comms, int n, const int* entered) {
  * meet their next setup all-gather). Every later call on it returns the error. A rank that could
  * not even use its device or whose real communicator already failed stays out without this:
  * the real NCCL refuses its calls as well. */
-static void failDropouts(struct symmComm** comms, int n, const int* prepared, const int* done) {
+static void failDropouts(struct symmComm** comms, int n, const int* prepared, const int* done,
+                         const ncclResult_t* realError) {
   for (int i = 0; i < n; i++) {
     struct symmComm* c = comms[i];
     if (!prepared[i] || done[i] || __atomic_load_n(&c->gone, __ATOMIC_ACQUIRE) ||
         __atomic_load_n(&c->aborting, __ATOMIC_ACQUIRE))
       continue;
-    symmCommFail(c, SYMM_ERR_LAUNCH, 0);
+    /* The real NCCL's all-gather failing for a peer (one that aborted, say) is the peer's
+     * failure, reported as NCCL reports it: ncclRemoteError. */
+    symmCommFail(c, realError[i] == ncclRemoteError ? SYMM_ERR_PEER : SYMM_ERR_LAUNCH, 0);
   }
 }
 
@@ -165,10 +168,12 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
   (void)cudaGetDevice(&prevDev);
   struct exchangeSlot* slots = calloc((size_t)n, sizeof(*slots));
   int* prepared = calloc((size_t)n, sizeof(int));
-  if (slots == NULL || prepared == NULL) {
+  ncclResult_t* realError = calloc((size_t)n, sizeof(ncclResult_t)); /* all ncclSuccess */
+  if (slots == NULL || prepared == NULL || realError == NULL) {
     WARN("symmetric memory: out of host memory for a setup exchange");
     free(slots);
     free(prepared);
+    free(realError);
     for (int i = 0; i < n; i++) inExchange[i] = 0;
     return ncclSystemError;
   }
@@ -213,6 +218,7 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
                     ncclUint8, c->real, slots[i].stream));
     if (res != ncclSuccess && res != ncclInProgress) {
       WARN("symmetric memory: setup all-gather failed (%d) on rank %d", (int)res, c->rank);
+      realError[i] = res;
       inExchange[i] = 0;
     }
   }
@@ -220,7 +226,10 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     SYMM_CALL_REAL(res, ncclGroupEnd, ());
     if (res != ncclSuccess && res != ncclInProgress) {
       WARN("symmetric memory: setup group failed (%d)", (int)res);
-      for (int i = 0; i < n; i++) inExchange[i] = 0;
+      for (int i = 0; i < n; i++) {
+        if (inExchange[i]) realError[i] = res;
+        inExchange[i] = 0;
+      }
     }
   }
   if (entered != NULL) leaveReal(comms, n, entered);
@@ -255,10 +264,11 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     }
     releaseExchange(x);
   }
-  failDropouts(comms, n, prepared, inExchange);
+  failDropouts(comms, n, prepared, inExchange, realError);
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
   free(slots);
   free(prepared);
+  free(realError);
   return ncclSuccess;
 }
 
