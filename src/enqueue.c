@@ -365,7 +365,7 @@ static ncclResult_t deferLaunch(const struct launchOp* local, int needsStaging) 
   }
   *op = *local;
   ncclResult_t res = symmGroupDeferOp(op->comm, SYMM_DEFERRED_LAUNCH, needsStaging,
-                                      runDeferredLaunch, op);
+                                      &op->task.stream, runDeferredLaunch, op);
   if (res != ncclSuccess) free(op);
   return res;
 }
@@ -444,7 +444,7 @@ static ncclResult_t carryOut(struct call* c, const struct symmRoute* r) {
       if (res != ncclSuccess && res != ncclInProgress) return res;
       if (r->when == SYMM_WHEN_GROUP_END) {
         /* The group holds a reference on comm until it runs this. */
-        (void)symmGroupDeferOp(comm, SYMM_DEFERRED_FORWARDED, 0, runDeferredStaging, comm);
+        (void)symmGroupDeferOp(comm, SYMM_DEFERRED_FORWARDED, 0, NULL, runDeferredStaging, comm);
         return res;
       }
       symmCommStartJob(comm, 1);

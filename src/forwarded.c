@@ -114,7 +114,7 @@ static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stre
   int saved = -1;
   ncclResult_t res = symmDeviceEnter(comm, &saved);
   pthread_mutex_lock(&comm->launchLock);
-  if (res == ncclSuccess && symmTransportLaunchPeers(comm) != NULL)
+  if (res == ncclSuccess && symmTransportOrdersForwarded(comm, before->active))
     res = symmOrderAfter(&comm->order, stream, before);
   if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
   pthread_mutex_unlock(&comm->launchLock);
@@ -139,11 +139,13 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
   if (res != ncclSuccess) return res;
   pthread_mutex_lock(&comm->launchLock);
   res = symmCommHealth(comm);
-  if (res == ncclSuccess && symmTransportLaunchPeers(comm) != NULL) {
+  if (res == ncclSuccess && symmTransportOrdersForwarded(comm, 1)) {
     res = symmCaptureOf(stream, &s->capture);
-    if (res == ncclSuccess) res = symmOrderBefore(&comm->order, stream, &s->capture);
+    if (res == ncclSuccess && symmTransportOrdersForwarded(comm, s->capture.active)) {
+      res = symmOrderBefore(&comm->order, stream, &s->capture);
+      s->ordered = res == ncclSuccess;
+    }
     if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
-    s->ordered = res == ncclSuccess;
   }
   pthread_mutex_unlock(&comm->launchLock);
   return res;
@@ -162,9 +164,9 @@ static void forwardLeave(struct symmForwardScope* s, ncclResult_t realResult) {
         m->before.deps = NULL; /* read again when it runs */
         m->before.ndeps = 0;
         if (!grouped)
-          (void)symmGroupParkOp(s->comm, SYMM_DEFERRED_FORWARDED, runForwardedMark, m);
-        else if (symmGroupDeferOp(s->comm, SYMM_DEFERRED_FORWARDED, 0, runForwardedMark, m) !=
-                 ncclSuccess)
+          (void)symmGroupParkOp(s->comm, SYMM_DEFERRED_FORWARDED, s->stream, runForwardedMark, m);
+        else if (symmGroupDeferOp(s->comm, SYMM_DEFERRED_FORWARDED, 0, &s->stream,
+                                  runForwardedMark, m) != ncclSuccess)
           free(m);
       }
     } else {

@@ -8,7 +8,9 @@
 #include "checks.h"
 #include "failure.h"
 #include "forward.h"
+#include "forwarded.h"
 #include "init.h"
+#include "order.h"
 #include "setup.h"
 #include "transport.h"
 
@@ -16,6 +18,8 @@ struct deferredOp {
   struct symmComm* comm; /* one reference held */
   enum symmDeferredKind kind;
   int needsStaging;
+  int hasStream; /* it puts work on `stream` (a launch of ours, a forwarded call's order mark) */
+  cudaStream_t stream;
   symmDeferredFn run;
   void* arg;
 };
@@ -69,14 +73,17 @@ ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg) {
 }
 
 ncclResult_t symmGroupDeferOp(struct symmComm* comm, enum symmDeferredKind kind, int needsStaging,
-                              symmDeferredFn run, void* arg) {
+                              const cudaStream_t* stream, symmDeferredFn run, void* arg) {
   if (grow((void**)&pendingOps, &opCap, opCount + 1, sizeof(*pendingOps)) != 0) {
     WARN("out of host memory deferring a grouped operation");
     return ncclSystemError;
   }
   symmCommRetain(comm);
   pendingOps[opCount++] = (struct deferredOp){.comm = comm, .kind = kind,
-                                              .needsStaging = needsStaging, .run = run, .arg = arg};
+                                              .needsStaging = needsStaging,
+                                              .hasStream = stream != NULL,
+                                              .stream = stream != NULL ? *stream : NULL,
+                                              .run = run, .arg = arg};
   return ncclSuccess;
 }
 
@@ -106,10 +113,11 @@ static ncclResult_t runOp(struct deferredOp* op, int launch) {
 
 static ncclResult_t park(struct deferredOp* op);
 
-ncclResult_t symmGroupParkOp(struct symmComm* comm, enum symmDeferredKind kind, symmDeferredFn run,
-                             void* arg) {
+ncclResult_t symmGroupParkOp(struct symmComm* comm, enum symmDeferredKind kind,
+                             cudaStream_t stream, symmDeferredFn run, void* arg) {
   symmCommRetain(comm);
-  struct deferredOp op = {.comm = comm, .kind = kind, .run = run, .arg = arg};
+  struct deferredOp op = {.comm = comm, .kind = kind, .hasStream = 1, .stream = stream,
+                          .run = run, .arg = arg};
   return park(&op);
 }
 
@@ -131,6 +139,57 @@ static ncclResult_t park(struct deferredOp* op) {
   __atomic_store_n(&c->parked, l, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&c->parkLock);
   return ncclInProgress;
+}
+
+/* Joins the streams one communicator's operations in `ops` use (see symmOrderJoinStreams),
+ * `before` they run or after: the anchor is the stream of its first operation, or of its last.
+ * Only where ours run (staging mapped, healthy): elsewhere the real NCCL joined its own. A failure
+ * fails the communicator on every rank, as any ordering failure does. */
+static void joinComm(struct deferredOp* ops, int n, int first, int before) {
+  struct symmComm* comm = ops[first].comm;
+  cudaStream_t anchor = ops[first].stream;
+  if (!before)
+    for (int k = first; k < n; k++)
+      if (ops[k].comm == comm && ops[k].hasStream) anchor = ops[k].stream;
+  cudaStream_t* others = malloc((size_t)n * sizeof(*others));
+  if (others == NULL) {
+    WARN("out of host memory joining a group's streams");
+    pthread_mutex_lock(&comm->launchLock);
+    symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+    pthread_mutex_unlock(&comm->launchLock);
+    return;
+  }
+  int m = 0;
+  for (int k = first; k < n; k++) {
+    if (ops[k].comm != comm || !ops[k].hasStream || ops[k].stream == anchor) continue;
+    int dup = 0;
+    for (int j = 0; j < m && !dup; j++) dup = others[j] == ops[k].stream;
+    if (!dup) others[m++] = ops[k].stream;
+  }
+  if (m > 0) {
+    int saved = -1;
+    ncclResult_t res = symmDeviceEnter(comm, &saved);
+    pthread_mutex_lock(&comm->launchLock);
+    if (res == ncclSuccess && symmCommHealth(comm) == ncclSuccess &&
+        symmTransportLaunchPeers(comm) != NULL) {
+      res = symmOrderJoinStreams(&comm->order, anchor, others, m, before);
+      if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+    }
+    pthread_mutex_unlock(&comm->launchLock);
+    symmDeviceLeave(saved);
+  }
+  free(others);
+}
+
+/* joinComm for every communicator in `ops` whose operations (`selected`, or all when NULL)
+ * are about to run or have run. */
+static void joinStreams(struct deferredOp* ops, int n, const int* selected, int before) {
+  for (int i = 0; i < n; i++) {
+    if (!ops[i].hasStream || (selected != NULL && !selected[i])) continue;
+    int seen = 0;
+    for (int k = 0; k < i && !seen; k++) seen = ops[k].comm == ops[i].comm && ops[k].hasStream;
+    if (!seen) joinComm(ops, n, i, before);
+  }
 }
 
 void (*symmGroupParkedHook)(struct symmComm* comm);
@@ -156,10 +215,13 @@ ncclResult_t symmGroupRunParked(struct symmComm* comm) {
   /* NCCL's group has been launched: ours follow it on every stream, in call order. */
   runningParked = comm;
   ncclResult_t ours = ncclSuccess;
+  if (state == ncclSuccess) joinStreams(l->ops, l->count, NULL, 1);
   for (int i = 0; i < l->count; i++) {
     const ncclResult_t r = runOp(&l->ops[i], state == ncclSuccess);
     if (r != ncclSuccess && ours == ncclSuccess) ours = r;
   }
+  /* Every operation here is on `comm`, which our caller holds. */
+  if (state == ncclSuccess) joinStreams(l->ops, l->count, NULL, 0);
   runningParked = NULL;
   __atomic_store_n(&comm->parked, NULL, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&comm->parkLock);
@@ -247,13 +309,23 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
   /* A launch that falls back to the real NCCL (staging failed on every rank) is issued inside
    * one real group with the others, as one thread may drive several ranks. */
   const int regroup = launch && groupResult == ncclSuccess && nops > 1;
+  /* Operations that run now (the others are parked behind NCCL's group, which its own thread
+   * is still launching); the group's references stay held until the streams are joined. */
+  int* runNow = calloc((size_t)(nops > 0 ? nops : 1), sizeof(int));
+  const int join = launch && groupOk && runNow != NULL;
+  for (int i = 0; i < nops && runNow != NULL; i++) {
+    runNow[i] = !(launch && groupResult == ncclInProgress && !pendingOps[i].comm->config.blocking);
+    symmCommRetain(pendingOps[i].comm);
+  }
+  if (runNow == NULL) WARN("out of host memory: a group's streams are not joined");
+  if (join) joinStreams(pendingOps, nops, runNow, 1);
   ncclResult_t ignored;
   if (regroup) SYMM_CALL_REAL(ignored, ncclGroupStart, ());
   for (int i = 0; i < nops; i++) {
     struct deferredOp* op = &pendingOps[i];
     ncclResult_t r;
     if (launch && groupResult == ncclInProgress && !op->comm->config.blocking)
-      r = park(op); /* behind NCCL's group, which its own thread is still launching */
+      r = park(op);
     else
       r = runOp(op, launch && groupOk);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
@@ -262,6 +334,9 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
     SYMM_CALL_REAL(ignored, ncclGroupEnd, ());
     if (ignored != ncclSuccess && res == ncclSuccess) res = ignored;
   }
+  if (join) joinStreams(pendingOps, nops, runNow, 0);
+  for (int i = 0; i < nops && runNow != NULL; i++) symmCommRelease(pendingOps[i].comm);
+  free(runNow);
   return res;
 }
 

@@ -125,7 +125,7 @@ static int deferDeregister(struct symmComm* comm, ncclWindow_t win, void* userHa
   struct deferredDeregister* d = malloc(sizeof(*d));
   if (d == NULL) return 0;
   *d = (struct deferredDeregister){.comm = comm, .win = win, .userHandle = userHandle};
-  if (symmGroupDeferOp(comm, SYMM_DEFERRED_UNREGISTER, 0, runDeferredDeregister, d) == ncclSuccess)
+  if (symmGroupDeferOp(comm, SYMM_DEFERRED_UNREGISTER, 0, NULL, runDeferredDeregister, d) == ncclSuccess)
     return 1;
   free(d);
   return 0;

@@ -308,6 +308,26 @@ ncclResult_t symmOrderAfter(struct symmOrder* o, cudaStream_t stream,
   return ncclSuccess;
 }
 
+ncclResult_t symmOrderJoinStreams(struct symmOrder* o, cudaStream_t anchor,
+                                  const cudaStream_t* others, int count, int before) {
+  if (count == 0) return ncclSuccess;
+  if (!o->joinCreated) {
+    CUDACHECK(cudaEventCreateWithFlags(&o->joinEvent, cudaEventDisableTiming));
+    o->joinCreated = 1;
+  }
+  /* A wait takes the event's latest record at the time of the call, so one event serves all. */
+  if (before) {
+    for (int i = 0; i < count; i++) {
+      CUDACHECK(eventRecord(o->joinEvent, others[i]));
+      CUDACHECK(cudaStreamWaitEvent(anchor, o->joinEvent, 0));
+    }
+  } else {
+    CUDACHECK(eventRecord(o->joinEvent, anchor));
+    for (int i = 0; i < count; i++) CUDACHECK(cudaStreamWaitEvent(others[i], o->joinEvent, 0));
+  }
+  return ncclSuccess;
+}
+
 cudaEvent_t symmOrderQuiesceEvent(const struct symmOrder* o) {
   return o->created && (o->issued || o->everCaptured) ? o->event : NULL;
 }
@@ -317,7 +337,8 @@ int symmOrderHandOver(struct symmOrder* o, cudaEvent_t* quiesce,
   *quiesce = symmOrderQuiesceEvent(o);
   int n = 0;
   if (o->created) events[n++] = o->event;
-  o->created = 0;
+  if (o->joinCreated) events[n++] = o->joinEvent;
+  o->created = o->joinCreated = 0;
   o->issued = o->everCaptured = 0;
   while (o->captures != NULL) {
     struct symmCaptureState* c = o->captures;
@@ -329,7 +350,8 @@ int symmOrderHandOver(struct symmOrder* o, cudaEvent_t* quiesce,
 
 void symmOrderDestroy(struct symmOrder* o) {
   if (o->created) (void)cudaEventDestroy(o->event);
-  o->created = 0;
+  if (o->joinCreated) (void)cudaEventDestroy(o->joinEvent);
+  o->created = o->joinCreated = 0;
   while (o->captures != NULL) {
     struct symmCaptureState* c = o->captures;
     o->captures = c->next;

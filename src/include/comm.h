@@ -29,6 +29,8 @@ struct symmOrder {
   int issued;                      /* an eager operation was issued */
   int everCaptured;                /* eager operations then wait on `event` every time */
   int created;                     /* `event` exists */
+  cudaEvent_t joinEvent;           /* joins a group's streams (symmOrderJoinStreams) */
+  int joinCreated;                 /* `joinEvent` exists */
   int noMixing;                    /* NCCL_GRAPH_MIXING_SUPPORT=0: graphs add no event nodes */
   struct symmCaptureState* captures; /* captures seen, newest first; pruned as graphs go */
 };

@@ -24,17 +24,19 @@ enum symmDeferredKind {
  * `arg` either way. The group holds a reference on `comm` until then. Operations run at the
  * outermost GroupEnd, in call order, after the real NCCL's group; `needsStaging`: a launch that
  * is the communicator's first call given to our kernels (staging is built first, for every
- * communicator of the group at once). */
+ * communicator of the group at once). `stream`: the stream it puts work on, NULL for none; a
+ * communicator whose operations in the group use several streams has them joined as NCCL
+ * does (symmOrderJoinStreams). */
 typedef ncclResult_t (*symmDeferredFn)(void* arg, int launch);
 ncclResult_t symmGroupDeferOp(struct symmComm* comm, enum symmDeferredKind kind, int needsStaging,
-                              symmDeferredFn run, void* arg);
+                              const cudaStream_t* stream, symmDeferredFn run, void* arg);
 
 /* Outside a group: parks one operation behind what the real NCCL is still launching on a
  * non-blocking communicator (a call that returned ncclInProgress), as a group's are (see
  * symmGroupRunParked). ncclInProgress when parked; else (out of memory) it ran at once. Owns
  * `arg` either way. */
-ncclResult_t symmGroupParkOp(struct symmComm* comm, enum symmDeferredKind kind, symmDeferredFn run,
-                             void* arg);
+ncclResult_t symmGroupParkOp(struct symmComm* comm, enum symmDeferredKind kind,
+                             cudaStream_t stream, symmDeferredFn run, void* arg);
 
 /* A symmetric window registered inside a group; peer-mapped at the outermost GroupEnd after the
  * setups and before the deferred operations, all windows of the group in one batch. */

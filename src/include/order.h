@@ -70,6 +70,17 @@ struct symmCaptureState* symmOrderNoteTail(struct symmOrder* order, unsigned lon
 /* Captures the communicator still tracks (tests). */
 int symmOrderCaptureCount(const struct symmOrder* order);
 
+/* A group whose operations on this communicator use several streams: NCCL runs them as if
+ * posted on every one of those streams (each waits for the work issued on all of them before
+ * the group, and each stream's later work waits for all of them). Ours run one after another
+ * through `event`, so joining the ends is enough: `before` (ahead of the first operation), the
+ * `anchor` stream (the first operation's) waits for every stream in `others`; after the last
+ * operation, every stream in `others` waits for the `anchor` (the last operation's). Eager or
+ * all in one capture (record and wait become graph edges). Caller holds launchLock, device
+ * current; errors are CUDA failures. */
+ncclResult_t symmOrderJoinStreams(struct symmOrder* order, cudaStream_t anchor,
+                                  const cudaStream_t* others, int count, int before);
+
 /* An event whose latest record follows every eager operation issued so far and every graph
  * replay launched after a capture of ours; NULL when nothing was ordered. Caller holds
  * launchLock. */
@@ -88,7 +99,7 @@ int symmOrderMixingOff(void);
  * events[] (at most SYMM_ORDER_EVENTS; the count is returned), *quiesce is
  * symmOrderQuiesceEvent's answer, and the order forgets it and its captures. Caller holds
  * launchLock. */
-#define SYMM_ORDER_EVENTS 1
+#define SYMM_ORDER_EVENTS 2
 int symmOrderHandOver(struct symmOrder* order, cudaEvent_t* quiesce,
                       cudaEvent_t events[SYMM_ORDER_EVENTS]);
 

@@ -87,6 +87,11 @@ void symmTransportTeardown(struct symmComm* comm, int abort);
 /* Caller holds comm->launchLock: the peer view for a launch (staging built, not aborted), or
  * NULL (forward). Stays valid while the lock is held. */
 const struct symmPeers* symmTransportLaunchPeers(const struct symmComm* comm);
+/* Caller holds comm->launchLock: whether a forwarded call is ordered against ours (the order
+ * event, symmOrderBefore/After). Wherever staging is mapped; `captured` calls also before that,
+ * wherever the communicator will run ours: such a graph may be replayed after staging, beside
+ * eager calls of ours on other streams. Never after an abort. */
+int symmTransportOrdersForwarded(const struct symmComm* comm, int captured);
 /* The transport's side stream and its fork/join events (created with the transport). */
 struct symmSideStream symmTransportSideStream(const struct symmComm* comm);
 /* The peer view (tests: no lock, valid while nothing tears the communicator down). */

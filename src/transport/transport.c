@@ -404,6 +404,12 @@ const struct symmPeers* symmTransportLaunchPeers(const struct symmComm* comm) {
   return &t->peers;
 }
 
+int symmTransportOrdersForwarded(const struct symmComm* comm, int captured) {
+  const struct symmTransport* t = comm->transport;
+  return t != NULL && (t->staged || captured) &&
+         !__atomic_load_n(&t->flags.host[SYMM_HOST_ABORT], __ATOMIC_ACQUIRE);
+}
+
 struct symmSideStream symmTransportSideStream(const struct symmComm* comm) {
   return comm->transport->side;
 }

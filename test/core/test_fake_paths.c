@@ -143,7 +143,7 @@ static void testGroups(void) {
 
   /* The group launches: everything runs. */
   CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
-  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, probeRun, &ours), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, NULL, probeRun, &ours), ncclSuccess);
   CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
   CHECK_EQ_INT(ours.runs, 1);
   CHECK_EQ_INT(ours.launched, 1);
@@ -155,8 +155,8 @@ static void testGroups(void) {
   CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   CHECK_EQ_INT(symmGroupDepth(), 2);
-  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, probeRun, &ours), ncclSuccess);
-  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_UNREGISTER, 0, probeRun, &unreg), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, NULL, probeRun, &ours), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_UNREGISTER, 0, NULL, probeRun, &unreg), ncclSuccess);
   CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
   CHECK_EQ_INT(symmGroupDepth(), 1);
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
@@ -175,9 +175,9 @@ static void testGroups(void) {
   memset(&ours, 0, sizeof(ours));
   memset(&unreg, 0, sizeof(unreg));
   CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
-  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, probeRun, &ours), ncclSuccess);
-  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_FORWARDED, 0, probeRun, &marker), ncclSuccess);
-  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_UNREGISTER, 0, probeRun, &unreg), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, NULL, probeRun, &ours), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_FORWARDED, 0, NULL, probeRun, &marker), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_UNREGISTER, 0, NULL, probeRun, &unreg), ncclSuccess);
   setResult(ncclInternalError);
   CHECK_EQ_INT(ncclGroupEnd(), ncclInternalError);
   setResult(ncclSuccess);
@@ -244,7 +244,7 @@ static void parkBehindGroup(struct symmComm* c, struct ordered* op) {
   setAsyncError(ncclInProgress);
   setResultFor("ncclGroupEnd", ncclInProgress);
   CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
-  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, orderedRun, op), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, NULL, orderedRun, op), ncclSuccess);
   CHECK_EQ_INT(ncclGroupEnd(), ncclInProgress);
   setResultFor(NULL, ncclSuccess);
   CHECK_EQ_INT(op->runs, 0);

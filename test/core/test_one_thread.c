@@ -9,7 +9,10 @@
  *   test_one_thread captures      six captures interleaved on one communicator, one of them forked
  *                                 onto a second stream: results and node counts
  *   test_one_thread reregister    a graph reading an ncclCommRegister'ed input, replayed after that
- *                                 region was deregistered and another registered in its place */
+ *                                 region was deregistered and another registered in its place
+ *   test_one_thread streams       NCCL's order across streams: a graph of a forwarded broadcast
+ *                                 captured before staging existed, replayed beside eager calls of
+ *                                 ours on another stream; a group of ours on two streams */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -20,6 +23,7 @@
 #include "comm.h"
 #include "harness.h"
 #include "nccl_api.h"
+#include "transport.h"
 
 #define CUDA_OK(x) CHECK_EQ_INT((x), cudaSuccess)
 #define NCCL_OK(x) CHECK_EQ_INT((x), ncclSuccess)
@@ -444,6 +448,185 @@ static void runReregister(void) {
   }
 }
 
+/* ---- streams -------------------------------------------------------------------------------- */
+
+static int32_t pattern(int byte) { return (int32_t)(0x01010101u * (uint32_t)byte); }
+
+/* Elements of `dev` (count int32, read after a full device sync) that differ from `want`. */
+static long wrongInts(int r, const int32_t* dev, size_t count, int32_t want) {
+  int32_t* h = malloc(count * sizeof(*h));
+  CHECK(h != NULL);
+  if (h == NULL) return (long)count;
+  CUDA_OK(cudaSetDevice(r));
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(h, dev, count * sizeof(*h), cudaMemcpyDeviceToHost));
+  long bad = 0;
+  for (size_t i = 0; i < count; i++) bad += h[i] != want;
+  free(h);
+  return bad;
+}
+
+/* A broadcast (always forwarded) captured while no staging exists yet, then staging built by an
+ * eager all-reduce of ours on a second stream. Each replay of the broadcast's graph is followed
+ * at once by our all-reduce, on the second stream, of the broadcast's last elements (written
+ * last): NCCL orders every operation of a communicator after the previous one whatever the
+ * stream, so ours must see the broadcast's value on every rank (the non-roots start from 0). */
+static void capturedBeforeStaging(cudaStream_t* side) {
+  const size_t big = (size_t)64 << 20, tail = 1000; /* 256 MiB of int32, 4000 bytes of ours */
+  int32_t* buf[MAX_GPUS];
+  int32_t* sum[MAX_GPUS];
+  cudaGraph_t graphs[MAX_GPUS];
+  cudaGraphExec_t execs[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaMalloc((void**)&buf[r], big * sizeof(int32_t)));
+    CUDA_OK(cudaMalloc((void**)&sum[r], tail * sizeof(int32_t)));
+    struct symmComm* c = symmCommFind(comms[r]);
+    /* Ours will run here, and staging does not exist yet. */
+    CHECK(c != NULL && c->transport != NULL && symmTransportPeers(c) == NULL);
+  }
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeGlobal));
+  }
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < nranks; r++)
+    NCCL_OK(ncclBroadcast(buf[r], buf[r], big, ncclInt32, 0, comms[r], streams[r]));
+  NCCL_OK(ncclGroupEnd());
+  /* Every capture ends before anything is instantiated (global capture mode). */
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamEndCapture(streams[r], &graphs[r]));
+  }
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+    CUDA_OK(cudaGraphUpload(execs[r], streams[r]));
+    CUDA_OK(cudaStreamSynchronize(streams[r]));
+  }
+  /* Staging, from an eager all-reduce of ours on the second stream. */
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaMemsetAsync(sum[r], 1, tail * sizeof(int32_t), side[r]));
+    CUDA_OK(cudaStreamSynchronize(side[r]));
+  }
+  const uint64_t ours0 = oursOn(0);
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < nranks; r++)
+    NCCL_OK(ncclAllReduce(sum[r], sum[r], tail, ncclInt32, ncclSum, comms[r], side[r]));
+  NCCL_OK(ncclGroupEnd());
+  for (int r = 0; r < nranks; r++) CHECK_EQ_INT(wrongInts(r, sum[r], tail, pattern(nranks)), 0);
+  CHECK(oursOn(0) > ours0); /* ours ran: staging exists now */
+  long wrongRounds = 0;
+  for (int round = 0; round < 10; round++) {
+    const int byte = 2 + round;
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaMemsetAsync(buf[r], r == 0 ? byte : 0, big * sizeof(int32_t), streams[r]));
+      CUDA_OK(cudaMemsetAsync(sum[r], 0xff, tail * sizeof(int32_t), side[r]));
+      CUDA_OK(cudaDeviceSynchronize());
+    }
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaGraphLaunch(execs[r], streams[r]));
+    }
+    const uint64_t before = oursOn(0);
+    NCCL_OK(ncclGroupStart());
+    for (int r = 0; r < nranks; r++)
+      NCCL_OK(ncclAllReduce(buf[r] + big - tail, sum[r], tail, ncclInt32, ncclSum, comms[r], side[r]));
+    NCCL_OK(ncclGroupEnd());
+    CHECK(oursOn(0) > before);
+    long bad = 0;
+    for (int r = 0; r < nranks; r++) bad += wrongInts(r, sum[r], tail, pattern(byte * nranks));
+    wrongRounds += bad != 0;
+  }
+  printf("captured before staging: %ld of 10 rounds wrong\n", wrongRounds);
+  CHECK_EQ_INT(wrongRounds, 0);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaGraphExecDestroy(execs[r]));
+    CUDA_OK(cudaGraphDestroy(graphs[r]));
+    CUDA_OK(cudaFree(buf[r]));
+    CUDA_OK(cudaFree(sum[r]));
+  }
+}
+
+/* One group, two all-reduces of ours per rank: `a` on the rank's stream, `b` on a second one.
+ * NCCL runs a group as if every operation were posted on every stream of the group: `a` waits
+ * for the second stream's earlier work (a slow memset, then the copy that writes a's input),
+ * and the first stream's later work (a copy of b's output) waits for `b`. */
+static void groupOnTwoStreams(cudaStream_t* side) {
+  const size_t n = 1000, slowBytes = (size_t)1 << 30;
+  int32_t *inA[MAX_GPUS], *fresh[MAX_GPUS], *outA[MAX_GPUS], *inB[MAX_GPUS], *outB[MAX_GPUS];
+  int32_t* copyB[MAX_GPUS];
+  void* slow[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    int32_t** bufs[] = {&inA[r], &fresh[r], &outA[r], &inB[r], &outB[r], &copyB[r]};
+    for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++)
+      CUDA_OK(cudaMalloc((void**)bufs[k], n * sizeof(int32_t)));
+    CUDA_OK(cudaMalloc(&slow[r], slowBytes));
+  }
+  long wrongA = 0, wrongB = 0;
+  for (int round = 0; round < 10; round++) {
+    const int byteA = 1 + round, byteB = 20 + round;
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaMemset(inA[r], 0, n * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(fresh[r], byteA, n * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(inB[r], byteB, n * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(outA[r], 0xff, n * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(outB[r], 0xff, n * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(copyB[r], 0xff, n * sizeof(int32_t)));
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemsetAsync(slow[r], round, slowBytes, side[r]));
+      CUDA_OK(cudaMemcpyAsync(inA[r], fresh[r], n * sizeof(int32_t), cudaMemcpyDeviceToDevice, side[r]));
+    }
+    const uint64_t before = oursOn(0);
+    NCCL_OK(ncclGroupStart());
+    for (int r = 0; r < nranks; r++) {
+      NCCL_OK(ncclAllReduce(inA[r], outA[r], n, ncclInt32, ncclSum, comms[r], streams[r]));
+      NCCL_OK(ncclAllReduce(inB[r], outB[r], n, ncclInt32, ncclSum, comms[r], side[r]));
+    }
+    NCCL_OK(ncclGroupEnd());
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaMemcpyAsync(copyB[r], outB[r], n * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                              streams[r]));
+    }
+    CHECK_EQ_INT((int)(oursOn(0) - before), 2);
+    for (int r = 0; r < nranks; r++) {
+      wrongA += wrongInts(r, outA[r], n, pattern(byteA * nranks)) != 0;
+      wrongB += wrongInts(r, copyB[r], n, pattern(byteB * nranks)) != 0;
+    }
+  }
+  printf("group on two streams: a wrong on %ld, b's copy wrong on %ld of %d rank-rounds\n",
+         wrongA, wrongB, 10 * nranks);
+  CHECK_EQ_INT(wrongA, 0);
+  CHECK_EQ_INT(wrongB, 0);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    int32_t* bufs[] = {inA[r], fresh[r], outA[r], inB[r], outB[r], copyB[r]};
+    for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++) CUDA_OK(cudaFree(bufs[k]));
+    CUDA_OK(cudaFree(slow[r]));
+  }
+}
+
+/* Run first, while no staging exists. */
+static void runStreams(void) {
+  cudaStream_t side[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamCreateWithFlags(&side[r], cudaStreamNonBlocking));
+  }
+  capturedBeforeStaging(side);
+  groupOnTwoStreams(side);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamDestroy(side[r]));
+  }
+}
+
 int main(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
@@ -470,6 +653,7 @@ int main(int argc, char** argv) {
   else if (strcmp(mode, "nodes") == 0) runNodes();
   else if (strcmp(mode, "captures") == 0) runCaptures();
   else if (strcmp(mode, "reregister") == 0) runReregister();
+  else if (strcmp(mode, "streams") == 0) runStreams();
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     CHECK(0);
