@@ -238,8 +238,12 @@ ncclResult_t symmExchange(struct symmComm** comms, int n, int* inExchange,
     if (!prepared[i]) continue;
     struct exchangeSlot* x = &slots[i];
     struct symmComm* c = comms[i];
-    if (inExchange[i] && symmCommWaitIdle(c, -1) != ncclSuccess) {
-      WARN("symmetric memory: setup all-gather did not complete on rank %d", c->rank);
+    const ncclResult_t idle = inExchange[i] ? symmCommWaitIdle(c, -1) : ncclSuccess;
+    if (idle != ncclSuccess) {
+      /* A non-blocking communicator's all-gather reports a peer's failure here. */
+      WARN("symmetric memory: setup all-gather did not complete on rank %d (%d)", c->rank,
+           (int)idle);
+      realError[i] = idle;
       inExchange[i] = 0;
     }
     (void)cudaSetDevice(c->cudaDev);
