@@ -107,6 +107,16 @@ struct forwardedMark {
   struct symmCapture before;
 };
 
+/* An ordering failure around a forwarded call fails the communicator on every rank once staging
+ * exists (peers' kernels may wait for ours). Before that (a captured call ordered early), nothing
+ * of ours depends on it: the call's error is the answer, as NCCL's own launch failure would be,
+ * and the communicator stays as the real NCCL leaves it (failing only this rank would have it
+ * refuse calls its peers make). */
+static void failOrdering(struct symmComm* comm, ncclResult_t res) {
+  if (res != ncclSuccess && symmTransportLaunchPeers(comm) != NULL)
+    symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+}
+
 /* `before`: the stream as symmCaptureOf saw it before the real call (a capture's dependencies
  * are read again here). */
 static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stream,
@@ -116,7 +126,7 @@ static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stre
   pthread_mutex_lock(&comm->launchLock);
   if (res == ncclSuccess && symmTransportOrdersForwarded(comm, before->active))
     res = symmOrderAfter(&comm->order, stream, before);
-  if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+  failOrdering(comm, res);
   pthread_mutex_unlock(&comm->launchLock);
   symmDeviceLeave(saved);
   return res;
@@ -145,7 +155,7 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
       res = symmOrderBefore(&comm->order, stream, &s->capture);
       s->ordered = res == ncclSuccess;
     }
-    if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+    failOrdering(comm, res);
   }
   pthread_mutex_unlock(&comm->launchLock);
   return res;
