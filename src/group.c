@@ -141,54 +141,71 @@ static ncclResult_t park(struct deferredOp* op) {
   return ncclInProgress;
 }
 
-/* Joins the streams one communicator's operations in `ops` use (see symmOrderJoinStreams),
- * `before` they run or after: the anchor is the stream of its first operation, or of its last.
- * Only where ours run (staging mapped, healthy): elsewhere the real NCCL joined its own. A failure
- * fails the communicator on every rank, as any ordering failure does. */
-static void joinComm(struct deferredOp* ops, int n, int first, int before) {
-  struct symmComm* comm = ops[first].comm;
-  cudaStream_t anchor = ops[first].stream;
-  if (!before)
-    for (int k = first; k < n; k++)
-      if (ops[k].comm == comm && ops[k].hasStream) anchor = ops[k].stream;
-  cudaStream_t* others = malloc((size_t)n * sizeof(*others));
-  if (others == NULL) {
-    WARN("out of host memory joining a group's streams");
-    pthread_mutex_lock(&comm->launchLock);
-    symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
-    pthread_mutex_unlock(&comm->launchLock);
-    return;
-  }
+/* The streams of `comm`'s operations in `ops` from `first` on, other than `anchor` (each once):
+ * how many, written to `others` (room for n) when not NULL. */
+static int otherStreams(const struct deferredOp* ops, int n, int first, cudaStream_t anchor,
+                        cudaStream_t* others) {
   int m = 0;
   for (int k = first; k < n; k++) {
-    if (ops[k].comm != comm || !ops[k].hasStream || ops[k].stream == anchor) continue;
+    if (ops[k].comm != ops[first].comm || !ops[k].hasStream || ops[k].stream == anchor) continue;
+    if (others == NULL) return 1;
     int dup = 0;
     for (int j = 0; j < m && !dup; j++) dup = others[j] == ops[k].stream;
     if (!dup) others[m++] = ops[k].stream;
   }
-  if (m > 0) {
-    int saved = -1;
-    ncclResult_t res = symmDeviceEnter(comm, &saved);
-    pthread_mutex_lock(&comm->launchLock);
-    if (res == ncclSuccess && symmCommHealth(comm) == ncclSuccess &&
-        symmTransportLaunchPeers(comm) != NULL) {
-      res = symmOrderJoinStreams(&comm->order, anchor, others, m, before);
-      if (res != ncclSuccess) symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+  return m;
+}
+
+/* Whether every stream is uncaptured or all are captured by one graph (NCCL refuses a group
+ * that mixes them; a join across them would break the capture). */
+static int sameCapture(cudaStream_t anchor, const cudaStream_t* others, int m) {
+  struct symmCapture a, o;
+  if (symmCaptureOf(anchor, &a) != ncclSuccess) return 0;
+  for (int i = 0; i < m; i++)
+    if (symmCaptureOf(others[i], &o) != ncclSuccess || o.active != a.active || o.id != a.id)
+      return 0;
+  return 1;
+}
+
+/* Joins the streams `comm`'s operations in `ops` use (symmOrderJoinStreams), where ours order
+ * this communicator. A failure fails it on every rank once staging exists (peers' kernels may
+ * wait for ours); before that, nothing of ours depends on it and the real NCCL's calls go on. */
+static void joinComm(const struct deferredOp* ops, int n, int first) {
+  struct symmComm* comm = ops[first].comm;
+  const cudaStream_t anchor = ops[first].stream;
+  if (otherStreams(ops, n, first, anchor, NULL) == 0) return; /* one stream: nothing to join */
+  cudaStream_t* others = malloc((size_t)n * sizeof(*others));
+  int saved = -1;
+  ncclResult_t res = others == NULL ? ncclSystemError : symmDeviceEnter(comm, &saved);
+  if (others == NULL) WARN("out of host memory joining a group's streams");
+  pthread_mutex_lock(&comm->launchLock);
+  if (res == ncclSuccess && symmCommHealth(comm) == ncclSuccess &&
+      symmTransportOrdersForwarded(comm, 1)) {
+    const int m = otherStreams(ops, n, first, anchor, others);
+    if (sameCapture(anchor, others, m)) {
+      res = symmOrderJoinStreams(&comm->order, anchor, others, m);
+    } else {
+      static int told;
+      if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+        WARN("a group's streams on communicator %p are not all uncaptured or all in one capture "
+             "(NCCL refuses such a group): their order is not joined", (void*)comm->real);
     }
-    pthread_mutex_unlock(&comm->launchLock);
-    symmDeviceLeave(saved);
   }
+  if (res != ncclSuccess && symmTransportLaunchPeers(comm) != NULL)
+    symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+  pthread_mutex_unlock(&comm->launchLock);
+  symmDeviceLeave(saved);
   free(others);
 }
 
-/* joinComm for every communicator in `ops` whose operations (`selected`, or all when NULL)
- * are about to run or have run. */
-static void joinStreams(struct deferredOp* ops, int n, const int* selected, int before) {
+/* joinComm for every communicator of `ops` (but those of non-blocking communicators when
+ * `skipNonBlocking`: their operations are parked and joined when they run). */
+static void joinStreams(const struct deferredOp* ops, int n, int skipNonBlocking) {
   for (int i = 0; i < n; i++) {
-    if (!ops[i].hasStream || (selected != NULL && !selected[i])) continue;
+    if (!ops[i].hasStream || (skipNonBlocking && !ops[i].comm->config.blocking)) continue;
     int seen = 0;
     for (int k = 0; k < i && !seen; k++) seen = ops[k].comm == ops[i].comm && ops[k].hasStream;
-    if (!seen) joinComm(ops, n, i, before);
+    if (!seen) joinComm(ops, n, i);
   }
 }
 
@@ -215,13 +232,13 @@ ncclResult_t symmGroupRunParked(struct symmComm* comm) {
   /* NCCL's group has been launched: ours follow it on every stream, in call order. */
   runningParked = comm;
   ncclResult_t ours = ncclSuccess;
-  if (state == ncclSuccess) joinStreams(l->ops, l->count, NULL, 1);
   for (int i = 0; i < l->count; i++) {
     const ncclResult_t r = runOp(&l->ops[i], state == ncclSuccess);
     if (r != ncclSuccess && ours == ncclSuccess) ours = r;
   }
-  /* Every operation here is on `comm`, which our caller holds. */
-  if (state == ncclSuccess) joinStreams(l->ops, l->count, NULL, 0);
+  /* After them, every stream of the group waits for all (each op is on `comm`, which our
+   * caller holds). */
+  if (state == ncclSuccess) joinStreams(l->ops, l->count, 0);
   runningParked = NULL;
   __atomic_store_n(&comm->parked, NULL, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&comm->parkLock);
@@ -264,7 +281,7 @@ static void stageDeferred(const struct deferredOp* ops, int n) {
 /* Runs what the outermost group deferred: communicator setups, window mappings, then our
  * operations (deregistrations among them, in call order). `launch` = 0 when the real group did
  * not launch (it failed, or was only simulated): our launches are dropped too. */
-static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
+static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch, int simulated) {
   ncclResult_t res = ncclSuccess;
   const int groupOk = groupResult == ncclSuccess || groupResult == ncclInProgress;
   if (pendingCount > 0) {
@@ -309,23 +326,17 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
   /* A launch that falls back to the real NCCL (staging failed on every rank) is issued inside
    * one real group with the others, as one thread may drive several ranks. */
   const int regroup = launch && groupResult == ncclSuccess && nops > 1;
-  /* Operations that run now (the others are parked behind NCCL's group, which its own thread
-   * is still launching); the group's references stay held until the streams are joined. */
-  int* runNow = calloc((size_t)(nops > 0 ? nops : 1), sizeof(int));
-  const int join = launch && groupOk && runNow != NULL;
-  for (int i = 0; i < nops && runNow != NULL; i++) {
-    runNow[i] = !(launch && groupResult == ncclInProgress && !pendingOps[i].comm->config.blocking);
-    symmCommRetain(pendingOps[i].comm);
-  }
-  if (runNow == NULL) WARN("out of host memory: a group's streams are not joined");
-  if (join) joinStreams(pendingOps, nops, runNow, 1);
+  /* The group's references stay held until the streams are joined after the operations. */
+  const int parking = launch && groupResult == ncclInProgress;
+  const int join = launch && groupOk && !simulated;
+  for (int i = 0; i < nops && join; i++) symmCommRetain(pendingOps[i].comm);
   ncclResult_t ignored;
   if (regroup) SYMM_CALL_REAL(ignored, ncclGroupStart, ());
   for (int i = 0; i < nops; i++) {
     struct deferredOp* op = &pendingOps[i];
     ncclResult_t r;
-    if (launch && groupResult == ncclInProgress && !op->comm->config.blocking)
-      r = park(op);
+    if (parking && !op->comm->config.blocking)
+      r = park(op); /* behind NCCL's group, which its own thread is still launching */
     else
       r = runOp(op, launch && groupOk);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
@@ -334,9 +345,10 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch) {
     SYMM_CALL_REAL(ignored, ncclGroupEnd, ());
     if (ignored != ncclSuccess && res == ncclSuccess) res = ignored;
   }
-  if (join) joinStreams(pendingOps, nops, runNow, 0);
-  for (int i = 0; i < nops && runNow != NULL; i++) symmCommRelease(pendingOps[i].comm);
-  free(runNow);
+  /* Every stream of a communicator's operations waits for all of them (NCCL's "as if posted on
+   * every stream"); parked ones are joined when they run. */
+  if (join) joinStreams(pendingOps, nops, parking);
+  for (int i = 0; i < nops && join; i++) symmCommRelease(pendingOps[i].comm);
   return res;
 }
 
@@ -352,10 +364,14 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupStart, (void))
 SYMM_EXPORT ncclResult_t ncclGroupEnd(void) {
   SYMM_FORWARD_IF_CALLBACK(ncclGroupEnd, (), ncclSystemError);
   ncclResult_t res;
+  /* Before NCCL launches the group: every stream of a communicator's operations (ours and
+   * forwarded) waits for the work issued on all of them so far, as NCCL's launch does for the
+   * streams it is given (it is not given the streams of ours). Harmless if the group fails. */
+  if (groupDepth == 1) joinStreams(pendingOps, opCount, 0);
   SYMM_CALL_REAL(res, ncclGroupEnd, ());
   if (groupDepth > 0) groupDepth--;
   if (groupDepth > 0) return res;
-  ncclResult_t ours = flushDeferred(res, 1);
+  ncclResult_t ours = flushDeferred(res, 1, 0);
   return res != ncclSuccess ? res : ours;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupEnd, (void))
@@ -381,7 +397,7 @@ SYMM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
     else pendingOps[kept++] = pendingOps[i];
   }
   opCount = kept;
-  ncclResult_t ours = flushDeferred(res, 1);
+  ncclResult_t ours = flushDeferred(res, 1, 1);
   return res != ncclSuccess ? res : ours;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t* simInfo))

@@ -309,22 +309,20 @@ ncclResult_t symmOrderAfter(struct symmOrder* o, cudaStream_t stream,
 }
 
 ncclResult_t symmOrderJoinStreams(struct symmOrder* o, cudaStream_t anchor,
-                                  const cudaStream_t* others, int count, int before) {
+                                  const cudaStream_t* others, int count) {
   if (count == 0) return ncclSuccess;
   if (!o->joinCreated) {
     CUDACHECK(cudaEventCreateWithFlags(&o->joinEvent, cudaEventDisableTiming));
     o->joinCreated = 1;
   }
-  /* A wait takes the event's latest record at the time of the call, so one event serves all. */
-  if (before) {
-    for (int i = 0; i < count; i++) {
-      CUDACHECK(eventRecord(o->joinEvent, others[i]));
-      CUDACHECK(cudaStreamWaitEvent(anchor, o->joinEvent, 0));
-    }
-  } else {
-    CUDACHECK(eventRecord(o->joinEvent, anchor));
-    for (int i = 0; i < count; i++) CUDACHECK(cudaStreamWaitEvent(others[i], o->joinEvent, 0));
+  /* A wait takes the event's latest record at the time of the call, so one event serves all:
+   * the anchor waits for every other stream, then every other stream for the anchor. */
+  for (int i = 0; i < count; i++) {
+    CUDACHECK(eventRecord(o->joinEvent, others[i]));
+    CUDACHECK(cudaStreamWaitEvent(anchor, o->joinEvent, 0));
   }
+  CUDACHECK(eventRecord(o->joinEvent, anchor));
+  for (int i = 0; i < count; i++) CUDACHECK(cudaStreamWaitEvent(others[i], o->joinEvent, 0));
   return ncclSuccess;
 }
 

@@ -72,14 +72,13 @@ int symmOrderCaptureCount(const struct symmOrder* order);
 
 /* A group whose operations on this communicator use several streams: NCCL runs them as if
  * posted on every one of those streams (each waits for the work issued on all of them before
- * the group, and each stream's later work waits for all of them). Ours run one after another
- * through `event`, so joining the ends is enough: `before` (ahead of the first operation), the
- * `anchor` stream (the first operation's) waits for every stream in `others`; after the last
- * operation, every stream in `others` waits for the `anchor` (the last operation's). Eager or
- * all in one capture (record and wait become graph edges). Caller holds launchLock, device
- * current; errors are CUDA failures. */
+ * the group, and each stream's later work waits for all of them). The group joins its streams
+ * twice, before the real NCCL launches it and after the last operation: here every stream then
+ * waits for the work issued on all of them so far (`anchor` waits for each of `others`, then
+ * each of them for `anchor`). Eager, or all in one capture (record and wait become graph
+ * edges). Caller holds launchLock, device current; errors are CUDA failures. */
 ncclResult_t symmOrderJoinStreams(struct symmOrder* order, cudaStream_t anchor,
-                                  const cudaStream_t* others, int count, int before);
+                                  const cudaStream_t* others, int count);
 
 /* An event whose latest record follows every eager operation issued so far and every graph
  * replay launched after a capture of ours; NULL when nothing was ordered. Caller holds

@@ -12,7 +12,8 @@
  *                                 region was deregistered and another registered in its place
  *   test_one_thread streams       NCCL's order across streams: a graph of a forwarded broadcast
  *                                 captured before staging existed, replayed beside eager calls of
- *                                 ours on another stream; a group of ours on two streams */
+ *                                 ours on another stream; a group of ours on two streams; a
+ *                                 group of ours and a forwarded broadcast on two streams */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -23,6 +24,7 @@
 #include "comm.h"
 #include "harness.h"
 #include "nccl_api.h"
+#include "param.h"
 #include "transport.h"
 
 #define CUDA_OK(x) CHECK_EQ_INT((x), cudaSuccess)
@@ -569,7 +571,8 @@ static void groupOnTwoStreams(cudaStream_t* side) {
   }
   long wrongA = 0, wrongB = 0;
   for (int round = 0; round < 10; round++) {
-    const int byteA = 1 + round, byteB = 20 + round;
+    /* Sums of at most 8 ranks stay below 2^31. */
+    const int byteA = 1 + round, byteB = 5 + round;
     for (int r = 0; r < nranks; r++) {
       CUDA_OK(cudaSetDevice(r));
       CUDA_OK(cudaMemset(inA[r], 0, n * sizeof(int32_t)));
@@ -612,6 +615,77 @@ static void groupOnTwoStreams(cudaStream_t* side) {
   }
 }
 
+/* A group with an all-reduce of ours on the rank's stream and a forwarded broadcast (NCCL's) on
+ * a second stream. NCCL joins every stream of the group, before and after; the real NCCL is only
+ * given the broadcast's stream, so the library joins the other:
+ *  - the broadcast's buffer is written on the first stream behind a slow memset (the root's
+ *    value on rank 0, junk elsewhere): every rank must end with the root's value;
+ *  - the all-reduce is large (256 MiB, two-shot forced so that it is ours at any world size; far
+ *    longer than the broadcast): a copy of its output's last elements on the second stream after
+ *    the group must see them. */
+static void groupWithForwarded(cudaStream_t* side) {
+  const size_t n = 1000, big = (size_t)64 << 20, slowBytes = (size_t)1 << 30;
+  int32_t *bc[MAX_GPUS], *fresh[MAX_GPUS], *inA[MAX_GPUS], *outA[MAX_GPUS], *copyA[MAX_GPUS];
+  void* slow[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    int32_t** bufs[] = {&bc[r], &fresh[r], &copyA[r]};
+    for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++)
+      CUDA_OK(cudaMalloc((void**)bufs[k], n * sizeof(int32_t)));
+    CUDA_OK(cudaMalloc((void**)&inA[r], big * sizeof(int32_t)));
+    CUDA_OK(cudaMalloc((void**)&outA[r], big * sizeof(int32_t)));
+    CUDA_OK(cudaMalloc(&slow[r], slowBytes));
+  }
+  setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
+  symmParamResetAll();
+  long wrongBc = 0, wrongA = 0;
+  for (int round = 0; round < 10; round++) {
+    const int byteBc = 40 + round, byteA = 1 + round;
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaMemset(bc[r], 0, n * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(fresh[r], r == 0 ? byteBc : 7, n * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(inA[r], byteA, big * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(outA[r], 0xff, big * sizeof(int32_t)));
+      CUDA_OK(cudaMemset(copyA[r], 0xff, n * sizeof(int32_t)));
+      CUDA_OK(cudaDeviceSynchronize());
+      /* The broadcast's buffer, on the first stream, late. */
+      CUDA_OK(cudaMemsetAsync(slow[r], round, slowBytes, streams[r]));
+      CUDA_OK(cudaMemcpyAsync(bc[r], fresh[r], n * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                              streams[r]));
+    }
+    const uint64_t before = oursOn(0);
+    NCCL_OK(ncclGroupStart());
+    for (int r = 0; r < nranks; r++) {
+      NCCL_OK(ncclAllReduce(inA[r], outA[r], big, ncclInt32, ncclSum, comms[r], streams[r]));
+      NCCL_OK(ncclBroadcast(bc[r], bc[r], n, ncclInt32, 0, comms[r], side[r]));
+    }
+    NCCL_OK(ncclGroupEnd());
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaMemcpyAsync(copyA[r], outA[r] + big - n, n * sizeof(int32_t),
+                              cudaMemcpyDeviceToDevice, side[r]));
+    }
+    CHECK_EQ_INT((int)(oursOn(0) - before), 1);
+    for (int r = 0; r < nranks; r++) {
+      wrongBc += wrongInts(r, bc[r], n, pattern(byteBc)) != 0;
+      wrongA += wrongInts(r, copyA[r], n, pattern(byteA * nranks)) != 0;
+    }
+  }
+  unsetenv("SYMMCOLL_ALLREDUCE_ALGO");
+  symmParamResetAll();
+  printf("group with a forwarded call: broadcast wrong on %ld, all-reduce's copy wrong on %ld of "
+         "%d rank-rounds\n", wrongBc, wrongA, 10 * nranks);
+  CHECK_EQ_INT(wrongBc, 0);
+  CHECK_EQ_INT(wrongA, 0);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    int32_t* bufs[] = {bc[r], fresh[r], inA[r], outA[r], copyA[r]};
+    for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++) CUDA_OK(cudaFree(bufs[k]));
+    CUDA_OK(cudaFree(slow[r]));
+  }
+}
+
 /* Run first, while no staging exists. */
 static void runStreams(void) {
   cudaStream_t side[MAX_GPUS];
@@ -621,6 +695,7 @@ static void runStreams(void) {
   }
   capturedBeforeStaging(side);
   groupOnTwoStreams(side);
+  groupWithForwarded(side);
   for (int r = 0; r < nranks; r++) {
     CUDA_OK(cudaSetDevice(r));
     CUDA_OK(cudaStreamDestroy(side[r]));
