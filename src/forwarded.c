@@ -150,6 +150,7 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
   pthread_mutex_lock(&comm->launchLock);
   res = symmCommHealth(comm);
   if (res == ncclSuccess && symmTransportOrdersForwarded(comm, 1)) {
+    s->joinable = 1;
     res = symmCaptureOf(stream, &s->capture);
     if (res == ncclSuccess && symmTransportOrdersForwarded(comm, s->capture.active)) {
       res = symmOrderBefore(&comm->order, stream, &s->capture);
@@ -164,7 +165,18 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
 /* `realResult`: what the real call returned. On a non-blocking communicator the real NCCL puts
  * even a single call on the stream from its own thread, later (ncclInProgress): the order mark
  * then waits with the operations parked behind it and runs once the real NCCL says it is done. */
+static ncclResult_t runNothing(void* arg, int launch) {
+  (void)arg;
+  (void)launch;
+  return ncclSuccess;
+}
+
 static void forwardLeave(struct symmForwardScope* s, ncclResult_t realResult) {
+  if (!s->ordered && s->joinable && symmGroupDepth() > 0) {
+    /* Not ordered (eager, staging not built yet), but its stream is one of the group's: joined
+     * with the others at the group's end (a group may build staging and run ours). */
+    (void)symmGroupDeferOp(s->comm, SYMM_DEFERRED_FORWARDED, 0, &s->stream, runNothing, NULL);
+  }
   if (s->ordered) {
     const int grouped = symmGroupDepth() > 0;
     if (grouped || realResult == ncclInProgress) {

@@ -3,6 +3,7 @@
 #include "group.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "algos.h"
 #include "checks.h"
@@ -170,10 +171,10 @@ static int sameCapture(cudaStream_t anchor, const cudaStream_t* others, int m) {
 /* Joins the streams `comm`'s operations in `ops` use (symmOrderJoinStreams), where ours order
  * this communicator. A failure fails it on every rank once staging exists (peers' kernels may
  * wait for ours); before that, nothing of ours depends on it and the real NCCL's calls go on. */
-static void joinComm(const struct deferredOp* ops, int n, int first) {
+static ncclResult_t joinComm(const struct deferredOp* ops, int n, int first) {
   struct symmComm* comm = ops[first].comm;
   const cudaStream_t anchor = ops[first].stream;
-  if (otherStreams(ops, n, first, anchor, NULL) == 0) return; /* one stream: nothing to join */
+  if (otherStreams(ops, n, first, anchor, NULL) == 0) return ncclSuccess; /* one stream */
   cudaStream_t* others = malloc((size_t)n * sizeof(*others));
   int saved = -1;
   ncclResult_t res = others == NULL ? ncclSystemError : symmDeviceEnter(comm, &saved);
@@ -196,17 +197,56 @@ static void joinComm(const struct deferredOp* ops, int n, int first) {
   pthread_mutex_unlock(&comm->launchLock);
   symmDeviceLeave(saved);
   free(others);
+  return res;
 }
 
-/* joinComm for every communicator of `ops` (but those of non-blocking communicators when
- * `skipNonBlocking`: their operations are parked and joined when they run). */
-static void joinStreams(const struct deferredOp* ops, int n, int skipNonBlocking) {
+/* Whether ops[i] is the first operation with a stream of its communicator, and taken (those of
+ * non-blocking communicators are not when `skipNonBlocking`: they are parked, and joined when
+ * they run). */
+static int firstOfComm(const struct deferredOp* ops, int i, int skipNonBlocking) {
+  if (!ops[i].hasStream || (skipNonBlocking && !ops[i].comm->config.blocking)) return 0;
+  for (int k = 0; k < i; k++)
+    if (ops[k].comm == ops[i].comm && ops[k].hasStream) return 0;
+  return 1;
+}
+
+/* Whether some communicator's operations in `ops` use several streams. */
+static int needsJoin(const struct deferredOp* ops, int n, int skipNonBlocking) {
+  for (int i = 0; i < n; i++)
+    if (firstOfComm(ops, i, skipNonBlocking) && otherStreams(ops, n, i, ops[i].stream, NULL) > 0)
+      return 1;
+  return 0;
+}
+
+/* joinComm for every communicator of `ops`; the first failure. */
+static ncclResult_t joinStreams(const struct deferredOp* ops, int n, int skipNonBlocking) {
+  ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++) {
-    if (!ops[i].hasStream || (skipNonBlocking && !ops[i].comm->config.blocking)) continue;
-    int seen = 0;
-    for (int k = 0; k < i && !seen; k++) seen = ops[k].comm == ops[i].comm && ops[k].hasStream;
-    if (!seen) joinComm(ops, n, i);
+    if (!firstOfComm(ops, i, skipNonBlocking)) continue;
+    const ncclResult_t r = joinComm(ops, n, i);
+    if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
+  return res;
+}
+
+/* Moves the order marks of forwarded calls (the real NCCL has already put those calls on their
+ * streams) ahead of the rest, keeping each kind's call order: our launches then wait for them
+ * through the order event, so our kernels never run beside NCCL's kernels of the same group
+ * (NCCL runs a communicator's group as one launch; two kernels of one communicator resident
+ * at once on different ranks in a different order could each wait for SMs the other holds). */
+static void marksFirst(struct deferredOp* ops, int n) {
+  int marks = 0;
+  for (int i = 0; i < n; i++) marks += ops[i].kind == SYMM_DEFERRED_FORWARDED && ops[i].hasStream;
+  if (marks == 0 || marks == n) return;
+  struct deferredOp* sorted = malloc((size_t)n * sizeof(*sorted));
+  if (sorted == NULL) return; /* call order: only the overlap above is left */
+  int front = 0, back = marks;
+  for (int i = 0; i < n; i++) {
+    const int mark = ops[i].kind == SYMM_DEFERRED_FORWARDED && ops[i].hasStream;
+    sorted[mark ? front++ : back++] = ops[i];
+  }
+  memcpy(ops, sorted, (size_t)n * sizeof(*ops));
+  free(sorted);
 }
 
 void (*symmGroupParkedHook)(struct symmComm* comm);
@@ -238,7 +278,10 @@ ncclResult_t symmGroupRunParked(struct symmComm* comm) {
   }
   /* After them, every stream of the group waits for all (each op is on `comm`, which our
    * caller holds). */
-  if (state == ncclSuccess) joinStreams(l->ops, l->count, 0);
+  if (state == ncclSuccess) {
+    const ncclResult_t joined = joinStreams(l->ops, l->count, 0);
+    if (joined != ncclSuccess && ours == ncclSuccess) ours = joined;
+  }
   runningParked = NULL;
   __atomic_store_n(&comm->parked, NULL, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&comm->parkLock);
@@ -265,6 +308,7 @@ void symmGroupDropParked(struct symmComm* comm) {
  * group, in one batch (one thread may drive every rank). Non-blocking ones build it in their
  * background job, after their group. */
 static void stageDeferred(const struct deferredOp* ops, int n) {
+  if (n <= 0) return;
   struct symmComm** comms = calloc((size_t)n, sizeof(*comms));
   if (comms == NULL) return;
   int m = 0;
@@ -322,13 +366,14 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch, int simu
   }
   int nops = opCount;
   opCount = 0;
+  marksFirst(pendingOps, nops);
   if (launch && groupOk) stageDeferred(pendingOps, nops);
   /* A launch that falls back to the real NCCL (staging failed on every rank) is issued inside
    * one real group with the others, as one thread may drive several ranks. */
   const int regroup = launch && groupResult == ncclSuccess && nops > 1;
   /* The group's references stay held until the streams are joined after the operations. */
   const int parking = launch && groupResult == ncclInProgress;
-  const int join = launch && groupOk && !simulated;
+  const int join = launch && groupOk && !simulated && needsJoin(pendingOps, nops, parking);
   for (int i = 0; i < nops && join; i++) symmCommRetain(pendingOps[i].comm);
   ncclResult_t ignored;
   if (regroup) SYMM_CALL_REAL(ignored, ncclGroupStart, ());
@@ -347,7 +392,10 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch, int simu
   }
   /* Every stream of a communicator's operations waits for all of them (NCCL's "as if posted on
    * every stream"); parked ones are joined when they run. */
-  if (join) joinStreams(pendingOps, nops, parking);
+  if (join) {
+    const ncclResult_t joined = joinStreams(pendingOps, nops, parking);
+    if (joined != ncclSuccess && res == ncclSuccess) res = joined;
+  }
   for (int i = 0; i < nops && join; i++) symmCommRelease(pendingOps[i].comm);
   return res;
 }
@@ -367,11 +415,12 @@ SYMM_EXPORT ncclResult_t ncclGroupEnd(void) {
   /* Before NCCL launches the group: every stream of a communicator's operations (ours and
    * forwarded) waits for the work issued on all of them so far, as NCCL's launch does for the
    * streams it is given (it is not given the streams of ours). Harmless if the group fails. */
-  if (groupDepth == 1) joinStreams(pendingOps, opCount, 0);
+  const ncclResult_t joined = groupDepth == 1 ? joinStreams(pendingOps, opCount, 0) : ncclSuccess;
   SYMM_CALL_REAL(res, ncclGroupEnd, ());
   if (groupDepth > 0) groupDepth--;
   if (groupDepth > 0) return res;
   ncclResult_t ours = flushDeferred(res, 1, 0);
+  if (ours == ncclSuccess) ours = joined;
   return res != ncclSuccess ? res : ours;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupEnd, (void))

@@ -38,6 +38,7 @@ struct symmForwardScope {
   struct symmComm* comm; /* NULL: not ours, nothing to do */
   cudaStream_t stream;
   int ordered;
+  int joinable; /* ours may run on the communicator: its stream joins a group's (group.c) */
   int savedDev;               /* the caller's device, restored at the end (-1: unchanged) */
   struct symmCapture capture; /* the stream before the real call */
 };

@@ -127,11 +127,14 @@ static void testArgumentErrors(void) {
 /* A deferred operation that records how it was run. */
 struct probe {
   int runs, launched;
+  int order; /* when it last ran (probeClock) */
 };
+static int probeClock;
 static ncclResult_t probeRun(void* arg, int launch) {
   struct probe* p = arg;
   p->runs++;
   p->launched += launch;
+  p->order = ++probeClock;
   return ncclSuccess;
 }
 
@@ -170,9 +173,32 @@ static void testGroups(void) {
   CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, c->real, NULL), ncclSuccess);
   CHECK_EQ_INT(callCount(), before + 1);
 
+  /* A forwarded call's order mark runs before our launches of the group, whatever the call
+   * order (the real NCCL already put its kernel on the stream: ours then follow it), and the
+   * rest keep their call order (a deregistration after the launch before it). Two streams, so
+   * the group also joins them (no transport here: nothing to do on the CPU). */
+  memset(&ours, 0, sizeof(ours));
+  memset(&marker, 0, sizeof(marker));
+  memset(&unreg, 0, sizeof(unreg));
+  struct probe ours2 = {0};
+  cudaStream_t s1 = (cudaStream_t)(uintptr_t)0x10, s2 = (cudaStream_t)(uintptr_t)0x20;
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, &s1, probeRun, &ours), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_UNREGISTER, 0, NULL, probeRun, &unreg), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, &s2, probeRun, &ours2), ncclSuccess);
+  CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_FORWARDED, 0, &s2, probeRun, &marker), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  CHECK_EQ_INT(marker.launched, 1);
+  CHECK_EQ_INT(ours.launched, 1);
+  CHECK_EQ_INT(ours2.launched, 1);
+  CHECK_EQ_INT(unreg.launched, 1);
+  CHECK(marker.order < ours.order && ours.order < unreg.order && unreg.order < ours2.order);
+  CHECK_EQ_INT(symmFailureGet(&c->failure), ncclSuccess);
+
   /* The real ncclGroupEnd fails: our launch is dropped and its communicator fails (its peers'
    * kernels would wait for ours); deregistrations and ordering marks still run. */
   memset(&ours, 0, sizeof(ours));
+  memset(&marker, 0, sizeof(marker));
   memset(&unreg, 0, sizeof(unreg));
   CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   CHECK_EQ_INT(symmGroupDeferOp(c, SYMM_DEFERRED_LAUNCH, 0, NULL, probeRun, &ours), ncclSuccess);

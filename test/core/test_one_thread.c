@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "harness.h"
@@ -468,6 +469,12 @@ static long wrongInts(int r, const int32_t* dev, size_t count, int32_t want) {
   return bad;
 }
 
+/* Holds a stream for 20 ms (a host function: the same delay on every GPU, whatever its speed). */
+static void CUDART_CB holdStream(void* unused) {
+  (void)unused;
+  usleep(20000);
+}
+
 /* A broadcast (always forwarded) captured while no staging exists yet, then staging built by an
  * eager all-reduce of ours on a second stream. Each replay of the broadcast's graph is followed
  * at once by our all-reduce, on the second stream, of the broadcast's last elements (written
@@ -555,19 +562,17 @@ static void capturedBeforeStaging(cudaStream_t* side) {
 
 /* One group, two all-reduces of ours per rank: `a` on the rank's stream, `b` on a second one.
  * NCCL runs a group as if every operation were posted on every stream of the group: `a` waits
- * for the second stream's earlier work (a slow memset, then the copy that writes a's input),
+ * for the second stream's earlier work (a 20 ms hold, then the copy that writes a's input),
  * and the first stream's later work (a copy of b's output) waits for `b`. */
 static void groupOnTwoStreams(cudaStream_t* side) {
-  const size_t n = 1000, slowBytes = (size_t)1 << 30;
+  const size_t n = 1000;
   int32_t *inA[MAX_GPUS], *fresh[MAX_GPUS], *outA[MAX_GPUS], *inB[MAX_GPUS], *outB[MAX_GPUS];
   int32_t* copyB[MAX_GPUS];
-  void* slow[MAX_GPUS];
   for (int r = 0; r < nranks; r++) {
     CUDA_OK(cudaSetDevice(r));
     int32_t** bufs[] = {&inA[r], &fresh[r], &outA[r], &inB[r], &outB[r], &copyB[r]};
     for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++)
       CUDA_OK(cudaMalloc((void**)bufs[k], n * sizeof(int32_t)));
-    CUDA_OK(cudaMalloc(&slow[r], slowBytes));
   }
   long wrongA = 0, wrongB = 0;
   for (int round = 0; round < 10; round++) {
@@ -582,7 +587,11 @@ static void groupOnTwoStreams(cudaStream_t* side) {
       CUDA_OK(cudaMemset(outB[r], 0xff, n * sizeof(int32_t)));
       CUDA_OK(cudaMemset(copyB[r], 0xff, n * sizeof(int32_t)));
       CUDA_OK(cudaDeviceSynchronize());
-      CUDA_OK(cudaMemsetAsync(slow[r], round, slowBytes, side[r]));
+    }
+    /* Late on every rank at once: each second stream holds for 20 ms, then writes a's input. */
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaLaunchHostFunc(side[r], holdStream, NULL));
       CUDA_OK(cudaMemcpyAsync(inA[r], fresh[r], n * sizeof(int32_t), cudaMemcpyDeviceToDevice, side[r]));
     }
     const uint64_t before = oursOn(0);
@@ -611,22 +620,20 @@ static void groupOnTwoStreams(cudaStream_t* side) {
     CUDA_OK(cudaSetDevice(r));
     int32_t* bufs[] = {inA[r], fresh[r], outA[r], inB[r], outB[r], copyB[r]};
     for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++) CUDA_OK(cudaFree(bufs[k]));
-    CUDA_OK(cudaFree(slow[r]));
   }
 }
 
 /* A group with an all-reduce of ours on the rank's stream and a forwarded broadcast (NCCL's) on
  * a second stream. NCCL joins every stream of the group, before and after; the real NCCL is only
  * given the broadcast's stream, so the library joins the other:
- *  - the broadcast's buffer is written on the first stream behind a slow memset (the root's
+ *  - the broadcast's buffer is written on the first stream behind a 20 ms hold (the root's
  *    value on rank 0, junk elsewhere): every rank must end with the root's value;
  *  - the all-reduce is large (256 MiB, two-shot forced so that it is ours at any world size; far
  *    longer than the broadcast): a copy of its output's last elements on the second stream after
  *    the group must see them. */
 static void groupWithForwarded(cudaStream_t* side) {
-  const size_t n = 1000, big = (size_t)64 << 20, slowBytes = (size_t)1 << 30;
+  const size_t n = 1000, big = (size_t)64 << 20;
   int32_t *bc[MAX_GPUS], *fresh[MAX_GPUS], *inA[MAX_GPUS], *outA[MAX_GPUS], *copyA[MAX_GPUS];
-  void* slow[MAX_GPUS];
   for (int r = 0; r < nranks; r++) {
     CUDA_OK(cudaSetDevice(r));
     int32_t** bufs[] = {&bc[r], &fresh[r], &copyA[r]};
@@ -634,7 +641,6 @@ static void groupWithForwarded(cudaStream_t* side) {
       CUDA_OK(cudaMalloc((void**)bufs[k], n * sizeof(int32_t)));
     CUDA_OK(cudaMalloc((void**)&inA[r], big * sizeof(int32_t)));
     CUDA_OK(cudaMalloc((void**)&outA[r], big * sizeof(int32_t)));
-    CUDA_OK(cudaMalloc(&slow[r], slowBytes));
   }
   setenv("SYMMCOLL_ALLREDUCE_ALGO", "twoshot", 1);
   symmParamResetAll();
@@ -649,8 +655,11 @@ static void groupWithForwarded(cudaStream_t* side) {
       CUDA_OK(cudaMemset(outA[r], 0xff, big * sizeof(int32_t)));
       CUDA_OK(cudaMemset(copyA[r], 0xff, n * sizeof(int32_t)));
       CUDA_OK(cudaDeviceSynchronize());
-      /* The broadcast's buffer, on the first stream, late. */
-      CUDA_OK(cudaMemsetAsync(slow[r], round, slowBytes, streams[r]));
+    }
+    /* The broadcast's buffer, on the first streams, late on every rank at once. */
+    for (int r = 0; r < nranks; r++) {
+      CUDA_OK(cudaSetDevice(r));
+      CUDA_OK(cudaLaunchHostFunc(streams[r], holdStream, NULL));
       CUDA_OK(cudaMemcpyAsync(bc[r], fresh[r], n * sizeof(int32_t), cudaMemcpyDeviceToDevice,
                               streams[r]));
     }
@@ -682,7 +691,6 @@ static void groupWithForwarded(cudaStream_t* side) {
     CUDA_OK(cudaSetDevice(r));
     int32_t* bufs[] = {bc[r], fresh[r], inA[r], outA[r], copyA[r]};
     for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++) CUDA_OK(cudaFree(bufs[k]));
-    CUDA_OK(cudaFree(slow[r]));
   }
 }
 
