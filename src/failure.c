@@ -46,6 +46,11 @@ void symmCommFail(struct symmComm* comm, uint32_t bits, int tellPeers) {
   if (tellPeers) symmTransportTellPeers(comm, SYMM_ERR_LAUNCH);
 }
 
+void symmCommFailOrdering(struct symmComm* comm, ncclResult_t res) {
+  if (res != ncclSuccess && symmTransportLaunchPeers(comm) != NULL)
+    symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+}
+
 ncclResult_t symmCommHealth(struct symmComm* comm) {
   const ncclResult_t ours = symmFailureGet(&comm->failure);
   if (ours != ncclSuccess) return ours;

@@ -107,16 +107,6 @@ struct forwardedMark {
   struct symmCapture before;
 };
 
-/* An ordering failure around a forwarded call fails the communicator on every rank once staging
- * exists (peers' kernels may wait for ours). Before that (a captured call ordered early), nothing
- * of ours depends on it: the call's error is the answer, as NCCL's own launch failure would be,
- * and the communicator stays as the real NCCL leaves it (failing only this rank would have it
- * refuse calls its peers make). */
-static void failOrdering(struct symmComm* comm, ncclResult_t res) {
-  if (res != ncclSuccess && symmTransportLaunchPeers(comm) != NULL)
-    symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
-}
-
 /* `before`: the stream as symmCaptureOf saw it before the real call (a capture's dependencies
  * are read again here). */
 static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stream,
@@ -126,7 +116,7 @@ static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stre
   pthread_mutex_lock(&comm->launchLock);
   if (res == ncclSuccess && symmTransportOrdersForwarded(comm, before->active))
     res = symmOrderAfter(&comm->order, stream, before);
-  failOrdering(comm, res);
+  symmCommFailOrdering(comm, res);
   pthread_mutex_unlock(&comm->launchLock);
   symmDeviceLeave(saved);
   return res;
@@ -156,21 +146,21 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
       res = symmOrderBefore(&comm->order, stream, &s->capture);
       s->ordered = res == ncclSuccess;
     }
-    failOrdering(comm, res);
+    symmCommFailOrdering(comm, res);
   }
   pthread_mutex_unlock(&comm->launchLock);
   return res;
 }
 
-/* `realResult`: what the real call returned. On a non-blocking communicator the real NCCL puts
- * even a single call on the stream from its own thread, later (ncclInProgress): the order mark
- * then waits with the operations parked behind it and runs once the real NCCL says it is done. */
 static ncclResult_t runNothing(void* arg, int launch) {
   (void)arg;
   (void)launch;
   return ncclSuccess;
 }
 
+/* `realResult`: what the real call returned. On a non-blocking communicator the real NCCL puts
+ * even a single call on the stream from its own thread, later (ncclInProgress): the order mark
+ * then waits with the operations parked behind it and runs once the real NCCL says it is done. */
 static void forwardLeave(struct symmForwardScope* s, ncclResult_t realResult) {
   if (!s->ordered && s->joinable && symmGroupDepth() > 0) {
     /* Not ordered (eager, staging not built yet), but its stream is one of the group's: joined

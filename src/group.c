@@ -169,8 +169,7 @@ static int sameCapture(cudaStream_t anchor, const cudaStream_t* others, int m) {
 }
 
 /* Joins the streams `comm`'s operations in `ops` use (symmOrderJoinStreams), where ours order
- * this communicator. A failure fails it on every rank once staging exists (peers' kernels may
- * wait for ours); before that, nothing of ours depends on it and the real NCCL's calls go on. */
+ * this communicator; a failure as symmCommFailOrdering says. */
 static ncclResult_t joinComm(const struct deferredOp* ops, int n, int first) {
   struct symmComm* comm = ops[first].comm;
   const cudaStream_t anchor = ops[first].stream;
@@ -192,8 +191,7 @@ static ncclResult_t joinComm(const struct deferredOp* ops, int n, int first) {
              "(NCCL refuses such a group): their order is not joined", (void*)comm->real);
     }
   }
-  if (res != ncclSuccess && symmTransportLaunchPeers(comm) != NULL)
-    symmCommFail(comm, SYMM_ERR_LAUNCH, 1);
+  symmCommFailOrdering(comm, res);
   pthread_mutex_unlock(&comm->launchLock);
   symmDeviceLeave(saved);
   free(others);
@@ -234,16 +232,19 @@ static ncclResult_t joinStreams(const struct deferredOp* ops, int n, int skipNon
  * through the order event, so our kernels never run beside NCCL's kernels of the same group
  * (NCCL runs a communicator's group as one launch; two kernels of one communicator resident
  * at once on different ranks in a different order could each wait for SMs the other holds). */
+static int isOrderMark(const struct deferredOp* op) {
+  return op->kind == SYMM_DEFERRED_FORWARDED && op->hasStream;
+}
+
 static void marksFirst(struct deferredOp* ops, int n) {
   int marks = 0;
-  for (int i = 0; i < n; i++) marks += ops[i].kind == SYMM_DEFERRED_FORWARDED && ops[i].hasStream;
+  for (int i = 0; i < n; i++) marks += isOrderMark(&ops[i]);
   if (marks == 0 || marks == n) return;
   struct deferredOp* sorted = malloc((size_t)n * sizeof(*sorted));
   if (sorted == NULL) return; /* call order: only the overlap above is left */
   int front = 0, back = marks;
   for (int i = 0; i < n; i++) {
-    const int mark = ops[i].kind == SYMM_DEFERRED_FORWARDED && ops[i].hasStream;
-    sorted[mark ? front++ : back++] = ops[i];
+    sorted[isOrderMark(&ops[i]) ? front++ : back++] = ops[i];
   }
   memcpy(ops, sorted, (size_t)n * sizeof(*ops));
   free(sorted);

@@ -32,6 +32,14 @@ ncclResult_t symmFailureCombine(ncclResult_t real, ncclResult_t ours);
  * without, it only records and logs, lock-free). */
 void symmCommFail(struct symmComm* comm, uint32_t bits, int tellPeers);
 
+/* A failure to order our operations or forwarded calls (`res`, ncclSuccess: nothing): once
+ * staging exists it fails `comm` on every rank (symmCommFail with tellPeers: peers' kernels may
+ * wait for ours). Before that nothing of ours depends on it: the caller's error is the answer,
+ * as NCCL's own launch failure would be (failing this rank alone would have it refuse calls its
+ * peers still make, and peers hear of failures only through staging's pads). Caller holds
+ * comm->launchLock. */
+void symmCommFailOrdering(struct symmComm* comm, ncclResult_t res);
+
 /* The per-call check (caller holds comm->launchLock, or transportLock, which also keeps the
  * transport while it reads): our recorded failure, else a kernel's error word, which then fails
  * the communicator. ncclSuccess while healthy. */
