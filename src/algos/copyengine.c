@@ -16,6 +16,7 @@
 #include "cudriver.h"
 #include "checks.h"
 #include "debug.h"
+#include "order.h"
 #include "param.h"
 
 SYMMCOLL_PARAM_FULL(CeRoundBytes, "CE_ROUND_BYTES", 0, 0, INT64_MAX, SYMM_PARAM_AGREED,
@@ -75,25 +76,47 @@ static ncclResult_t copyAsync(void* dst, const void* src, size_t bytes, cudaStre
   return ncclSuccess;
 }
 
-/* Our own part (input -> its slot of our output) goes on the side stream, beside the barriers
- * and peer copies of the call's stream, so another copy engine moves it at the same time. Only
- * our stream order matters for it (no peer reads or writes that slot); the call's stream waits
- * for it before it returns. Without a side stream (a launcher that gives none) it copies in
- * line. *forked says whether joinOwnPart has something to join. */
+/* Where our own part went: joinOwnPart makes the call's stream wait for it. */
+struct ownPart {
+  int forked;           /* eager: copied on the side stream */
+  cudaGraphNode_t node; /* captured: the copy's node in the capture's graph */
+};
+
+/* Our own part (input -> its slot of our output) is copied beside the barriers and peer copies
+ * of the call's stream, so another copy engine moves it at the same time. Only our stream order
+ * matters for it (no peer reads or writes that slot); the call's stream waits for it before the
+ * call returns. Eager: on the side stream, forked from the call's stream by an event (without a
+ * side stream, a launcher that gives none, in line). Captured: a memcpy node added to the
+ * capture's graph after the stream's current dependencies, never the side stream: a stream
+ * forked into a capture stays in it until the capture ends, so another call on this
+ * communicator meanwhile (eager on another stream, or in another capture) would put its
+ * own-part copy into this capture, or be refused and break it. */
 static ncclResult_t forkOwnPart(const struct symmSideStream* side, void* dst, const void* src,
-                                size_t bytes, cudaStream_t stream, int* forked) {
-  *forked = 0;
+                                size_t bytes, cudaStream_t stream, struct ownPart* own) {
+  memset(own, 0, sizeof(*own));
   if (bytes == 0 || dst == src) return ncclSuccess;
+  struct symmCapture cap;
+  NCCLCHECK(symmCaptureOf(stream, &cap));
+  if (cap.active) {
+    cudaGraphNode_t node;
+    CUDACHECK(cudaGraphAddMemcpyNode1D(&node, cap.graph, cap.deps, cap.ndeps, dst, src, bytes,
+                                       cudaMemcpyDeviceToDevice));
+    own->node = node;
+    return ncclSuccess;
+  }
   if (side->stream == NULL) return copyAsync(dst, src, bytes, stream);
   CUDACHECK(cudaEventRecord(side->fork, stream));
   CUDACHECK(cudaStreamWaitEvent(side->stream, side->fork, 0));
-  *forked = 1;
+  own->forked = 1;
   return copyAsync(dst, src, bytes, side->stream);
 }
 
-/* Also after an error: a capture must not end with the side stream unjoined. */
-static ncclResult_t joinOwnPart(const struct symmSideStream* side, int forked, cudaStream_t stream) {
-  if (!forked) return ncclSuccess;
+/* Also after an error, so that the stream's later work still follows the copy. Captured, the
+ * node joins the stream's dependencies (the barrier's last node stays there too). */
+static ncclResult_t joinOwnPart(const struct symmSideStream* side, const struct ownPart* own,
+                                cudaStream_t stream) {
+  if (own->node != NULL) return symmCaptureAddDependency(stream, own->node);
+  if (!own->forked) return ncclSuccess;
   CUDACHECK(cudaEventRecord(side->join, side->stream));
   CUDACHECK(cudaStreamWaitEvent(stream, side->join, 0));
   return ncclSuccess;
@@ -148,11 +171,11 @@ ncclResult_t symmCopyEngineAllGather(const struct symmLaunch* call, const struct
   NCCLCHECK(symmCuLoad());
   const size_t share = call->count * symmTypeSize(call->datatype);
   /* Ours is recvbuff itself with windows too; in place it already holds the input. */
-  int forked = 0;
+  struct ownPart own;
   ncclResult_t res = forkOwnPart(&call->side, (char*)call->recvbuff + (size_t)peers->rank * share,
-                                 call->sendbuff, share, stream, &forked);
+                                 call->sendbuff, share, stream, &own);
   if (res == ncclSuccess) res = peerParts(call, peers, stagingArea, stream);
-  const ncclResult_t joined = joinOwnPart(&call->side, forked, stream);
+  const ncclResult_t joined = joinOwnPart(&call->side, &own, stream);
   return res != ncclSuccess ? res : joined;
 }
 

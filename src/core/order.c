@@ -110,6 +110,12 @@ ncclResult_t symmCaptureOf(cudaStream_t stream, struct symmCapture* out) {
   return ncclSuccess;
 }
 
+ncclResult_t symmCaptureAddDependency(cudaStream_t stream, cudaGraphNode_t node) {
+  CUDACHECK(cudaStreamUpdateCaptureDependencies(stream, &node, NULL, 1,
+                                                cudaStreamAddCaptureDependencies));
+  return ncclSuccess;
+}
+
 /* ---- the capture list (no CUDA) ----------------------------------------------------------- */
 
 static void releaseState(struct symmCaptureState* c) {

@@ -16,7 +16,8 @@ extern "C" {
 #endif
 
 /* A second stream of this rank's transport (non-blocking, same device) and two events to fork
- * work of a call onto it and join it back; in a capture they become graph edges. */
+ * work of an eager call onto it and join it back. Never used under capture: a stream forked into
+ * a capture stays in it until the capture ends (src/algos/copyengine.c). */
 struct symmSideStream {
   cudaStream_t stream;
   cudaEvent_t fork, join;
@@ -51,8 +52,8 @@ struct symmLaunch {
   /* Launch with programmatic stream serialization (src/algos/sync.cuh, kernelEntry): the
    * SYMMCOLL_PDL knob and every rank sm_90 or newer. */
   int pdl;
-  /* The transport's side stream (the copy-engine all-gather copies our own part there, beside
-   * the peer copies). Not a decision: host resources only. */
+  /* The transport's side stream (an eager copy-engine all-gather copies our own part there,
+   * beside the peer copies). Not a decision: host resources only. */
   struct symmSideStream side;
 };
 

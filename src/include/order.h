@@ -23,6 +23,12 @@ struct symmCapture {
 };
 ncclResult_t symmCaptureOf(cudaStream_t stream, struct symmCapture* out);
 
+/* Captured: the stream's next work also waits for `node`, a node added to the capture's graph
+ * directly; its other dependencies stay. How a call runs work beside its stream inside a capture
+ * without a second stream: a stream forked into a capture by an event stays in that capture until
+ * it ends, so no other call could use that stream meanwhile. Errors are CUDA failures. */
+ncclResult_t symmCaptureAddDependency(cudaStream_t stream, cudaGraphNode_t node);
+
 /* What an operation must do before it (bits), decided from the order state alone:
  *  - eager, same stream as the previous operation and no graph ever captured: nothing (the stream
  *    orders it; the common case costs no CUDA call);

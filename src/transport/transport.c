@@ -106,8 +106,8 @@ void symmTransportFree(struct symmTransport* t) {
     (void)cudaStreamDestroy(t->ctl);
   }
   if (t->readback != NULL) (void)cudaEventDestroy(t->readback);
-  /* Captured graphs hold edges, not these handles; eager work still queued on the side stream
-   * finishes before CUDA frees it. */
+  /* Only eager calls use them (captured ones add a graph node instead); eager work still queued
+   * on the side stream finishes before CUDA frees it. */
   if (t->side.stream != NULL) (void)cudaStreamDestroy(t->side.stream);
   if (t->side.fork != NULL) (void)cudaEventDestroy(t->side.fork);
   if (t->side.join != NULL) (void)cudaEventDestroy(t->side.join);

@@ -54,7 +54,7 @@
  * pair, plain and windows, picks the same (tune_2xH100_NV18_1M.txt; with windows the float
  * reduce-scatter tied at 2 MiB, 9.82 us each, kept at 1 MiB); the H200 pair, which takes these
  * rows too, was not measured at 1 MiB since. Windowed all-gathers above
- * 512 MiB take the copy engine (since its own part moves on a side stream): on 2x H100 NV18,
+ * 512 MiB take the copy engine (since its own part moves beside the peer copies): on 2x H100 NV18,
  * bf16 graphs -R 2, it took 1391 us at 1 GiB against the push's 1478 (386 against 363 GB/s)
  * but 765 against 743 at 512 MiB and lost at every smaller size (16 MiB-256 MiB).
  *
