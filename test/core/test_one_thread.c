@@ -13,7 +13,10 @@
  *   test_one_thread streams       NCCL's order across streams: a graph of a forwarded broadcast
  *                                 captured before staging existed, replayed beside eager calls of
  *                                 ours on another stream; a group of ours on two streams; a
- *                                 group of ours and a forwarded broadcast on two streams */
+ *                                 group of ours and a forwarded broadcast on two streams
+ *   test_one_thread ce-captures   (SYMMCOLL_ALLGATHER_ALGO=ce) copy-engine all-gathers in two
+ *                                 open captures and eagerly beside them: results of replays and
+ *                                 of the eager calls */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -710,6 +713,206 @@ static void runStreams(void) {
   }
 }
 
+/* ---- copy-engine captures ------------------------------------------------------------------- */
+
+/* Kernel and memcpy nodes of a graph. */
+static void nodeKinds(cudaGraph_t g, size_t* kernels, size_t* memcpys) {
+  size_t n = nodesOf(g);
+  cudaGraphNode_t* nodes = malloc((n > 0 ? n : 1) * sizeof(*nodes));
+  CHECK(nodes != NULL);
+  *kernels = *memcpys = 0;
+  if (nodes == NULL) return;
+  CUDA_OK(cudaGraphGetNodes(g, nodes, &n));
+  for (size_t i = 0; i < n; i++) {
+    enum cudaGraphNodeType type;
+    CUDA_OK(cudaGraphNodeGetType(nodes[i], &type));
+    *kernels += type == cudaGraphNodeTypeKernel;
+    *memcpys += type == cudaGraphNodeTypeMemcpy;
+  }
+  free(nodes);
+}
+
+/* A salt for fresh inputs: random, and another pattern than the call's last one (value() repeats
+ * every 13 elements), so that a copy left out shows a stale value as well as the poison. */
+static void freshSalt(struct call* c, unsigned* seed) {
+  const int last = c->salt % 13;
+  do {
+    c->salt = (int)(rand_r(seed) % 100000);
+  } while (c->salt % 13 == last);
+}
+
+/* The calls' fresh inputs and poisoned outputs, on `on` (each rank's stream). */
+static void prepareOn(struct call* calls, int n, cudaStream_t* on, unsigned* seed) {
+  cudaStream_t saved[MAX_GPUS];
+  memcpy(saved, streams, sizeof(saved));
+  memcpy(streams, on, sizeof(saved));
+  for (int k = 0; k < n; k++) {
+    freshSalt(&calls[k], seed);
+    prepare(&calls[k]);
+  }
+  memcpy(streams, saved, sizeof(saved));
+}
+
+/* Wrong elements of the calls' outputs, once `on` has drained. */
+static long wrongOn(struct call* calls, int n, cudaStream_t* on) {
+  cudaStream_t saved[MAX_GPUS];
+  memcpy(saved, streams, sizeof(saved));
+  memcpy(streams, on, sizeof(saved));
+  long wrong = 0;
+  for (int k = 0; k < n; k++) wrong += wrongOf(&calls[k]);
+  memcpy(streams, saved, sizeof(saved));
+  return wrong;
+}
+
+/* Issues the calls on `on` (every rank, one group per call). */
+static void issueOn(struct call* calls, int n, cudaStream_t* on) {
+  cudaStream_t saved[MAX_GPUS];
+  memcpy(saved, streams, sizeof(saved));
+  memcpy(streams, on, sizeof(saved));
+  for (int k = 0; k < n; k++) {
+    const uint64_t before = oursOn(0);
+    issueAll(&calls[k]);
+    CHECK(oursOn(0) > before); /* ours, not forwarded */
+  }
+  memcpy(streams, saved, sizeof(saved));
+}
+
+/* Eager calls on `on`, checked: wrong elements. */
+static long eagerOn(struct call* calls, int n, cudaStream_t* on, unsigned* seed) {
+  prepareOn(calls, n, on, seed);
+  issueOn(calls, n, on);
+  return wrongOn(calls, n, on);
+}
+
+static void launchOn(cudaGraphExec_t* execs, cudaStream_t* on) {
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaGraphLaunch(execs[r], on[r]));
+  }
+}
+
+/* Run with SYMMCOLL_ALLGATHER_ALGO=ce. The copy-engine all-gather copies our own part beside its
+ * stream; eager calls do it on the transport's side stream, which a capture must not take: a
+ * stream forked into a capture stays in it until the capture ends. On every rank: capture A on
+ * s1 gets an all-gather; while it is open, an eager all-gather on s2 (checked at once) and
+ * capture B on s3 with another one, then A's second call and B's second; B ends, then A. Both
+ * graphs are replayed (each alone, or both launched before either is checked) with fresh inputs
+ * and poisoned outputs, every output checked; then eager calls again. Odd counts, in place and
+ * out of place (only out of place copies our part: in place it is there already). */
+static void runCeCaptures(void) {
+  enum { PER = 2, REPLAYS = 6 };
+  const size_t countA[PER] = {4097, 33}, countB[PER] = {1001, 65537}, countE[PER] = {255, 7};
+  struct call a[PER], b[PER], e[PER];
+  for (int k = 0; k < PER; k++) {
+    struct call* all[] = {&a[k], &b[k], &e[k]};
+    const size_t cnt[] = {countA[k], countB[k], countE[k]};
+    for (int i = 0; i < 3; i++) {
+      memset(all[i], 0, sizeof(*all[i]));
+      all[i]->coll = AG;
+      all[i]->count = cnt[i];
+      all[i]->inPlace = (k + i) % 2;
+      allocCall(all[i]);
+    }
+  }
+  cudaStream_t s1[MAX_GPUS], s2[MAX_GPUS], s3[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamCreateWithFlags(&s1[r], cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&s2[r], cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&s3[r], cudaStreamNonBlocking));
+  }
+  unsigned seed = (unsigned)getpid();
+  printf("ce-captures: seed %u\n", seed);
+  cudaStream_t s0[MAX_GPUS];
+  memcpy(s0, streams, sizeof(s0));
+  CHECK_EQ_INT(eagerOn(e, PER, s0, &seed), 0); /* builds staging */
+  /* Relaxed, as runCaptures: the eager call's check synchronizes while the captures are open. */
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamBeginCapture(s1[r], cudaStreamCaptureModeRelaxed));
+  }
+  issueOn(&a[0], 1, s1);
+  /* Had capture A taken the side stream, this call's fork of it would fail or join capture A. */
+  const long wrongEagerInside = eagerOn(&e[0], 1, s2, &seed);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamBeginCapture(s3[r], cudaStreamCaptureModeRelaxed));
+  }
+  issueOn(&b[0], 1, s3);
+  issueOn(&a[1], 1, s1);
+  issueOn(&b[1], 1, s3);
+  cudaGraph_t ga[MAX_GPUS], gb[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamEndCapture(s3[r], &gb[r]));
+  }
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamEndCapture(s1[r], &ga[r]));
+  }
+  printf("ce-captures: eager all-gather while capture A was open: %ld wrong\n", wrongEagerInside);
+  CHECK_EQ_INT(wrongEagerInside, 0);
+  /* The copy engine's calls launch no kernel; their copies are memcpy nodes. */
+  for (int r = 0; r < nranks; r++) {
+    size_t kernels = 0, memcpys = 0;
+    nodeKinds(ga[r], &kernels, &memcpys);
+    CHECK_EQ_INT(kernels, 0);
+    CHECK(memcpys > 0);
+    nodeKinds(gb[r], &kernels, &memcpys);
+    CHECK_EQ_INT(kernels, 0);
+    CHECK(memcpys > 0);
+  }
+  cudaGraphExec_t xa[MAX_GPUS], xb[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaGraphInstantiate(&xa[r], ga[r], 0));
+    CUDA_OK(cudaGraphInstantiate(&xb[r], gb[r], 0));
+    /* Uploaded before ranks replay at once (test/core/README.md, "Graph uploads"). */
+    CUDA_OK(cudaGraphUpload(xa[r], s1[r]));
+    CUDA_OK(cudaGraphUpload(xb[r], s3[r]));
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  long wrongA = 0, wrongB = 0;
+  for (int rep = 0; rep < REPLAYS; rep++) {
+    if (rep % 2 == 0) {
+      prepareOn(a, PER, s1, &seed);
+      prepareOn(b, PER, s3, &seed);
+      launchOn(xa, s1);
+      launchOn(xb, s3);
+      wrongA += wrongOn(a, PER, s1);
+      wrongB += wrongOn(b, PER, s3);
+    } else {
+      prepareOn(a, PER, s1, &seed);
+      launchOn(xa, s1);
+      wrongA += wrongOn(a, PER, s1);
+      prepareOn(b, PER, s3, &seed);
+      launchOn(xb, s3);
+      wrongB += wrongOn(b, PER, s3);
+    }
+  }
+  const long wrongEagerAfter = eagerOn(e, PER, s2, &seed);
+  printf("ce-captures: %d replays: A %ld wrong, B %ld wrong; eager after them %ld wrong\n",
+         REPLAYS, wrongA, wrongB, wrongEagerAfter);
+  CHECK_EQ_INT(wrongA, 0);
+  CHECK_EQ_INT(wrongB, 0);
+  CHECK_EQ_INT(wrongEagerAfter, 0);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaGraphExecDestroy(xa[r]));
+    CUDA_OK(cudaGraphExecDestroy(xb[r]));
+    CUDA_OK(cudaGraphDestroy(ga[r]));
+    CUDA_OK(cudaGraphDestroy(gb[r]));
+    CUDA_OK(cudaStreamDestroy(s1[r]));
+    CUDA_OK(cudaStreamDestroy(s2[r]));
+    CUDA_OK(cudaStreamDestroy(s3[r]));
+  }
+  for (int k = 0; k < PER; k++) {
+    freeCall(&a[k]);
+    freeCall(&b[k]);
+    freeCall(&e[k]);
+  }
+}
+
 int main(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
@@ -737,6 +940,7 @@ int main(int argc, char** argv) {
   else if (strcmp(mode, "captures") == 0) runCaptures();
   else if (strcmp(mode, "reregister") == 0) runReregister();
   else if (strcmp(mode, "streams") == 0) runStreams();
+  else if (strcmp(mode, "ce-captures") == 0) runCeCaptures();
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     CHECK(0);
