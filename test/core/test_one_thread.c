@@ -18,6 +18,7 @@
  *                                 open captures and eagerly beside them: results of replays and
  *                                 of the eager calls */
 #define _GNU_SOURCE
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -715,19 +716,35 @@ static void runStreams(void) {
 
 /* ---- copy-engine captures ------------------------------------------------------------------- */
 
-/* Kernel and memcpy nodes of a graph. */
-static void nodeKinds(cudaGraph_t g, size_t* kernels, size_t* memcpys) {
+/* Kernel, memcpy and stream memory-operation nodes of a graph. The driver's node type, not the
+ * runtime's: cudaGraphNodeGetType has no type for the memory-operation nodes our barriers capture
+ * as (cuStreamBatchMemOp) and fails on them with cudaErrorUnknown. */
+typedef CUresult (*nodeTypeFn)(CUgraphNode, CUgraphNodeType*);
+static void nodeKinds(cudaGraph_t g, size_t* kernels, size_t* memcpys, size_t* memops) {
+  static nodeTypeFn nodeType;
+  if (nodeType == NULL) {
+    enum cudaDriverEntryPointQueryResult found;
+    void* fn = NULL;
+    CUDA_OK(cudaGetDriverEntryPointByVersion("cuGraphNodeGetType", &fn, 12000, cudaEnableDefault,
+                                             &found));
+    CHECK(found == cudaDriverEntryPointSuccess && fn != NULL);
+    memcpy(&nodeType, &fn, sizeof(nodeType)); /* ISO C has no object-to-function pointer cast */
+  }
+  *kernels = *memcpys = *memops = 0;
   size_t n = nodesOf(g);
   cudaGraphNode_t* nodes = malloc((n > 0 ? n : 1) * sizeof(*nodes));
   CHECK(nodes != NULL);
-  *kernels = *memcpys = 0;
-  if (nodes == NULL) return;
+  if (nodes == NULL || nodeType == NULL) {
+    free(nodes);
+    return;
+  }
   CUDA_OK(cudaGraphGetNodes(g, nodes, &n));
   for (size_t i = 0; i < n; i++) {
-    enum cudaGraphNodeType type;
-    CUDA_OK(cudaGraphNodeGetType(nodes[i], &type));
-    *kernels += type == cudaGraphNodeTypeKernel;
-    *memcpys += type == cudaGraphNodeTypeMemcpy;
+    CUgraphNodeType type;
+    CHECK_EQ_INT(nodeType((CUgraphNode)nodes[i], &type), CUDA_SUCCESS);
+    *kernels += type == CU_GRAPH_NODE_TYPE_KERNEL;
+    *memcpys += type == CU_GRAPH_NODE_TYPE_MEMCPY;
+    *memops += type == CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
   }
   free(nodes);
 }
@@ -852,15 +869,15 @@ static void runCeCaptures(void) {
   }
   printf("ce-captures: eager all-gather while capture A was open: %ld wrong\n", wrongEagerInside);
   CHECK_EQ_INT(wrongEagerInside, 0);
-  /* The copy engine's calls launch no kernel; their copies are memcpy nodes. */
+  /* The copy engine's calls launch no kernel: copies are memcpy nodes, barriers memory operations. */
   for (int r = 0; r < nranks; r++) {
-    size_t kernels = 0, memcpys = 0;
-    nodeKinds(ga[r], &kernels, &memcpys);
+    size_t kernels = 0, memcpys = 0, memops = 0;
+    nodeKinds(ga[r], &kernels, &memcpys, &memops);
     CHECK_EQ_INT(kernels, 0);
-    CHECK(memcpys > 0);
-    nodeKinds(gb[r], &kernels, &memcpys);
+    CHECK(memcpys > 0 && memops > 0);
+    nodeKinds(gb[r], &kernels, &memcpys, &memops);
     CHECK_EQ_INT(kernels, 0);
-    CHECK(memcpys > 0);
+    CHECK(memcpys > 0 && memops > 0);
   }
   cudaGraphExec_t xa[MAX_GPUS], xb[MAX_GPUS];
   for (int r = 0; r < nranks; r++) {
