@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Exported entry points that we only forward, generated from the one symbol list. */
 #include <stdio.h>
+#include <string.h>
 
 #include "debug.h"
 #include "enqueue.h"
@@ -16,14 +17,21 @@
 SYMMCOLL_FORWARDED_PLAIN_FUNCS(SYMM_DEFINE_FORWARDER)
 #undef SYMM_DEFINE_FORWARDER
 
-/* Operations on a communicator: its failure first, then ordered with our kernels on it. */
+/* NCCL discards an empty collective before it looks at its stream (taskAppend), so it orders
+ * nothing and joins no group stream; empty sends and receives are kept (a peer matches them). */
+static inline int discardedByNccl(const char* name, size_t count) {
+  return count == 0 && strcmp(name, "ncclSend") != 0 && strcmp(name, "ncclRecv") != 0;
+}
+
+/* Operations on a communicator: its failure first, then ordered with our kernels on it (every
+ * one of them takes a count). */
 #define SYMM_DEFINE_COMM_FORWARDER(ret, name, params, args, fail)          \
   SYMM_EXPORT ret name params;                                             \
   ret name params {                                                        \
     if (symmRealLoad() != ncclSuccess || symmReal.name == NULL) return fail; \
     if (symmPassthrough()) return symmReal.name args;                      \
     struct symmForwardScope scope;                                         \
-    ret res = symmForwardBegin(comm, stream, &scope);                      \
+    ret res = symmForwardBegin(comm, stream, discardedByNccl(#name, count), &scope); \
     if (res == ncclSuccess) res = symmReal.name args;                      \
     symmForwardEnd(&scope, res);                                           \
     return res;                                                            \

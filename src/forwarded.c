@@ -130,8 +130,9 @@ static ncclResult_t runForwardedMark(void* arg, int launch) {
 }
 
 /* The ordering half of a forwarded call on a communicator of ours, under its device (the
- * caller's current device is restored by forwardLeave). */
-static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
+ * caller's current device is restored by forwardLeave). `discarded`: the real NCCL drops the
+ * call before it touches the stream (an empty collective): the failure check only. */
+static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream, int discarded,
                                  struct symmForwardScope* s) {
   s->comm = comm;
   s->stream = stream;
@@ -139,7 +140,7 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream,
   if (res != ncclSuccess) return res;
   pthread_mutex_lock(&comm->launchLock);
   res = symmCommHealth(comm);
-  if (res == ncclSuccess && symmTransportOrdersForwarded(comm, 1)) {
+  if (res == ncclSuccess && !discarded && symmTransportOrdersForwarded(comm, 1)) {
     s->joinable = 1;
     res = symmCaptureOf(stream, &s->capture);
     if (res == ncclSuccess && symmTransportOrdersForwarded(comm, s->capture.active)) {
@@ -189,7 +190,8 @@ static void forwardLeave(struct symmForwardScope* s, ncclResult_t realResult) {
   s->savedDev = -1;
 }
 
-ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, struct symmForwardScope* s) {
+ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, int discarded,
+                              struct symmForwardScope* s) {
   memset(s, 0, sizeof(*s));
   s->savedDev = -1;
   if (symmRealDepth > 0) return ncclSuccess;
@@ -204,7 +206,7 @@ ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, struct symmF
          (void*)real);
     return ncclInvalidArgument;
   }
-  if (res == ncclSuccess) res = forwardEnter(comm, stream, s);
+  if (res == ncclSuccess) res = forwardEnter(comm, stream, discarded, s);
   if (res != ncclSuccess && symmGroupDepth() > 0) symmGroupPoison(real);
   return res;
 }
@@ -221,7 +223,7 @@ void symmForwardEnd(struct symmForwardScope* s, ncclResult_t realResult) {
 ncclResult_t symmForwardOrdered(struct symmComm* comm, const struct symmTask* task) {
   struct symmForwardScope scope;
   memset(&scope, 0, sizeof(scope));
-  ncclResult_t res = forwardEnter(comm, task->stream, &scope);
+  ncclResult_t res = forwardEnter(comm, task->stream, 0, &scope);
   if (res == ncclSuccess) res = symmCallReal(task);
   else if (symmGroupDepth() > 0) symmGroupPoison(task->comm);
   forwardLeave(&scope, res);

@@ -33,7 +33,8 @@ ncclResult_t symmForwardOrdered(struct symmComm* comm, const struct symmTask* ta
 
 /* Forwarded calls that take a communicator and a stream (ncclBroadcast, ncclSend, ...): the
  * communicator's failure first (NCCL's ncclCommEnsureReady), then ordering before and after the
- * real call where our kernels run on it. */
+ * real call where our kernels run on it; `discarded` (an empty collective, which NCCL drops
+ * before it touches the stream): the failure check only. */
 struct symmForwardScope {
   struct symmComm* comm; /* NULL: not ours, nothing to do */
   cudaStream_t stream;
@@ -42,7 +43,8 @@ struct symmForwardScope {
   int savedDev;               /* the caller's device, restored at the end (-1: unchanged) */
   struct symmCapture capture; /* the stream before the real call */
 };
-ncclResult_t symmForwardBegin(ncclComm_t comm, cudaStream_t stream, struct symmForwardScope* scope);
+ncclResult_t symmForwardBegin(ncclComm_t comm, cudaStream_t stream, int discarded,
+                              struct symmForwardScope* scope);
 void symmForwardEnd(struct symmForwardScope* scope, ncclResult_t realResult);
 
 #endif

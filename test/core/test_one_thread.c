@@ -5,7 +5,8 @@
  *   test_one_thread mixed CALLS   eager calls and graph replays of all three collectives, count 0,
  *                                 odd counts, in place and out of place, every result checked
  *   test_one_thread nodes         a capture's nodes: one kernel per call of ours plus two event
- *                                 nodes per graph (none with NCCL_GRAPH_MIXING_SUPPORT=0)
+ *                                 nodes per graph (none with NCCL_GRAPH_MIXING_SUPPORT=0); none
+ *                                 for empty collectives, forwarded or ours
  *   test_one_thread captures      six captures interleaved on one communicator, one of them forked
  *                                 onto a second stream: results and node counts
  *   test_one_thread reregister    a graph reading an ncclCommRegister'ed input, replayed after that
@@ -293,7 +294,8 @@ static int mixingOff(void) {
 }
 
 /* Small calls all of ours (the default table runs all three at these sizes): a graph holds one
- * kernel node per call and two event nodes (the capture's external wait and its record). */
+ * kernel node per call and two event nodes (the capture's external wait and its record); a
+ * graph of empty calls holds none. */
 static void runNodes(void) {
   enum { N = 6 };
   struct call calls[N];
@@ -321,6 +323,28 @@ static void runNodes(void) {
   }
   replayAndCheck(calls, N, graphs, 20);
   for (int r = 0; r < nranks; r++) CUDA_OK(cudaGraphDestroy(graphs[r]));
+  /* Empty collectives, forwarded or ours: NCCL drops them before it looks at the stream, so a
+   * capture of nothing else holds no node (no ordering of ours either). */
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeGlobal));
+  }
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CHECK_EQ_INT(ncclBroadcast(calls[0].in[r], calls[0].out[r], 0, ncclFloat32, 0, comms[r],
+                               streams[r]), ncclSuccess);
+    CHECK_EQ_INT(ncclReduce(calls[0].in[r], calls[0].out[r], 0, ncclFloat32, ncclSum, 0, comms[r],
+                            streams[r]), ncclSuccess);
+    CHECK_EQ_INT(ncclAllReduce(calls[0].in[r], calls[0].out[r], 0, ncclFloat32, ncclSum, comms[r],
+                               streams[r]), ncclSuccess);
+  }
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamEndCapture(streams[r], &graphs[r]));
+    printf("rank %d: empty calls captured, %zu nodes\n", r, nodesOf(graphs[r]));
+    CHECK_EQ_INT(nodesOf(graphs[r]), 0);
+    CUDA_OK(cudaGraphDestroy(graphs[r]));
+  }
   for (int k = 0; k < N; k++) freeCall(&calls[k]);
 }
 
