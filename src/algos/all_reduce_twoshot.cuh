@@ -12,7 +12,8 @@
 
 namespace symm {
 
-/* Two-shot, push style, in rounds inside one launch (no host-side chunking).
+/* Two-shot, push style, in rounds inside one launch (the launcher splits only messages of more
+ * than kMaxRounds rounds, launch.h, each piece a launch of its own).
  *
  * Round i covers elements [i*C, i*C + c) of the message (C = n*S, c <= C); rank q owns slice q
  * (Si = roundup(ceil(c/n), 16 B) elements, the last slice shorter), block b part b of every slice.

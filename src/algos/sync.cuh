@@ -281,13 +281,14 @@ __host__ __device__ constexpr size_t lamportSlotOf(int writers) {
  * parity: the next line, wrapping at the slot's end). A slot has at most 2^17 lines (2 MiB at 2
  * ranks, lamportSlotOf), so every line is rewritten at least once per 2^17 calls of that parity,
  * 2^18 calls in all; a call uses one epoch per round of the two-shot, all-gather push or
- * reduce-scatter pull (the latter two at most kMaxRounds = 2^12, launch.h), so a line is at most
- * 2^30 epochs old, below 2^31. A call's parity is that of its first epoch, and a call of an even
- * number of epochs (two-shot, push or pull of 2, 4, ... rounds) leaves the next call on the same
- * parity: such a call also refreshes a line of the other parity, after its first wait (every peer
- * has then started this call, so finished every earlier one: no reader of that slot is left, and a
- * peer's later Lamport call, whose flag differs, finds our real line after this one in stream
- * order). So every parity is refreshed at least once per two calls, whatever their sizes.
+ * reduce-scatter pull (at most kMaxRounds = 2^12 per launch, whose launchers split longer
+ * messages, launch.h), so a line is at most 2^30 epochs old, below 2^31. A call's parity is that
+ * of its first epoch, and a call of an even number of epochs (two-shot, push or pull of 2, 4, ...
+ * rounds) leaves the next call on the same parity: such a call also refreshes a line of the other
+ * parity, after its first wait (every peer has then started this call, so finished every earlier
+ * one: no reader of that slot is left, and a peer's later Lamport call, whose flag differs, finds
+ * our real line after this one in stream order). So every parity is refreshed at least once per
+ * two calls, whatever their sizes.
  * Safe for readers: the slot of this parity was last read in call k-2, which every rank finished
  * before this call could start; and a Lamport call skips the lines it writes itself. */
 __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,
