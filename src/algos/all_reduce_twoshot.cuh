@@ -123,7 +123,7 @@ __device__ __forceinline__ const char* peerInput(const KernelArgs& a, int t, vol
           : 0ull;
   if (base == 0) {
     /* Only if the writer deregistered memory still in use: give up rather than guess. */
-    atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_BAD_DESC);
+    giveUp(a, SYMM_ERR_BAD_DESC);
     failEverywhere(a, SYMM_ERR_BAD_DESC);
     *failed = 1;
     return nullptr;
