@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
     fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup[-norevoke]|group|"
-            "nonblocking|split|shrink|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|"
-            "repeat N [number]\n");
+            "nonblocking|split|shrink|mismatch|soak|cta-zero|ce-abort|gave-up|cta-efficiency|"
+            "max-ctas|repeat N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
     symmReal.ncclCommRevoke = NULL;
     runWorld(abortSetupRank, 1, abortSetupHelper, NULL);
   }
+  else if (!strcmp(mode, "gave-up")) runWorld(gaveUpRank, 0, NULL, NULL);
   else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
   else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
   else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
