@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# perf/build_env.sh, perf/compare.sh and bench/forward_cost.sh without a GPU: meson, ninja and
+# perf/build_env.sh, perf/compare.sh, bench/forward_cost.sh and bench/ab_libs.sh without a GPU: meson, ninja and
 # nvidia-smi are stubs, and the "perf binaries" the stub ninja installs are a script that writes
 # the CSV rows the real compare mode (-X) writes. Checks where BUILD_DIR and the results directory
 # end up (absolute, relative to the caller's directory, default), that compare.sh runs through, and
-# what forward_cost.sh runs and prints.
+# what forward_cost.sh and ab_libs.sh run and print.
 # Usage: test_perf_scripts.sh SOURCE_ROOT
 # check() evaluates its condition later, hence the single quotes; subshells set BUILD_DIR on purpose.
 # shellcheck disable=SC2016,SC2030,SC2031
@@ -66,10 +66,12 @@ cat >"$tmp/fake_perf" <<'EOF'
 coll=$(basename "$0" _perf)
 echo "fake $coll $*" >>"$FAKE_LOG"
 echo "env $coll mixing=${NCCL_GRAPH_MIXING_SUPPORT:-} forced=${SYMMCOLL_ALLGATHER_ALGO:-}/${SYMMCOLL_ALLREDUCE_ALGO:-}/${SYMMCOLL_REDUCESCATTER_ALGO:-}" >>"$FAKE_LOG.env"
-prefix="" min=8 max=1024 dtype=float reg=0
+prefix="" min=8 max=1024 dtype=float reg=0 csv="" label=""
 while [ $# -gt 0 ]; do
   case $1 in
     -X) prefix=$2; shift ;;
+    --csv) csv=$2; shift ;;
+    --label) label=$2; shift ;;
     -R) reg=$2; shift ;;
     -b) min=$2; shift ;;
     -e) max=$2; shift ;;
@@ -79,8 +81,22 @@ while [ $# -gt 0 ]; do
 done
 num() { local v=$1; case $v in *K) v=$((${v%K} << 10)) ;; *M) v=$((${v%M} << 20)) ;; *G) v=$((${v%G} << 30)) ;; esac; echo "$v"; }
 min=$(num "$min") max=$(num "$max")
-[ -n "$prefix" ] || { echo "fake perf: compare mode only" >&2; exit 2; }
 name=$(case $coll in all_reduce) echo AllReduce ;; all_gather) echo AllGather ;; *) echo ReduceScatter ;; esac)
+if [ -z "$prefix" ] && [ -n "$csv" ]; then
+  # One library's run (--csv, --label): the library found first on LD_LIBRARY_PATH decides, a
+  # directory named libB taking 0.8 of the time.
+  echo "lib $coll $label ${LD_LIBRARY_PATH%%:*}" >>"$FAKE_LOG.env"
+  f=1; case ${LD_LIBRARY_PATH%%:*} in */libB) f=0.8 ;; esac
+  {
+    echo "collective,library,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong"
+    for ((b = min; b <= max; b *= 2)); do
+      t=$(awk -v b="$b" -v f="$f" 'BEGIN { printf "%.3f", (10 + b / 1e5) * f }')
+      echo "$name,$label,$b,$b,$dtype,sum,-1,$t,1,1,0,$t,1,1,0"
+    done
+  } >"$csv"
+  exit 0
+fi
+[ -n "$prefix" ] || { echo "fake perf: compare mode or --csv only" >&2; exit 2; }
 {
   echo "collective,library,bytes,count,type,redop,root,oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong"
   for ((b = min; b <= max; b *= 2)); do
@@ -171,6 +187,25 @@ check fwd_env '[ "$(grep -c "forced=nccl/nccl/nccl$" "$FAKE_LOG.env")" = 9 ] && 
 # 8 B: NCCL 10.00 us, ours 5.00: a difference of -5.00.
 check fwd_table 'grep -q "^== windows_nomixing reduce_scatter: bytes" "$tmp/fwd.out" && grep -qE "^ +8 +10\.00 +5\.00 +-5\.00$" "$tmp/fwd.out"' \
   "$(cat "$tmp/fwd.out")"
+
+# ---- bench/ab_libs.sh: two builds of the library, alternating, medians and their ratio --------
+cp "$1/bench/ab_libs.sh" "$src/bench/"
+mkdir -p "$tmp/libA" "$tmp/libB"
+echo a >"$tmp/libA/libsymmcoll.so.0"
+echo b >"$tmp/libB/libsymmcoll.so.0"
+: >"$FAKE_LOG"
+: >"$FAKE_LOG.env"
+COLLS=all_reduce REPS=2 "$src/bench/ab_libs.sh" "$tmp/prebuilt" "$tmp/libA" "$tmp/libB" "$tmp/ab" \
+  -b 8 -e 64 -G 20 >"$tmp/ab.out" 2>&1
+rc=$?
+order=$(grep "^lib all_reduce" "$FAKE_LOG.env" | awk '{print $3 ":" $4}' | tr '\n' ' ')
+check ab_order '[ $rc -eq 0 ] && [ "$order" = "A:$tmp/libA B:$tmp/libB A:$tmp/libA B:$tmp/libB " ]' \
+  "exit $rc, runs: $order"
+check ab_flags '[ "$(grep -c -- "-b 8 -e 64 -G 20 -P 2 --csv $tmp/ab/all_reduce\.[AB]\.[12]\.csv --label [AB]$" "$FAKE_LOG")" = 4 ]' \
+  "$(cat "$FAKE_LOG")"
+# 8 B: A 10.00 us, B 8.00 (0.8 of it).
+check ab_table 'grep -q "^== all_reduce: bytes, A us, B us, B/A" "$tmp/ab.out" && grep -qE "^ +8 +10\.00 +8\.00 +0\.800$" "$tmp/ab.out"' \
+  "$(cat "$tmp/ab.out")"
 
 echo "test_perf_scripts: $checks checks, $failed failed"
 [ "$failed" = 0 ]
