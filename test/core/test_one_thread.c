@@ -782,40 +782,45 @@ static void freshSalt(struct call* c, unsigned* seed) {
   } while (c->salt % 13 == last);
 }
 
-/* The calls' fresh inputs and poisoned outputs, on `on` (each rank's stream). */
+/* prepare, issueAll and wrongOf work on `streams`: useStreams points them at `on` (each rank's
+ * stream) until restoreStreams. */
+static void useStreams(const cudaStream_t* on, cudaStream_t* saved) {
+  memcpy(saved, streams, sizeof(streams));
+  memcpy(streams, on, sizeof(streams));
+}
+static void restoreStreams(const cudaStream_t* saved) { memcpy(streams, saved, sizeof(streams)); }
+
+/* The calls' fresh inputs and poisoned outputs, on `on`. */
 static void prepareOn(struct call* calls, int n, cudaStream_t* on, unsigned* seed) {
   cudaStream_t saved[MAX_GPUS];
-  memcpy(saved, streams, sizeof(saved));
-  memcpy(streams, on, sizeof(saved));
+  useStreams(on, saved);
   for (int k = 0; k < n; k++) {
     freshSalt(&calls[k], seed);
     prepare(&calls[k]);
   }
-  memcpy(streams, saved, sizeof(saved));
+  restoreStreams(saved);
 }
 
 /* Wrong elements of the calls' outputs, once `on` has drained. */
 static long wrongOn(struct call* calls, int n, cudaStream_t* on) {
   cudaStream_t saved[MAX_GPUS];
-  memcpy(saved, streams, sizeof(saved));
-  memcpy(streams, on, sizeof(saved));
+  useStreams(on, saved);
   long wrong = 0;
   for (int k = 0; k < n; k++) wrong += wrongOf(&calls[k]);
-  memcpy(streams, saved, sizeof(saved));
+  restoreStreams(saved);
   return wrong;
 }
 
 /* Issues the calls on `on` (every rank, one group per call). */
 static void issueOn(struct call* calls, int n, cudaStream_t* on) {
   cudaStream_t saved[MAX_GPUS];
-  memcpy(saved, streams, sizeof(saved));
-  memcpy(streams, on, sizeof(saved));
+  useStreams(on, saved);
   for (int k = 0; k < n; k++) {
     const uint64_t before = oursOn(0);
     issueAll(&calls[k]);
     CHECK(oursOn(0) > before); /* ours, not forwarded */
   }
-  memcpy(streams, saved, sizeof(saved));
+  restoreStreams(saved);
 }
 
 /* Eager calls on `on`, checked: wrong elements. */
