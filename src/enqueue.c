@@ -59,9 +59,9 @@ static ncclResult_t launchLocked(struct launchOp* op, const struct symmPeers* pe
   const uint64_t launch = comm->launches++;
   if (op->call.windowPeers != NULL) comm->zeroCopyLaunches++;
   if (comm->rank == symmParamTestFailRank() && launch == (uint64_t)symmParamTestFailCall()) {
-    /* What a kernel that gives up does: its error word, every rank's failure word, and no
-     * touching user memory. The call itself succeeds; the error is asynchronous. */
-    symmTransportInjectKernelError(comm, SYMM_ERR_DEADLINE);
+    /* What a kernel that gives up does: its error word, the gave-up word, every rank's failure
+     * word, and no touching user memory. The call itself succeeds; the error is asynchronous. */
+    symmTransportInjectKernelError(comm, SYMM_ERR_DEADLINE, stream);
   } else if (record != NULL && record->valid && symmCollReplay(record, stream)) {
     comm->replays++;
   } else if (record != NULL) {

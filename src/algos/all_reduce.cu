@@ -139,7 +139,8 @@ struct AllReduceMultimemFamily {
 };
 
 /* One-shot, multimem and Lamport: one launch per staging half of the message (each a call of
- * its own); two-shot: the whole message in one launch, in rounds (all_reduce_twoshot.cuh). */
+ * its own); two-shot: in rounds inside one launch (all_reduce_twoshot.cuh), at most kMaxRounds
+ * per launch. */
 static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct symmPeers* peers,
                                     cudaStream_t stream) {
   const size_t esize = symmTypeSize(call->datatype);
@@ -165,7 +166,12 @@ static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct 
   args.exchangeDescs = call->algo == SYMM_ALGO_TWOSHOT && call->exchangeDescs && !args.zeroCopy &&
                        peers->userRegTable != NULL;
   args.inputDesc = args.exchangeDescs ? call->inputDesc : 0;
-  const size_t launchElems = call->algo == SYMM_ALGO_TWOSHOT ? call->count : chunkElems;
+  /* Two-shot: a round covers sliceMax, rounded down to the kernel's unit, of each rank's slice
+   * (twoShotPlan); at most kMaxRounds rounds per launch (the Lamport refresh's bound). */
+  const size_t launchElems =
+      call->algo == SYMM_ALGO_TWOSHOT
+          ? roundsLaunchElems((size_t)peers->nranks * (args.sliceMax / 2), 16 / esize)
+          : chunkElems;
   return launchPieces(&kAllReduce, "all-reduce", call, peers, stream, &args, launchElems);
 }
 

@@ -12,7 +12,8 @@
 
 namespace symm {
 
-/* Two-shot, push style, in rounds inside one launch (no host-side chunking).
+/* Two-shot, push style, in rounds inside one launch (the launcher splits only messages of more
+ * than kMaxRounds rounds, launch.h, each piece a launch of its own).
  *
  * Round i covers elements [i*C, i*C + c) of the message (C = n*S, c <= C); rank q owns slice q
  * (Si = roundup(ceil(c/n), 16 B) elements, the last slice shorter), block b part b of every slice.
@@ -122,7 +123,7 @@ __device__ __forceinline__ const char* peerInput(const KernelArgs& a, int t, vol
           : 0ull;
   if (base == 0) {
     /* Only if the writer deregistered memory still in use: give up rather than guess. */
-    atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_BAD_DESC);
+    giveUp(a, SYMM_ERR_BAD_DESC);
     failEverywhere(a, SYMM_ERR_BAD_DESC);
     *failed = 1;
     return nullptr;

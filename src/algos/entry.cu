@@ -69,8 +69,8 @@ extern "C" size_t symmAlgosStagingBytes(int nranks, size_t largestMessage) {
 
 extern "C" size_t symmAlgosPadBytes(void) { return symm::kPadBytes; }
 
-/* Words 0-3: epoch, ticket, the two Lamport refresh cursors; the userRegTable
- * (src/transport/userreg.c) sits at 4 KiB. */
+/* The kernels' words (SYMM_STATE_*, symm_peers.h: epoch, gave-up word, the two Lamport refresh
+ * cursors, ticket) at the start; the userRegTable (src/transport/userreg.c) sits at 4 KiB. */
 extern "C" size_t symmAlgosLocalStateBytes(void) { return (size_t)64 << 10; }
 
 /* Devices whose context has every kernel loaded (bit = device ordinal), and its lock. */
@@ -157,8 +157,11 @@ extern "C" ncclResult_t symmCollLaunch(const struct symmLaunch* call, const stru
   }
   if (call->count == 0) return ncclSuccess;
   if (peers->nranks < 1 || peers->nranks > SYMM_MAX_RANKS ||
-      peers->signalBytes < symm::kPadBytes || peers->localStateBytes < 4 * sizeof(uint64_t)) {
-    WARN("%s: peer memory too small or bad rank count (%d ranks)", name, peers->nranks);
+      peers->signalBytes < symm::kPadBytes ||
+      peers->localStateBytes < SYMM_STATE_KERNEL_WORDS * sizeof(uint64_t) ||
+      ((uintptr_t)peers->localState & 15u) != 0) { /* beginCall's 16-byte load */
+    WARN("%s: peer memory too small or misaligned, or bad rank count (%d ranks)", name,
+         peers->nranks);
     return ncclInternalError;
   }
   const size_t bytes = symmCollBytes(call->coll, call->count, esize, peers->nranks);

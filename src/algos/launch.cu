@@ -261,6 +261,11 @@ const AlgoKernels* findAlgo(const CollKernels* coll, enum symmAlgo algo) {
   return NULL;
 }
 
+size_t roundsLaunchElems(size_t perRound, size_t vecElems) {
+  const size_t most = (size_t)kMaxRounds * perRound / vecElems * vecElems;
+  return most > vecElems ? most : vecElems;
+}
+
 ncclResult_t launchPieces(const CollKernels* coll, const char* name, const struct symmLaunch* call,
                           const struct symmPeers* peers, cudaStream_t stream, KernelArgs* args,
                           size_t perLaunch) {
@@ -276,6 +281,10 @@ ncclResult_t launchPieces(const CollKernels* coll, const char* name, const struc
     if (args->zeroCopy)
       for (int r = 0; r < peers->nranks; r++)
         args->windows[r] = (char*)call->windowPeers[r] + offset;
+    /* Two-shot over a registered input: the piece lies `offset` further in the same region. */
+    if (args->inputDesc != 0)
+      args->inputDesc = SYMM_USER_REG_DESC(SYMM_USER_REG_DESC_SLOT(call->inputDesc),
+                                           SYMM_USER_REG_DESC_OFFSET(call->inputDesc) + offset);
     /* Lamport moves twice the bytes (flags): size its grid by what travels. */
     const size_t moved = (call->algo == SYMM_ALGO_LAMPORT ? 2 : 1) * n * esize;
     const int blocks = gridBlocks(moved, call, peers);
@@ -329,10 +338,8 @@ ncclResult_t gatherScatterLaunch(const CollKernels* coll, const struct symmLaunc
       return ncclInternalError;
     }
     args.sliceMax = gatherScatterSliceMax(peers, halfBytes, esize);
-    /* The kernel's rounds are at most ceil(launch / (sliceMax rounded down to its unit)), and
-     * that rounding keeps at least half of sliceMax (roundPlan): kMaxRounds rounds per launch. */
-    const size_t most = (size_t)kMaxRounds * (args.sliceMax / 2) / vecElems * vecElems;
-    perLaunch = most > vecElems ? most : vecElems;
+    /* A round covers sliceMax, rounded down to the kernel's unit, of each share (roundPlan). */
+    perLaunch = roundsLaunchElems(args.sliceMax / 2, vecElems);
   }
   return launchPieces(coll, name, call, peers, stream, &args, perLaunch);
 }

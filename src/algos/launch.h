@@ -34,10 +34,16 @@ size_t twoShotSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t e
 /* All-gather push, reduce-scatter pull: most elements of each rank's share per round (n-1 slots
  * in a staging half, and SYMMCOLL_AR_ROUND_BYTES). */
 size_t gatherScatterSliceMax(const struct symmPeers* peers, size_t halfBytes, size_t esize);
-/* Most rounds (epochs) one all-gather or reduce-scatter launch uses; longer messages take
- * several launches. It bounds the epochs between two refreshes of a Lamport line
- * (refreshLamportLine: 2^17 calls of a parity) to 2^18 x 4096 = 2^30, below 2^31. */
+/* Most rounds (epochs) one launch in rounds uses (two-shot all-reduce, all-gather push,
+ * reduce-scatter pull); longer messages take several launches. It bounds the epochs between two
+ * refreshes of a Lamport line (refreshLamportLine: 2^17 calls of a parity) to 2^18 x 4096 = 2^30,
+ * below 2^31. */
 constexpr uint32_t kMaxRounds = 4096;
+/* Most elements of one such launch, each of whose rounds covers at least `perRound` elements:
+ * kMaxRounds rounds, rounded down to whole vectors of vecElems (at least one). The kernels' plans
+ * (twoShotPlan, roundPlan) round sliceMax down to their unit, which keeps at least half of it, so
+ * callers pass what half of sliceMax per slice gives. */
+size_t roundsLaunchElems(size_t perRound, size_t vecElems);
 
 /* Every kernel of ours takes one KernelArgs. launchKernel starts blocks x kThreads of one on
  * `stream` through the driver (cuLaunchKernel of the kernel's context-independent handle, found
@@ -94,8 +100,10 @@ cudaError_t launchNoKernel(const struct symmLaunch* call, int blocks, cudaStream
 
 /* Launches the call's algorithm over call->count elements, at most perLaunch per launch (each
  * launch a call of its own: epoch, staging half), with the arguments the collective's launcher
- * filled; sets send, recv, count (and windows, for zero copy) per launch and sizes each grid by
- * the bytes it moves. `name` goes into the messages. */
+ * filled; sets send, recv, count (and windows, for zero copy; the registered input's descriptor,
+ * where the two-shot exchanges one) per launch and sizes each grid by the bytes it moves. A
+ * multiple of 16 bytes per launch keeps every piece as aligned as the call. `name` goes into
+ * the messages. */
 const AlgoKernels* findAlgo(const CollKernels* coll, enum symmAlgo algo);
 ncclResult_t launchPieces(const CollKernels* coll, const char* name, const struct symmLaunch* call,
                           const struct symmPeers* peers, cudaStream_t stream, KernelArgs* args,

@@ -40,7 +40,8 @@ constexpr int kNoPart = 0;
  * half, and, for N > 0, block b's part [lo, hi) of count elements in whole vectors of N elements
  * (the last parts may be short or empty). Between kernelEntry and this, a kernel may only do
  * what needs no epoch (the Lamport kernel loads its first input line, overlapping the epoch's
- * load; push and pull pick their zero-copy path). False: leave, the communicator failed. */
+ * load; push and pull pick their zero-copy path). False: leave at once and store nothing, an
+ * earlier kernel of ours on this rank gave up (beginCall; no Lamport refresh either). */
 template <int N>
 __device__ __forceinline__ bool openCall(const KernelArgs& a, volatile int* failed, Call* c,
                                          size_t linesWritten = 0) {

@@ -24,7 +24,8 @@ struct KernelArgs {
    * its sendbuff; else unused. */
   char* windows[SYMM_MAX_RANKS];
   uint64_t* signals[SYMM_MAX_RANKS];  /* each rank's signal pad (word 0: failure word) */
-  uint64_t* localState;               /* [0] last epoch used, [1] blocks started in this call */
+  uint64_t* localState;               /* SYMM_STATE_* words (symm_peers.h): epoch, gave-up word,
+                                       * Lamport cursors, ticket */
   volatile uint32_t* abortFlag;
   volatile uint32_t* errorFlag;
   char* multicast;                    /* multicast address of the staging buffers, or NULL */
@@ -105,6 +106,17 @@ template <int R> __device__ __forceinline__ int worldRanks(const KernelArgs& a) 
   return R == 2 ? 2 : a.nranks;
 }
 
+/* What every block that gives up does, besides leaving: `reason` into this rank's error word (the
+ * host fails the communicator) and into the sticky gave-up word of localState, which every later
+ * kernel of ours on this rank reads in beginCall and leaves on before it stores anything: this
+ * call publishes no epoch (endCall), so those kernels would reuse its epoch, and a peer that
+ * did not give up may have signalled it. Device scope suffices: later kernels of ours on this
+ * rank start after this one has completed (stream order, and our order events across streams). */
+__device__ __forceinline__ void giveUp(const KernelArgs& a, uint32_t reason) {
+  atomicOr((unsigned int*)a.errorFlag, reason);
+  atomicOr((unsigned long long*)(a.localState + SYMM_STATE_GAVE_UP), (unsigned long long)reason);
+}
+
 /* Fails the communicator on every rank: `reason` into every rank's failure word. */
 __device__ __forceinline__ void failEverywhere(const KernelArgs& a, uint32_t reason) {
   for (int r = 0; r < a.nranks; r++)
@@ -118,17 +130,17 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
   return t;
 }
 
-/* Called every 2048 polls of any spin loop: 0 to keep waiting, else why to give up
- * (SYMM_ERR_* bits). Abort is this rank's own decision; a non-zero failure word means some rank
+/* Called every 2048 polls of any spin loop: 0 to keep waiting, else why it gave up (SYMM_ERR_*
+ * bits; giveUp done). Abort is this rank's own decision; a non-zero failure word means some rank
  * failed the communicator; the deadline (a debugging knob, off by default) fails it everywhere.
  * *start holds the time of the first check (0 before). */
 __device__ __forceinline__ uint32_t shouldGiveUp(const KernelArgs& a, uint64_t* start) {
   if (*a.abortFlag != 0) {
-    atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_ABORT);
+    giveUp(a, SYMM_ERR_ABORT);
     return SYMM_ERR_ABORT;
   }
   if (loadRelaxedSys(a.signals[a.rank] + SYMM_PAD_FAIL_WORD) != 0) {
-    atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_PEER);
+    giveUp(a, SYMM_ERR_PEER);
     return SYMM_ERR_PEER;
   }
   if (a.deadlineNs != 0) {
@@ -136,7 +148,7 @@ __device__ __forceinline__ uint32_t shouldGiveUp(const KernelArgs& a, uint64_t* 
     if (*start == 0) {
       *start = now;
     } else if (now - *start > a.deadlineNs) {
-      atomicOr((unsigned int*)a.errorFlag, SYMM_ERR_DEADLINE);
+      giveUp(a, SYMM_ERR_DEADLINE);
       failEverywhere(a, SYMM_ERR_DEADLINE);
       return SYMM_ERR_DEADLINE;
     }
@@ -217,9 +229,10 @@ __device__ __forceinline__ bool blockBarrier(const KernelArgs& a, int purpose, u
  * as soon as every block of that kernel has executed griddepcontrol.launch_dependents or exited.
  *  - griddepcontrol.wait blocks until that kernel has completed and its memory operations are
  *    performed and visible, as at a plain kernel boundary. Nothing in this kernel touches memory
- *    before it: not localState (the epoch and ticket the previous kernel's endCall wrote), staging,
- *    signal pads, the Lamport region or user buffers. So every kernel sees memory exactly as when
- *    launched in plain stream order; without a programmatic dependency the wait returns at once.
+ *    before it: not localState (the epoch and ticket the previous kernel's endCall wrote, the
+ *    gave-up word of a kernel that gave up), staging, signal pads, the Lamport region or user
+ *    buffers. So every kernel sees memory exactly as when launched in plain stream order; without
+ *    a programmatic dependency the wait returns at once.
  *  - launch_dependents then lets the next kernel of ours on the stream be scheduled while this one
  *    runs (its launch latency hides behind our work). The dependent starts only once every block
  *    of this grid has executed it, i.e. this grid is fully resident: a dependent block that sits
@@ -239,26 +252,37 @@ __device__ __forceinline__ void kernelEntry() {
 #endif
 }
 
-/* Start of every kernel (openCall's first step, primitives.cuh): this call's epoch (calls completed + 1, advanced on the device), and
- * the block's ticket, held by its last thread: the block counts itself in once its epoch is
- * read, so the block that draws the last ticket knows every block has read it and may publish
- * the next one (endCall). Counting here rather than at the end lets the atomic's round trip
- * overlap the call's work instead of delaying the block's exit. The host-mapped abort/error
- * flags are not read here (a PCIe round trip on every call): a kernel of a communicator that
- * gave up notices them in its first wait, before it has touched user memory, and leaves. */
+/* Start of every kernel (openCall's first step, primitives.cuh): this call's epoch (calls
+ * completed + 1, advanced on the device), and the block's ticket, held by its last thread: the
+ * block counts itself in once its epoch is read, so the block that draws the last ticket knows
+ * every block has read it and may publish the next one (endCall). Counting here rather than at
+ * the end lets the atomic's round trip overlap the call's work instead of delaying the block's
+ * exit. Thread 0 reads the epoch and the gave-up word in one 16-byte load (SYMM_STATE_EPOCH and
+ * SYMM_STATE_GAVE_UP are one aligned pair): false, with `failed` set and no ticket drawn, where
+ * an earlier kernel of ours on this rank gave up (giveUp). That kernel published no epoch, so
+ * this one would reuse its epoch, and a peer that did not give up may have signalled it already:
+ * the first wait could pass at once and meet a call that never met ours. So the kernel leaves
+ * before it stores anything (staging, signals, Lamport lines, user memory, localState). The
+ * host-mapped abort/error flags are not read here (a PCIe round trip on every call): a kernel
+ * queued after an abort where none of ours gave up (nothing of ours was running) notices the
+ * abort flag in its first wait that does not pass at once. */
 __device__ __forceinline__ bool beginCall(const KernelArgs& a, uint64_t* epochOut,
                                           volatile int* failed, uint32_t* ticket) {
+  static_assert(SYMM_STATE_GAVE_UP == SYMM_STATE_EPOCH + 1 && SYMM_STATE_EPOCH % 2 == 0,
+                "the epoch and the gave-up word must be one 16-byte aligned pair");
   __shared__ uint64_t epoch;
   if (threadIdx.x == 0) {
-    *failed = 0;
-    epoch = a.localState[0] + 1u;
+    const ulonglong2 state = *(const ulonglong2*)(a.localState + SYMM_STATE_EPOCH);
+    epoch = state.x + 1u;
+    *failed = state.y != 0;
   }
-  __syncthreads(); /* our read of localState[0] is done before our ticket is drawn */
+  __syncthreads(); /* our read of the epoch is done before our ticket is drawn */
+  const bool ok = *failed == 0;
   /* By the block's last thread: thread 0 carries the only line of the smallest calls. */
-  if (threadIdx.x == blockDim.x - 1)
-    *ticket = (uint32_t)atomicAdd((unsigned long long*)&a.localState[1], 1ull);
+  if (ok && threadIdx.x == blockDim.x - 1)
+    *ticket = (uint32_t)atomicAdd((unsigned long long*)&a.localState[SYMM_STATE_TICKET], 1ull);
   *epochOut = epoch;
-  return *failed == 0;
+  return ok;
 }
 
 /* Lamport region layout: two parity halves of kLamportParityBytes; in each, writer w's slot
@@ -277,19 +301,20 @@ __host__ __device__ constexpr size_t lamportSlotOf(int writers) {
 /* Lamport lines carry only the low 32 bits of their epoch, so a line left untouched for 2^32 epochs
  * could look current. Every kernel keeps each line of its own writer slots young: block 0's last
  * thread rewrites one line of the slot of this call's parity, in every rank's region, with this
- * call's flag (and zero data), walking the slot with a cursor in localState (words 2 and 3, one per
- * parity: the next line, wrapping at the slot's end). A slot has at most 2^17 lines (2 MiB at 2
- * ranks, lamportSlotOf), so every line is rewritten at least once per 2^17 calls of that parity,
- * 2^18 calls in all; a call uses one epoch per round of the two-shot, all-gather push or
- * reduce-scatter pull (the latter two at most kMaxRounds = 2^12, launch.h), so a line is at most
- * 2^30 epochs old, below 2^31. A call's parity is that of its first epoch, and a call of an even
- * number of epochs (two-shot, push or pull of 2, 4, ... rounds) leaves the next call on the same
- * parity: such a call also refreshes a line of the other parity, after its first wait (every peer
- * has then started this call, so finished every earlier one: no reader of that slot is left, and a
- * peer's later Lamport call, whose flag differs, finds our real line after this one in stream
- * order). So every parity is refreshed at least once per two calls, whatever their sizes.
- * Safe for readers: the slot of this parity was last read in call k-2, which every rank finished
- * before this call could start; and a Lamport call skips the lines it writes itself. */
+ * call's flag (and zero data), walking the slot with a cursor in localState
+ * (SYMM_STATE_LAMPORT_CURSORS, one per parity: the next line, wrapping at the slot's end). A slot
+ * has at most 2^17 lines (2 MiB at 2 ranks, lamportSlotOf), so every line is rewritten at least
+ * once per 2^17 calls of that parity, 2^18 calls in all; a call uses one epoch per round of the
+ * two-shot, all-gather push or reduce-scatter pull (at most kMaxRounds = 2^12 per launch, whose
+ * launchers split longer messages, launch.h), so a line is at most 2^30 epochs old, below 2^31.
+ * A call's parity is that of its first epoch, and a call of an even number of epochs (two-shot,
+ * push or pull of 2, 4, ... rounds) leaves the next call on the same parity: such a call also
+ * refreshes a line of the other parity, after its first wait (every peer has then started this
+ * call, so finished every earlier one: no reader of that slot is left, and a peer's later Lamport
+ * call, whose flag differs, finds our real line after this one in stream order). So every parity
+ * is refreshed at least once per two calls, whatever their sizes. Safe for readers: the slot of
+ * this parity was last read in call k-2, which every rank finished before this call could start;
+ * and a Lamport call skips the lines it writes itself. */
 __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t epoch,
                                                    size_t linesWritten) {
   /* Not thread 0: its cursor load would delay the only line of the smallest calls. */
@@ -297,7 +322,7 @@ __device__ __forceinline__ void refreshLamportLine(const KernelArgs& a, uint64_t
   const size_t slot = lamportSlotOf(lamportWriters(a.nranks));
   const uint64_t slotLines = slot / 16;
   const int parity = (int)(epoch & 1u);
-  uint64_t* cursor = a.localState + 2 + parity;
+  uint64_t* cursor = a.localState + SYMM_STATE_LAMPORT_CURSORS + parity;
   /* The cursor is the line itself and wraps by comparison: a remainder by the runtime slot size
    * would put a 64-bit division on this warp's path ahead of its data. */
   uint64_t line = *cursor;
@@ -323,11 +348,12 @@ __device__ __forceinline__ void refreshOtherParity(const KernelArgs& a, uint64_t
 
 /* End of every kernel that completed: the holder of the last ticket publishes the last epoch
  * this call used, for the next launch on this stream (kernel boundaries order it; no spinning,
- * and no block waits for another here). */
+ * and no block waits for another here). A call with a block that gave up may still get here
+ * (another block held the last ticket); the gave-up word stops every later kernel anyway. */
 __device__ __forceinline__ void endCall(const KernelArgs& a, uint64_t lastEpoch, uint32_t ticket) {
   if (threadIdx.x == blockDim.x - 1 && ticket == gridDim.x - 1) {
-    a.localState[1] = 0;
-    a.localState[0] = lastEpoch;
+    a.localState[SYMM_STATE_TICKET] = 0;
+    a.localState[SYMM_STATE_EPOCH] = lastEpoch;
   }
 }
 

@@ -31,6 +31,22 @@
  * into peers' words with the copy engines, which cannot write an immediate value. */
 #define SYMM_PAD_ONE_WORD 1
 
+/* localState (below), this rank's private 64-bit words of the kernels (src/algos/sync.cuh):
+ *   SYMM_STATE_EPOCH           the last epoch used on this communicator;
+ *   SYMM_STATE_GAVE_UP         0, or the SYMM_ERR_* reasons for which a kernel of ours (or the
+ *                              tests' injected failure) gave up on this rank: sticky, every later
+ *                              kernel of ours here leaves before it stores anything;
+ *   SYMM_STATE_LAMPORT_CURSORS two words, the Lamport refresh cursors (one per parity);
+ *   SYMM_STATE_TICKET          blocks of the running call that have read the epoch.
+ * The epoch and the gave-up word are one 16-byte aligned pair, read with one load. The words
+ * past SYMM_STATE_KERNEL_WORDS are not the kernels': the transport keeps its table of registered
+ * inputs there (src/transport/userreg.c, at 4 KiB). */
+#define SYMM_STATE_EPOCH 0
+#define SYMM_STATE_GAVE_UP 1
+#define SYMM_STATE_LAMPORT_CURSORS 2
+#define SYMM_STATE_TICKET 4
+#define SYMM_STATE_KERNEL_WORDS 5
+
 struct symmPeers {
   int rank, nranks;
   /* Most ranks of this communicator that share one GPU (1 in production; more only in tests that
@@ -46,7 +62,8 @@ struct symmPeers {
    * constant 1; src/algos owns the rest of the layout. */
   uint64_t* signals[SYMM_MAX_RANKS];
   size_t signalBytes;
-  /* This rank's private device memory for epochs and kernel state (not peer-mapped), zeroed. */
+  /* This rank's private device memory for epochs and kernel state (not peer-mapped), zeroed,
+   * 16-byte aligned (SYMM_STATE_* words above). */
   uint64_t* localState;
   size_t localStateBytes;
   /* Host-mapped flag set by ncclCommAbort/Revoke; every spin loop polls it. */

@@ -114,9 +114,9 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits);
 /* Our pad's failure word as last read back (a peer failed the communicator), and a new read
  * issued when the previous one completed. Never blocks. */
 uint32_t symmTransportPollPadFailure(struct symmComm* comm);
-/* Tests: what a kernel of ours that gives up for `bits` does (this rank's error word, every
- * rank's failure word). */
-void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits);
+/* Tests: what a kernel of ours that gives up for `bits` does (this rank's error word, the
+ * gave-up word in `stream`'s order, every rank's failure word). */
+void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits, cudaStream_t stream);
 /* ncclCommAbort/ncclCommRevoke/a shrink with NCCL_SHRINK_ABORT: raise the abort flag that every
  * spin loop polls, and comm->aborting, which stops setup waits and exchanges. */
 void symmTransportSetAbort(struct symmComm* comm);

@@ -452,10 +452,16 @@ void symmTransportTellPeers(struct symmComm* comm, uint32_t bits) {
   symmCudaThreadLeave(&saved);
 }
 
-void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits) {
+void symmTransportInjectKernelError(struct symmComm* comm, uint32_t bits, cudaStream_t stream) {
   struct symmTransport* t = comm->transport;
   if (t == NULL || !t->staged) return;
   __atomic_or_fetch(&t->flags.host[SYMM_HOST_ERROR], bits, __ATOMIC_SEQ_CST);
+  /* The gave-up word, in the call's stream order as a kernel's giveUp would write it: kernels of
+   * ours queued after this call leave before they store anything (the injected call consumed no
+   * epoch, so they would reuse the one the peers' kernels of this call signal). Its low half
+   * (little endian): the word was 0 or already a reason, either way it becomes non-zero. */
+  const CUdeviceptr gaveUp = (CUdeviceptr)(t->peers.localState + SYMM_STATE_GAVE_UP);
+  (void)CU_CALL(SYMM_LOG_WARN, cuStreamWriteValue32, ((CUstream)stream, gaveUp, bits, 0));
   symmTransportTellPeers(comm, bits);
 }
 

@@ -21,8 +21,10 @@ SYMMCOLL_PARAM_FULL(UserReg, "USER_REG", 1, INT64_MIN, INT64_MAX, SYMM_PARAM_AGR
                     "ncclCommRegister zero-copy: peers map registered ncclMemAlloc buffers in the "
                     "background (0 = off: registered buffers go through the staging buffer)")
 
-/* The table [writer rank][slot] sits in localState past the kernels' words. */
+/* The table [writer rank][slot] sits in localState past the kernels' words (SYMM_STATE_*). */
 #define TABLE_OFFSET 4096u
+_Static_assert(TABLE_OFFSET >= SYMM_STATE_KERNEL_WORDS * sizeof(uint64_t),
+               "the registration table must not overlap the kernels' words of localState");
 #define TABLE_BYTES ((size_t)SYMM_MAX_RANKS * SYMM_USER_REG_SLOTS * sizeof(uint64_t))
 /* Registry tags of mapped regions: high bit + the writer's generation (unique per comm, rank). */
 #define TAG_REGION 0x80000000u

@@ -72,13 +72,14 @@ void closeRank(struct rank* r, int destroy);
 
 /* ---- the modes' rank bodies -------------------------------------------------------------------- */
 
-/* Failures (core_gpu_faults.c): late, fault, abort, abort-setup, ce-abort. */
+/* Failures (core_gpu_faults.c): late, fault, abort, abort-setup, ce-abort, gave-up. */
 void lateRank(struct rank* r);
 void faultRank(struct rank* r);
 void runAbortCycles(void);
 void abortSetupRank(struct rank* r);
 void* abortSetupHelper(void* arg);
 void ceAbortRank(struct rank* r);
+void gaveUpRank(struct rank* r);
 
 /* Order and replays (core_gpu_order.c): streams, repeat, soak. */
 extern int streamsReplay;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_core_gpu's failures: a late rank, an injected kernel error, aborts from another thread
  * (during a stream of calls, while first calls build staging, while copy-engine all-gathers
- * wait), each with its limits on draining and what must come back. */
+ * wait), calls queued behind one that gave up, each with its limits on draining and what must
+ * come back. */
 #include "core_gpu.h"
 
 #include <stdio.h>
@@ -141,6 +142,152 @@ void ceAbortRank(struct rank* r) {
     printf("ce-abort: %d queued all-gathers: abort returned in %.1f ms, stream drained %.1f ms "
            "after it began; 3 replays of a graph after the abort drained in %.1f ms\n",
            CE_CALLS, aborted, ms, replayMs);
+}
+
+/* ---- calls queued behind a call that gave up -----------------------------------------------
+ * Ranks 0..N-2 each issue a call A that waits for rank N-1 (which does not call yet), then, behind
+ * a gate (a host function), GU_QUEUED more calls with poisoned outputs; a graph of one call,
+ * captured by every rank before, is replayed on them after the abort. They abort while A waits: A
+ * gives up and publishes no epoch. Then rank N-1, which does not abort, issues GU_PEER_CALLS
+ * calls; its kernels signal the epochs A used and the next one (one-shot and Lamport: its first
+ * call meets A, whose data had arrived before A gave up, and its second waits; two-shot: its first
+ * call waits for A's middle barrier). Then the gates open.
+ * Without the gave-up word (localState, sync.cuh) the first queued call starts with A's epoch,
+ * which rank N-1 has signalled: its first wait passes at once, before any poll of the abort flag,
+ * and it writes its output (one-shot: it finds rank N-1's start signal of its second call; Lamport:
+ * rank N-1's lines of its first call and the other aborted rank's of A; two-shot: rank N-1's start
+ * signal of its first call). The next queued call then meets rank N-1's second call, whose output
+ * comes out wrong, silently. So this test fails without the fix at the first queued call's
+ * output, and (very likely) at the graph's and at rank N-1's second call, which completes. With
+ * it, every queued call and the replay leave before they store anything: every output keeps its
+ * poison, and rank N-1's second call is still waiting when the others are done, as it would in
+ * NCCL; rank N-1 then aborts too, which ends it. Bounded: the gates open after at most 60 s, the
+ * streams must drain within 10 s. */
+#define GU_COUNT ((size_t)4096)        /* floats per call */
+#define GU_QUEUED 4                    /* calls queued behind A on an aborting rank */
+#define GU_PEER_CALLS (GU_QUEUED + 2)  /* calls of rank N-1, which does not abort */
+#define GU_GRAPH_SLOT (GU_PEER_CALLS + 1) /* output slots: A 0, queued 1..GU_QUEUED, graph */
+#define GU_POISON 0xA5
+
+static int gaveUpGate[8];
+
+/* Holds its stream until the test opens the gate; at most 60 s, so that a broken run fails rather
+ * than holding the stream forever. No CUDA call in here (a host function must not make any). */
+static void CUDART_CB gaveUpGateWait(void* arg) {
+  const int* open = arg;
+  const double t0 = nowMs();
+  while (!__atomic_load_n(open, __ATOMIC_ACQUIRE) && nowMs() - t0 < 60000) sleepMs(1);
+}
+
+static float* gaveUpOut(struct rank* r, int slot) { return r->out + (size_t)slot * GU_COUNT; }
+
+/* Floats of an output slot that lost their poison (s1 idle). */
+static int gaveUpWritten(struct rank* r, int slot) {
+  CUDA_OK(cudaMemcpyAsync(r->host, gaveUpOut(r, slot), GU_COUNT * sizeof(float),
+                          cudaMemcpyDeviceToHost, r->s1));
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  const unsigned char* bytes = (const unsigned char*)r->host;
+  int written = 0;
+  for (size_t i = 0; i < GU_COUNT; i++) {
+    int poisoned = 1;
+    for (size_t b = 0; b < sizeof(float); b++)
+      poisoned &= bytes[i * sizeof(float) + b] == GU_POISON;
+    written += !poisoned;
+  }
+  return written;
+}
+
+void gaveUpRank(struct rank* r) {
+  const int aborts = r->rank != nranks - 1;
+  __atomic_store_n(&gaveUpGate[r->rank], 0, __ATOMIC_RELEASE);
+  for (int k = 0; k < 2; k++) checkedAllReduce(r, GU_COUNT, k); /* staging built, in step */
+  fill(r, r->in, GU_COUNT, 5, r->s1);
+  CUDA_OK(cudaMemsetAsync(r->out, GU_POISON, (GU_GRAPH_SLOT + 1) * GU_COUNT * sizeof(float),
+                          r->s1));
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  /* The graph, captured by every rank (ranks capture the same calls) while nothing failed; uploaded
+   * now, so that nothing waits on the device while the gates hold the streams. */
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  CUDA_OK(cudaStreamBeginCapture(r->s2, cudaStreamCaptureModeThreadLocal));
+  TCHECK_EQ_INT(allReduce(r, r->in, gaveUpOut(r, GU_GRAPH_SLOT), GU_COUNT, r->s2), ncclSuccess);
+  CUDA_OK(cudaStreamEndCapture(r->s2, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphUpload(exec, r->s2));
+  CUDA_OK(cudaStreamSynchronize(r->s2));
+  const uint64_t before = ours(r->comm);
+  pthread_barrier_wait(&barrier);
+  double abortMs = 0;
+  if (aborts) {
+    /* A waits for rank N-1; the gate holds the queued calls until rank N-1 has signalled. */
+    TCHECK_EQ_INT(allReduce(r, r->in, gaveUpOut(r, 0), GU_COUNT, r->s1), ncclSuccess);
+    CUDA_OK(cudaLaunchHostFunc(r->s1, gaveUpGateWait, &gaveUpGate[r->rank]));
+    for (int j = 1; j <= GU_QUEUED; j++)
+      TCHECK_EQ_INT(allReduce(r, r->in, gaveUpOut(r, j), GU_COUNT, r->s1), ncclSuccess);
+    TCHECK_EQ_INT(ours(r->comm), before + 1 + GU_QUEUED); /* every one ours */
+    sleepMs(100);
+    TCHECK_EQ_INT(cudaStreamQuery(r->s1), cudaErrorNotReady); /* A waits */
+    (void)cudaGetLastError();
+    const double t0 = nowMs();
+    /* Its teardown waits up to 2 s for the gated calls, then leaves them to the releaser. */
+    TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
+    abortMs = nowMs() - t0;
+    r->comm = NULL;
+  }
+  pthread_barrier_wait(&barrier); /* every abort returned: A gave up */
+  cudaEvent_t done[GU_PEER_CALLS];
+  if (!aborts) {
+    for (int j = 0; j < GU_PEER_CALLS; j++) {
+      CUDA_OK(cudaEventCreateWithFlags(&done[j], cudaEventDisableTiming));
+      TCHECK_EQ_INT(allReduce(r, r->in, gaveUpOut(r, j), GU_COUNT, r->s1), ncclSuccess);
+      CUDA_OK(cudaEventRecord(done[j], r->s1));
+    }
+    sleepMs(300); /* its kernels signal all they can */
+  }
+  pthread_barrier_wait(&barrier);
+  if (aborts) {
+    __atomic_store_n(&gaveUpGate[r->rank], 1, __ATOMIC_RELEASE);
+    const double drained = drainMs(r->s1, nowMs(), 30000);
+    TCHECK(drained >= 0 && drained < 10000);
+    /* The graph replayed after the abort (its reference keeps our memory). */
+    const double t1 = nowMs();
+    CUDA_OK(cudaGraphLaunch(exec, r->s1));
+    const double replayed = drainMs(r->s1, t1, 30000);
+    TCHECK(replayed >= 0 && replayed < 10000);
+    int written[GU_QUEUED + 2];
+    written[0] = gaveUpWritten(r, 0);
+    for (int j = 1; j <= GU_QUEUED; j++) written[j] = gaveUpWritten(r, j);
+    written[GU_QUEUED + 1] = gaveUpWritten(r, GU_GRAPH_SLOT);
+    for (int j = 0; j < GU_QUEUED + 2; j++) {
+      TCHECK_EQ_INT(written[j], 0);
+      if (written[j] != 0)
+        fprintf(stderr, "rank %d: %s %d wrote %d of its %zu outputs\n", r->rank,
+                j == 0 ? "the call that gave up" : j <= GU_QUEUED ? "queued call" : "graph replay",
+                j, written[j], GU_COUNT);
+    }
+    if (r->rank == 0)
+      printf("gave-up: abort took %.0f ms; %d queued calls drained %.1f ms after the gate opened, "
+             "the replay %.1f ms\n", abortMs, GU_QUEUED, drained, replayed);
+  }
+  pthread_barrier_wait(&barrier); /* the aborted ranks are done */
+  if (!aborts) {
+    /* Nothing met its second call (one-shot, Lamport: its first met A; two-shot: it waits). */
+    const cudaError_t second = cudaEventQuery(done[1]);
+    TCHECK_EQ_INT(second, cudaErrorNotReady);
+    if (second != cudaErrorNotReady)
+      fprintf(stderr, "rank %d, which did not abort: its second call completed\n", r->rank);
+    (void)cudaGetLastError();
+    /* It would wait forever, as with NCCL: its abort ends it. */
+    const double t0 = nowMs();
+    TCHECK_EQ_INT(ncclCommAbort(r->comm), ncclSuccess);
+    r->comm = NULL;
+    const double ms = drainMs(r->s1, t0, 30000);
+    TCHECK(ms >= 0 && ms < 10000);
+    for (int j = 0; j < GU_PEER_CALLS; j++) CUDA_OK(cudaEventDestroy(done[j]));
+  }
+  pthread_barrier_wait(&barrier);
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
 }
 
 /* ---- abort from a watchdog thread during a stream of calls --------------------------------- */

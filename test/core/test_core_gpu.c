@@ -31,16 +31,16 @@ static int blockingComms = 1;
 static struct rank* liveRanks[9];
 
 /* When a test hangs (SYMMCOLL_TEST_WATCHDOG_S): each rank's launches of ours and what its device
- * state says, read on a stream of its own (copies still run while kernels spin): the epoch and
- * block ticket, and the start/mid signal words its blocks 0 and 1 received from each writer.
- * Ranks whose epochs or signals disagree show who waits for whom. */
+ * state says, read on a stream of its own (copies still run while kernels spin): the epoch, the
+ * gave-up word and the block ticket, and the start/mid signal words its blocks 0 and 1 received
+ * from each writer. Ranks whose epochs or signals disagree show who waits for whom. */
 static void reportDeviceState(void) {
   for (int q = 0; q < nranks; q++) {
     struct rank* r = liveRanks[q];
     struct symmComm* c = r != NULL ? symmCommFind(r->comm) : NULL;
     const struct symmPeers* p = c != NULL ? symmTransportPeers(c) : NULL;
     if (p == NULL) continue;
-    uint64_t state[2] = {0, 0}, sig[2][2][SYMM_MAX_RANKS];
+    uint64_t state[SYMM_STATE_KERNEL_WORDS] = {0}, sig[2][2][SYMM_MAX_RANKS];
     memset(sig, 0, sizeof(sig));
     const enum cudaMemcpyKind toHost = cudaMemcpyDeviceToHost;
     cudaStream_t s = NULL;
@@ -53,10 +53,11 @@ static void reportDeviceState(void) {
         ok = cudaMemcpyAsync(sig[purpose][b], words, bytes, toHost, s) == cudaSuccess;
       }
     ok = ok && cudaStreamSynchronize(s) == cudaSuccess;
-    fprintf(stderr, "rank %d: %llu launches of ours; device %s: epoch %llu, ticket %llu\n", q,
-            (unsigned long long)__atomic_load_n(&c->launches, __ATOMIC_RELAXED),
-            ok ? "state" : "state unreadable", (unsigned long long)state[0],
-            (unsigned long long)state[1]);
+    fprintf(stderr, "rank %d: %llu launches of ours; device %s: epoch %llu, gave up %llu, "
+            "ticket %llu\n", q, (unsigned long long)__atomic_load_n(&c->launches, __ATOMIC_RELAXED),
+            ok ? "state" : "state unreadable", (unsigned long long)state[SYMM_STATE_EPOCH],
+            (unsigned long long)state[SYMM_STATE_GAVE_UP],
+            (unsigned long long)state[SYMM_STATE_TICKET]);
     for (int purpose = 0; ok && purpose < 2; purpose++)
       for (int b = 0; b < 2; b++) {
         fprintf(stderr, "  %s signals, block %d, from writers 0..%d:", purpose ? "mid" : "start", b,
@@ -100,8 +101,8 @@ int main(int argc, char** argv) {
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
   if (argc < 3) {
     fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup[-norevoke]|group|"
-            "nonblocking|split|shrink|mismatch|soak|cta-zero|ce-abort|cta-efficiency|max-ctas|"
-            "repeat N [number]\n");
+            "nonblocking|split|shrink|mismatch|soak|cta-zero|ce-abort|gave-up|cta-efficiency|"
+            "max-ctas|repeat N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
     symmReal.ncclCommRevoke = NULL;
     runWorld(abortSetupRank, 1, abortSetupHelper, NULL);
   }
+  else if (!strcmp(mode, "gave-up")) runWorld(gaveUpRank, 0, NULL, NULL);
   else if (!strcmp(mode, "group")) runWorld(groupRank, 0, NULL, NULL);
   else if (!strcmp(mode, "mismatch")) runWorld(mismatchRank, 0, NULL, NULL);
   else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
