@@ -126,6 +126,15 @@ void symmTransportSetAbort(struct symmComm* comm);
  * fills peerPtrs[r] with rank r's address of the same offset and returns 1; otherwise 0. */
 int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t bytes,
                             void* peerPtrs[SYMM_MAX_RANKS]);
+/* If [ptr, ptr+bytes) lies inside a symmetric window of `comm` that has an alias (its
+ * allocation mapped a second time here, which every rank did: agreed when it was registered),
+ * sets *alias to the same bytes' address in the alias and returns 1; otherwise 0. What the
+ * `ncclplain` choice gives the real NCCL instead of the window's own address, so that NCCL treats
+ * the buffer as plain memory. Caller holds comm->launchLock (the transport stays attached). */
+int symmTransportWindowAlias(const struct symmComm* comm, const void* ptr, size_t bytes,
+                             void** alias);
+/* Window aliases mapped in this process now (tests: each window's is unmapped with it). */
+int symmTransportAliasCount(void);
 /* Changes whenever a window is added to or removed from `comm` (what FindWindow answers may
  * have changed); 0 without a transport. */
 uint64_t symmTransportWindowsVersion(const struct symmComm* comm);
@@ -197,8 +206,8 @@ struct symmWindowReg {
  * (collective, like the registration; one thread may pass one per rank it drives, as a group
  * does). Never fails the user's call; an unmapped window is simply not used. */
 void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n);
-/* Before the real ncclCommWindowDeregister: unmap the peers' windows of `win` once every eager
- * kernel of ours issued so far has finished. */
+/* Before the real ncclCommWindowDeregister: unmap the peers' windows of `win` and its alias once
+ * every eager kernel of ours issued so far has finished. */
 void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win);
 
 #endif

@@ -43,6 +43,12 @@ struct symmWindow {
   size_t bytes;
   void* peerPtrs[SYMM_MAX_RANKS]; /* rank r's address of userPtr's offset, mapped here */
   struct symmMapping* maps[SYMM_MAX_RANKS];
+  /* This rank's whole allocation mapped a second time (aliasBase 0: none), an address the real
+   * NCCL does not know as a window: what the `ncclplain` choice gives it, so that it runs its
+   * plain path. aliasPtr (userPtr's alias) is set only when every rank mapped one (agreed). */
+  CUdeviceptr aliasBase;
+  size_t aliasBytes;
+  uintptr_t aliasPtr;
   struct symmWindow* next;
 };
 

@@ -8,7 +8,12 @@
 #include "fdpass.h"
 #include "internal.h"
 #include "order.h"
+#include "param.h"
 #include "transport.h"
+
+SYMMCOLL_PARAM_FULL(TestAliasFailRank, "TEST_ALIAS_FAIL_RANK", -1, -1, INT32_MAX, SYMM_PARAM_TEST,
+                    "tests only: on this rank, mapping a window's alias fails (as a refused "
+                    "cuMemMap would), so that no rank gives the real NCCL an alias of it")
 
 /* ---- ncclMemAlloc / ncclMemFree ---------------------------------------------------------- */
 
@@ -145,7 +150,26 @@ struct windowRecord {
   uint64_t allocBytes, offset, bytes;
 };
 
+/* Bits of a rank's vote in the last agreement of a window: its peers mapped, and its alias
+ * mapped (an agreement of its own riding on the same exchange). */
+#define WINDOW_VOTE_MAPPED 1u
+#define WINDOW_VOTE_ALIAS 2u
+
+/* Aliases mapped now in this process (symmTransportAliasCount). */
+static int liveAliases;
+
+static void unmapAlias(struct symmWindow* w) {
+  if (w->aliasBase == 0) return;
+  symmVmmUnmap(w->aliasBase, w->aliasBytes);
+  w->aliasBase = 0;
+  w->aliasBytes = 0;
+  w->aliasPtr = 0;
+  __atomic_sub_fetch(&liveAliases, 1, __ATOMIC_RELAXED);
+}
+
+/* The alias first: it maps the allocation whose handle our own mapping's release may drop. */
 static void releaseWindow(struct symmWindow* w) {
+  unmapAlias(w);
   for (int r = SYMM_MAX_RANKS - 1; r >= 0; r--) symmRegistryRelease(w->maps[r]);
   free(w);
 }
@@ -163,18 +187,22 @@ struct windowJob {
   struct symmWindow* w;
 };
 
-/* Agreement step over every job still in: a job whose ranks did not all vote 1 drops out. */
+/* Agreement step over every job still in: a job whose ranks did not all set WINDOW_VOTE_MAPPED
+ * drops out. agreed[i] (when not NULL): the bits every rank of a job still in set, else 0. */
 static void agreeJobs(struct windowJob* jobs, struct symmComm** comms, int n,
-                      const uint32_t* myVote) {
+                      const uint32_t* myVote, uint32_t* agreed) {
   int* inExchange = calloc((size_t)n, sizeof(int));
   uint32_t* allVoted = calloc((size_t)n, sizeof(uint32_t));
-  if (inExchange == NULL || allVoted == NULL) {
-    for (int i = 0; i < n; i++) jobs[i].inExchange = 0;
-  } else {
-    for (int i = 0; i < n; i++) inExchange[i] = jobs[i].inExchange;
-    symmAllRanksAgree(comms, n, inExchange, myVote, allVoted);
-    for (int i = 0; i < n; i++) jobs[i].inExchange = jobs[i].inExchange && allVoted[i];
+  for (int i = 0; i < n; i++) {
+    if (inExchange == NULL || allVoted == NULL) jobs[i].inExchange = 0;
+    else inExchange[i] = jobs[i].inExchange;
   }
+  if (inExchange != NULL && allVoted != NULL) {
+    symmAllRanksAgree(comms, n, inExchange, myVote, allVoted);
+    for (int i = 0; i < n; i++)
+      jobs[i].inExchange = jobs[i].inExchange && (allVoted[i] & WINDOW_VOTE_MAPPED);
+  }
+  for (int i = 0; agreed != NULL && i < n; i++) agreed[i] = jobs[i].inExchange ? allVoted[i] : 0;
   free(inExchange);
   free(allVoted);
 }
@@ -251,6 +279,51 @@ static uint32_t fetchJob(struct windowJob* j) {
   return ok;
 }
 
+/* Maps this rank's allocation behind the window a second time, at a fresh address with read/write
+ * access for this device: the window's bytes under an address the real NCCL does not know as a
+ * window (`ncclplain`, src/tuner/README.md). WINDOW_VOTE_ALIAS when mapped (w->aliasBase). A
+ * failure is none of the user's (INFO): the window then has no alias on any rank, as agreed. */
+static uint32_t mapAlias(struct windowJob* j) {
+  struct symmWindow* w = j->w;
+  const size_t bytes = j->ours.allocBytes;
+  const int rank = j->reg->comm->rank;
+  CUmemAllocationProp prop;
+  CUmemAccessDesc access;
+  size_t granularity = 0;
+  CUdeviceptr base = 0;
+  memset(&prop, 0, sizeof(prop));
+  memset(&access, 0, sizeof(access));
+  if (rank == symmParamTestAliasFailRank()) goto fail;
+  /* cuMemMap wants an address aligned to the allocation's own granularity. */
+  if (CU_CALL(SYMM_LOG_INFO, cuMemGetAllocationPropertiesFromHandle, (&prop, j->handle)) !=
+          CUDA_SUCCESS ||
+      CU_CALL(SYMM_LOG_INFO, cuMemGetAllocationGranularity,
+              (&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) != CUDA_SUCCESS ||
+      CU_CALL(SYMM_LOG_INFO, cuMemAddressReserve, (&base, bytes, granularity, 0, 0)) !=
+          CUDA_SUCCESS)
+    goto fail;
+  if (CU_CALL(SYMM_LOG_INFO, cuMemMap, (base, bytes, 0, j->handle, 0)) != CUDA_SUCCESS)
+    goto release_range;
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = j->t->cudaDev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (CU_CALL(SYMM_LOG_INFO, cuMemSetAccess, (base, bytes, &access, 1)) != CUDA_SUCCESS)
+    goto unmap_range;
+  w->aliasBase = base;
+  w->aliasBytes = bytes;
+  __atomic_add_fetch(&liveAliases, 1, __ATOMIC_RELAXED);
+  return WINDOW_VOTE_ALIAS;
+unmap_range:
+  (void)CU_CALL(SYMM_LOG_WARN, cuMemUnmap, (base, bytes));
+release_range:
+  (void)CU_CALL(SYMM_LOG_WARN, cuMemAddressFree, (base, bytes));
+fail:
+  INFO(SYMM_TRANSPORT, "window %p: no alias mapped on rank %d%s; ncclplain gives the real NCCL "
+       "the window's own addresses", j->reg->buff, rank,
+       rank == symmParamTestAliasFailRank() ? " (SYMMCOLL_TEST_ALIAS_FAIL_RANK)" : "");
+  return 0;
+}
+
 /* Every step is an exchange or agreement over all jobs at once, so one thread driving several
  * ranks (a group, ncclCommInitAll) takes part for each of them in the same grouped all-gather.
  * Ranks of one communicator run the same steps: what decides a step is either identical on all
@@ -263,9 +336,10 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
   const void** send = calloc((size_t)n, sizeof(void*));
   void** recv = calloc((size_t)n, sizeof(void*));
   uint32_t* myVote = calloc((size_t)n, sizeof(uint32_t));
+  uint32_t* agreed = calloc((size_t)n, sizeof(uint32_t));
   int* inExchange = calloc((size_t)n, sizeof(int));
   if (jobs == NULL || comms == NULL || send == NULL || recv == NULL || myVote == NULL ||
-      inExchange == NULL) {
+      agreed == NULL || inExchange == NULL) {
     WARN("symmetric windows: out of host memory; %d window(s) not peer-mapped", n);
     goto done;
   }
@@ -305,19 +379,21 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
     for (int r = 0; ok && r < comms[i]->nranks; r++) ok = j->all[r].ok && j->all[r].bytes == j->reg->size;
     j->inExchange = ok;
   }
-  /* 2. Publish ours; 3. map the peers'. Each step ends in an agreement. */
+  /* 2. Publish ours; 3. map the peers' and our alias. Each step ends in an agreement; whether
+   * the window has an alias is agreed in the last one: a rank giving NCCL an alias runs NCCL's
+   * rings while one giving it the window runs NCCL's symmetric kernels, and the two never meet. */
   for (int i = 0; i < n; i++) {
     if (!jobs[i].inExchange) continue;
     (void)cudaSetDevice(jobs[i].t->cudaDev);
-    myVote[i] = publishJob(&jobs[i]);
+    myVote[i] = publishJob(&jobs[i]) ? WINDOW_VOTE_MAPPED : 0;
   }
-  agreeJobs(jobs, comms, n, myVote);
+  agreeJobs(jobs, comms, n, myVote, NULL);
   for (int i = 0; i < n; i++) {
     if (!jobs[i].inExchange) continue;
     (void)cudaSetDevice(jobs[i].t->cudaDev);
-    myVote[i] = fetchJob(&jobs[i]);
+    myVote[i] = (fetchJob(&jobs[i]) ? WINDOW_VOTE_MAPPED : 0) | mapAlias(&jobs[i]);
   }
-  agreeJobs(jobs, comms, n, myVote);
+  agreeJobs(jobs, comms, n, myVote, agreed);
 
   for (int i = 0; i < n; i++) {
     struct windowJob* j = &jobs[i];
@@ -336,13 +412,20 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
     w->bytes = j->reg->size;
     for (int r = 0; r < comms[i]->nranks; r++)
       w->peerPtrs[r] = (void*)(w->maps[r]->base + j->all[r].offset);
+    if (agreed[i] & WINDOW_VOTE_ALIAS) {
+      w->aliasPtr = (uintptr_t)w->aliasBase + j->ours.offset;
+    } else if (w->aliasBase != 0) {
+      INFO(SYMM_TRANSPORT, "window %p: a peer mapped no alias; ncclplain gives the real NCCL "
+           "the window's own addresses on every rank", j->reg->buff);
+      unmapAlias(w);
+    }
     pthread_mutex_lock(&j->t->lock);
     w->next = j->t->windows;
     j->t->windows = w;
     __atomic_add_fetch(&j->t->windowsVersion, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&j->t->lock);
-    INFO(SYMM_TRANSPORT, "window %p (%zu bytes) peer-mapped on rank %d", j->reg->buff,
-         j->reg->size, comms[i]->rank);
+    INFO(SYMM_TRANSPORT, "window %p (%zu bytes) peer-mapped on rank %d%s", j->reg->buff,
+         j->reg->size, comms[i]->rank, w->aliasPtr != 0 ? ", with an alias" : "");
   }
 restore:
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
@@ -352,6 +435,7 @@ done:
   free(send);
   free(recv);
   free(myVote);
+  free(agreed);
   free(inExchange);
 }
 
@@ -415,3 +499,26 @@ int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t
   pthread_mutex_unlock(&t->lock);
   return found;
 }
+
+int symmTransportWindowAlias(const struct symmComm* comm, const void* ptr, size_t bytes,
+                             void** alias) {
+  if (comm == NULL || comm->transport == NULL || ptr == NULL) return 0;
+  struct symmTransport* t = comm->transport;
+  const uintptr_t p = (uintptr_t)ptr;
+  int found = 0;
+  pthread_mutex_lock(&t->lock);
+  for (struct symmWindow* w = t->windows; w; w = w->next) {
+    if (p >= w->userPtr && bytes <= w->bytes && p - w->userPtr <= w->bytes - bytes) {
+      /* The first window holding the range decides, as in symmTransportFindWindow. */
+      if (w->aliasPtr != 0) {
+        *alias = (void*)(w->aliasPtr + (p - w->userPtr));
+        found = 1;
+      }
+      break;
+    }
+  }
+  pthread_mutex_unlock(&t->lock);
+  return found;
+}
+
+int symmTransportAliasCount(void) { return __atomic_load_n(&liveAliases, __ATOMIC_RELAXED); }
