@@ -385,6 +385,11 @@ static void buildLaunch(const struct call* c, const struct symmRoute* r, struct 
       .exchangeDescs = r->exchangeDescs, .pdl = r->pdl};
 }
 
+/* symmPlainBuffers' lookup: the windows of the communicator `ctx`. */
+static int windowAlias(const void* ctx, const void* ptr, size_t bytes, void** alias) {
+  return symmTransportWindowAlias((const struct symmComm*)ctx, ptr, bytes, alias);
+}
+
 /* One switch over the route; called with the lock held if the route took it. */
 static ncclResult_t carryOut(struct call* c, const struct symmRoute* r) {
   const struct symmTask* task = c->task;
@@ -404,14 +409,21 @@ static ncclResult_t carryOut(struct call* c, const struct symmRoute* r) {
              symmCollApiName(task->coll), (void*)task->comm);
       if (r->failGroup) symmGroupPoison(task->comm);
       return r->result;
-    case SYMM_ROUTE_FORWARD:
+    case SYMM_ROUTE_FORWARD: {
       if (r->remember) (void)newRepeat(comm, &c->key, r, NULL);
+      /* ncclplain: windows' aliases, looked up while the lock keeps the transport attached. */
+      struct symmTask plain;
+      const int onAlias = r->algo == SYMM_ALGO_NCCLPLAIN && c->locked &&
+                          symmPlainBuffers(task, comm->nranks, windowAlias, comm, &plain) > 0;
+      if (onAlias) comm->plainForwards++;
       unlockCall(c);
       if (r->note == SYMM_NOTE_CAPTURED_FIRST)
         INFO(SYMM_INIT, "comm %p: first call given to our kernels is captured; it forwards and "
              "staging waits for an uncaptured one", (void*)comm->real);
       if (r->untouched) return symmCallRealUntouched(task);
-      return r->ordered ? symmForwardOrdered(comm, task) : symmCallReal(task);
+      if (!r->ordered) return symmCallReal(task);
+      return symmForwardOrdered(comm, onAlias ? &plain : task, onAlias);
+    }
     case SYMM_ROUTE_LAUNCH:
       if (r->when == SYMM_WHEN_NOW && r->repeated) {
         c->repeat->op.task.stream = task->stream;

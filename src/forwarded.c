@@ -100,21 +100,30 @@ ncclResult_t symmCallReal(const struct symmTask* t) {
   return res;
 }
 
+/* Whether a forwarded call is ordered: as symmTransportOrdersForwarded says, and a call given
+ * windows' aliases (ncclplain) also before staging exists, as a captured one is: the order event
+ * then follows it, and a window's deregistration, which waits for that event, unmaps the alias
+ * only once the real NCCL is done reading it. Caller holds launchLock. */
+static int ordersForwarded(const struct symmComm* comm, int captured, int onAlias) {
+  return symmTransportOrdersForwarded(comm, captured || onAlias);
+}
+
 /* After an operation forwarded inside a group: ordered once the group has launched it. */
 struct forwardedMark {
   struct symmComm* comm;
   cudaStream_t stream;
   struct symmCapture before;
+  int onAlias;
 };
 
 /* `before`: the stream as symmCaptureOf saw it before the real call (a capture's dependencies
  * are read again here). */
 static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stream,
-                                        const struct symmCapture* before) {
+                                        const struct symmCapture* before, int onAlias) {
   int saved = -1;
   ncclResult_t res = symmDeviceEnter(comm, &saved);
   pthread_mutex_lock(&comm->launchLock);
-  if (res == ncclSuccess && symmTransportOrdersForwarded(comm, before->active))
+  if (res == ncclSuccess && ordersForwarded(comm, before->active, onAlias))
     res = symmOrderAfter(&comm->order, stream, before);
   symmCommFailOrdering(comm, res);
   pthread_mutex_unlock(&comm->launchLock);
@@ -124,7 +133,8 @@ static ncclResult_t orderAfterForwarded(struct symmComm* comm, cudaStream_t stre
 
 static ncclResult_t runForwardedMark(void* arg, int launch) {
   struct forwardedMark* m = arg;
-  ncclResult_t res = launch ? orderAfterForwarded(m->comm, m->stream, &m->before) : ncclSuccess;
+  ncclResult_t res =
+      launch ? orderAfterForwarded(m->comm, m->stream, &m->before, m->onAlias) : ncclSuccess;
   free(m);
   return res;
 }
@@ -143,7 +153,7 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream, int
   if (res == ncclSuccess && !discarded && symmTransportOrdersForwarded(comm, 1)) {
     s->joinable = 1;
     res = symmCaptureOf(stream, &s->capture);
-    if (res == ncclSuccess && symmTransportOrdersForwarded(comm, s->capture.active)) {
+    if (res == ncclSuccess && ordersForwarded(comm, s->capture.active, s->onAlias)) {
       res = symmOrderBefore(&comm->order, stream, &s->capture);
       s->ordered = res == ncclSuccess;
     }
@@ -173,7 +183,8 @@ static void forwardLeave(struct symmForwardScope* s, ncclResult_t realResult) {
     if (grouped || realResult == ncclInProgress) {
       struct forwardedMark* m = malloc(sizeof(*m));
       if (m != NULL) {
-        *m = (struct forwardedMark){.comm = s->comm, .stream = s->stream, .before = s->capture};
+        *m = (struct forwardedMark){.comm = s->comm, .stream = s->stream, .before = s->capture,
+                                    .onAlias = s->onAlias};
         m->before.deps = NULL; /* read again when it runs */
         m->before.ndeps = 0;
         if (!grouped)
@@ -183,7 +194,7 @@ static void forwardLeave(struct symmForwardScope* s, ncclResult_t realResult) {
           free(m);
       }
     } else {
-      (void)orderAfterForwarded(s->comm, s->stream, &s->capture);
+      (void)orderAfterForwarded(s->comm, s->stream, &s->capture, s->onAlias);
     }
   }
   symmDeviceLeave(s->savedDev);
@@ -220,9 +231,10 @@ void symmForwardEnd(struct symmForwardScope* s, ncclResult_t realResult) {
 
 /* Forwarded with ordering, as every other operation on a communicator where ours run (its route
  * checked that it is not gone and ran its parked operations). */
-ncclResult_t symmForwardOrdered(struct symmComm* comm, const struct symmTask* task) {
+ncclResult_t symmForwardOrdered(struct symmComm* comm, const struct symmTask* task, int onAlias) {
   struct symmForwardScope scope;
   memset(&scope, 0, sizeof(scope));
+  scope.onAlias = onAlias;
   ncclResult_t res = forwardEnter(comm, task->stream, 0, &scope);
   if (res == ncclSuccess) res = symmCallReal(task);
   else if (symmGroupDepth() > 0) symmGroupPoison(task->comm);

@@ -66,8 +66,9 @@ ncclResult_t symmArgsCheck(const struct symmTask* task, int nranks, int arch, in
 static int keepsSms(int ctaPolicy) { return (ctaPolicy & NCCL_CTA_POLICY_ZERO) != 0; }
 
 int symmPolicyAllows(int ctaPolicy, enum symmAlgo algo) {
-  /* Only the copy engines may move data: no SM kernel of ours. */
-  return algo == SYMM_ALGO_NCCL || !keepsSms(ctaPolicy) || algo == SYMM_ALGO_COPYENGINE;
+  /* Only the copy engines may move data: no SM kernel of ours (the real NCCL reads the policy
+   * itself). */
+  return symmAlgoForwards(algo) || !keepsSms(ctaPolicy) || algo == SYMM_ALGO_COPYENGINE;
 }
 
 /* ... and they take every all-gather where the peers are on NVLink (or share a GPU), at any size,
@@ -117,7 +118,7 @@ static struct symmTuneInput tuneInput(const struct symmRouteFacts* f, const stru
       .link = f->link, .stagingBytes = f->stagingBytes, .table = f->table,
       /* arch 0 (mixed) is left here: the fp8 rule refused known older ones in symmArgsCheck. */
       .excluded = policyExcludes(f->config.ctaPolicy) |
-                  (fp8BelowSm90(t, f->arch) ? ~(1u << SYMM_ALGO_NCCL) : 0u)};
+                  (fp8BelowSm90(t, f->arch) ? ~SYMM_ALGOS_FORWARDED : 0u)};
 }
 
 /* Captured all-gather push, reduce-scatter pull and the all-reduce two-shot writing outputs on
@@ -255,10 +256,12 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
     if (!(f->have & SYMM_NEED_WINDOW)) return need(SYMM_NEED_WINDOW);
     r = pick(f, t);
   }
-  if (r.algo == SYMM_ALGO_NCCL) {
-    /* Remembered too: an identical call forwards again without the tuner. */
+  if (symmAlgoForwards(r.algo)) {
+    /* Remembered too: an identical call forwards again without the tuner. `ncclplain` gives the
+     * real NCCL windows' aliases, and is ordered as any forwarded call. */
     struct symmRoute fwd = forward(1);
     fwd.tuned = r.tuned;
+    fwd.algo = r.algo;
     fwd.remember = repeatable(f);
     return fwd;
   }
@@ -306,4 +309,46 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
   r.kind = f->config.blocking ? SYMM_ROUTE_STAGE_LAUNCH : SYMM_ROUTE_FORWARD_STAGE;
   r.when = f->groupDepth > 0 ? SYMM_WHEN_GROUP_END : SYMM_WHEN_NOW;
   return r;
+}
+
+/* The larger buffer is looked up first: a smaller one inside its range (in-place calls: the
+ * all-gather's input is a slice of its output, the reduce-scatter's output a slice of its
+ * input, the all-reduce's are one) moves with it or not at all, so that NCCL still sees the call
+ * in place. Any other smaller buffer is looked up on its own. */
+int symmPlainBuffers(const struct symmTask* task, int nranks, symmAliasLookup lookup,
+                     const void* ctx, struct symmTask* out) {
+  *out = *task;
+  /* symmArgsCheck made sure that nranks * count * esize does not overflow. */
+  const size_t part = task->count * symmTypeSize(task->datatype);
+  const size_t whole = part * (size_t)(nranks > 0 ? nranks : 1);
+  const size_t sendBytes = task->coll == SYMM_COLL_REDUCESCATTER ? whole : part;
+  const size_t recvBytes = task->coll == SYMM_COLL_ALLGATHER ? whole : part;
+  const int sendIsLarger = sendBytes > recvBytes;
+  const uintptr_t large = (uintptr_t)(sendIsLarger ? task->sendbuff : task->recvbuff);
+  const uintptr_t small = (uintptr_t)(sendIsLarger ? task->recvbuff : task->sendbuff);
+  const size_t largeBytes = sendIsLarger ? sendBytes : recvBytes;
+  const size_t smallBytes = sendIsLarger ? recvBytes : sendBytes;
+  void* largeAlias = NULL;
+  void* smallAlias = NULL;
+  int moved = 0;
+  if (large != 0 && lookup(ctx, (const void*)large, largeBytes, &largeAlias)) moved++;
+  const int inside =
+      small >= large && smallBytes <= largeBytes && small - large <= largeBytes - smallBytes;
+  if (inside) {
+    if (moved) {
+      smallAlias = (char*)largeAlias + (small - large);
+      moved++;
+    }
+  } else if (small != 0 && lookup(ctx, (const void*)small, smallBytes, &smallAlias)) {
+    moved++;
+  }
+  if (largeAlias != NULL) {
+    if (sendIsLarger) out->sendbuff = largeAlias;
+    else out->recvbuff = largeAlias;
+  }
+  if (smallAlias != NULL) {
+    if (sendIsLarger) out->recvbuff = smallAlias;
+    else out->sendbuff = smallAlias;
+  }
+  return moved;
 }

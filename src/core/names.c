@@ -7,8 +7,8 @@
 static const char* const collNames[SYMM_NCOLLS] = {"allreduce", "allgather", "reducescatter"};
 static const char* const collApiNames[SYMM_NCOLLS] = {"ncclAllReduce", "ncclAllGather",
                                                       "ncclReduceScatter"};
-static const char* const algoNames[SYMM_NALGOS] = {"nccl", "lamport", "oneshot", "twoshot",
-                                                   "push", "pull",    "ce",      "multimem"};
+static const char* const algoNames[SYMM_NALGOS] = {
+    "nccl", "lamport", "oneshot", "twoshot", "push", "pull", "ce", "multimem", "ncclplain"};
 
 const char* symmCollName(enum symmColl coll) {
   return (unsigned)coll < SYMM_NCOLLS ? collNames[coll] : "unknown";

@@ -19,7 +19,10 @@ enum symmColl {
 };
 
 /* One numbering for every collective; which algorithm exists for which collective is
- * symmAlgoExists (src/include/algos.h). SYMM_ALGO_NCCL means "forward to the real NCCL". */
+ * symmAlgoExists (src/include/algos.h). SYMM_ALGO_NCCL means "forward to the real NCCL";
+ * SYMM_ALGO_NCCLPLAIN forwards too, with the buffers that lie in a symmetric window given to
+ * NCCL through the window's alias (src/transport/window.c), so that NCCL runs its plain path
+ * (rings, trees) instead of its symmetric kernels. Neither has kernels of ours. */
 enum symmAlgo {
   SYMM_ALGO_NCCL = 0,
   SYMM_ALGO_LAMPORT = 1,    /* barrier-free: data carries its epoch (AR, AG, RS) */
@@ -29,14 +32,21 @@ enum symmAlgo {
   SYMM_ALGO_PULL = 5,       /* RS: loads our slice from every peer, reduces in rank order */
   SYMM_ALGO_COPYENGINE = 6, /* AG: peer copies by the copy engines, no SM kernel */
   SYMM_ALGO_MULTIMEM = 7,   /* NVLink SHARP (or its emulation with peer loads/stores) */
-  SYMM_NALGOS = 8
+  SYMM_ALGO_NCCLPLAIN = 8,  /* the real NCCL on windows' aliases (AR, AG, RS) */
+  SYMM_NALGOS = 9
 };
+
+/* The choices that forward to the real NCCL (bits 1u << algo). */
+#define SYMM_ALGOS_FORWARDED ((1u << SYMM_ALGO_NCCL) | (1u << SYMM_ALGO_NCCLPLAIN))
+static inline int symmAlgoForwards(enum symmAlgo algo) {
+  return (unsigned)algo < 32 && (SYMM_ALGOS_FORWARDED >> algo & 1u);
+}
 
 /* "allreduce", "allgather", "reducescatter". */
 const char* symmCollName(enum symmColl coll);
 /* "ncclAllReduce", "ncclAllGather", "ncclReduceScatter". */
 const char* symmCollApiName(enum symmColl coll);
-/* "nccl", "lamport", "oneshot", "twoshot", "push", "pull", "ce", "multimem". */
+/* "nccl", "lamport", "oneshot", "twoshot", "push", "pull", "ce", "multimem", "ncclplain". */
 const char* symmAlgoName(enum symmAlgo algo);
 /* Parses an algorithm name (case-insensitive): the algorithm, -1 for "auto" or empty/NULL,
  * -2 for anything else. */

@@ -84,6 +84,7 @@ struct symmComm {
   uint64_t launches;                 /* launches of ours issued (tests read it) */
   uint64_t zeroCopyLaunches;         /* of those, on registered windows in place (tests) */
   uint64_t replays;                  /* of those, an identical call's launch issued again (tests) */
+  uint64_t plainForwards;            /* calls forwarded with windows' aliases (ncclplain; tests) */
   struct symmTransport* transport;   /* non-NULL when eligible and set up */
   struct symmRepeats* repeats;       /* NULL until the first launch of ours (launchLock) */
   /* The child of a non-blocking split or shrink of this parent, handed to the caller by the

@@ -28,8 +28,10 @@ ncclResult_t symmCallRealUntouched(const struct symmTask* task);
 
 /* A collective the route forwards with ordering: the communicator's failure (refused, and inside
  * a group the real group failed too), then the real call between our ordering (the caller made
- * sure the communicator is not gone and ran its parked operations). */
-ncclResult_t symmForwardOrdered(struct symmComm* comm, const struct symmTask* task);
+ * sure the communicator is not gone and ran its parked operations). `onAlias`: the task's
+ * buffers are windows' aliases (ncclplain): ordered also before staging exists, so that a
+ * window's deregistration waits for it before unmapping the alias. */
+ncclResult_t symmForwardOrdered(struct symmComm* comm, const struct symmTask* task, int onAlias);
 
 /* Forwarded calls that take a communicator and a stream (ncclBroadcast, ncclSend, ...): the
  * communicator's failure first (NCCL's ncclCommEnsureReady), then ordering before and after the
@@ -40,6 +42,7 @@ struct symmForwardScope {
   cudaStream_t stream;
   int ordered;
   int joinable; /* ours may run on the communicator: its stream joins a group's (group.c) */
+  int onAlias;  /* the buffers are windows' aliases (symmForwardOrdered) */
   int savedDev;               /* the caller's device, restored at the end (-1: unchanged) */
   struct symmCapture capture; /* the stream before the real call */
 };

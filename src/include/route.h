@@ -127,7 +127,9 @@ struct symmRoute {
    * ncclInProgress) or at the group's end. */
   enum symmRouteWhen when;
   enum symmRouteNote note;
-  /* LAUNCH, STAGE_LAUNCH: what runs (struct symmLaunch's fields). */
+  /* LAUNCH, STAGE_LAUNCH: what runs (struct symmLaunch's fields). FORWARD after the tuner: NCCL,
+   * or NCCLPLAIN (the real NCCL is given windows' aliases, symmPlainBuffers); a first call given
+   * to our kernels that is captured: the algorithm it will get. */
   enum symmAlgo algo;
   ncclRedOp_t op;
   int maxBlocks, minBlocks; /* grid bounds from the communicator's CTA config */
@@ -153,6 +155,16 @@ size_t symmRouteLargestStaged(const struct symmTuneInput* comm, int ctaPolicy);
  * (`arch`, 0 when unknown or mixed) -> ncclInvalidArgument. *ncclDecides = 1 for calls the real
  * NCCL must judge and run (user-defined ops, count 0, NULL buffers). */
 ncclResult_t symmArgsCheck(const struct symmTask* task, int nranks, int arch, int* ncclDecides);
+
+/* The `ncclplain` choice: `task` with each buffer that lies in a symmetric window with an alias
+ * replaced by that alias (`lookup`: symmTransportWindowAlias's answer for [ptr, ptr+bytes), 1
+ * and *alias, or 0), so that the real NCCL sees plain memory. A buffer inside the other one's
+ * range (in place) moves with it or not at all: NCCL still sees the call in place. Returns how
+ * many buffers moved (0: `out` is `task`). Sizes as NCCL's: the all-gather's output and the
+ * reduce-scatter's input are nranks * count elements. */
+typedef int (*symmAliasLookup)(const void* ctx, const void* ptr, size_t bytes, void** alias);
+int symmPlainBuffers(const struct symmTask* task, int nranks, symmAliasLookup lookup,
+                     const void* ctx, struct symmTask* out);
 
 /* Grid bounds from the communicator's config, the same on all ranks: maxCTAs/minCTAs bound our
  * grids; NCCL_CTA_POLICY_EFFICIENCY asks for our fewest-block variants (SYMM_EFFICIENCY_BLOCKS at

@@ -207,7 +207,8 @@ struct symmWindowReg {
  * does). Never fails the user's call; an unmapped window is simply not used. */
 void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n);
 /* Before the real ncclCommWindowDeregister: unmap the peers' windows of `win` and its alias once
- * every eager kernel of ours issued so far has finished. */
+ * every eager operation ordered on the communicator so far (kernels of ours, and forwarded calls
+ * that were given the alias) has finished. */
 void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win);
 
 #endif

@@ -454,8 +454,10 @@ void symmTransportWindowDeregister(struct symmComm* comm, ncclWindow_t win) {
   }
   pthread_mutex_unlock(&t->lock);
   if (w == NULL) return;
-  /* Eager kernels of ours may still read through the mapping (captured ones may not outlive
-   * the registration, NCCL's contract too). */
+  /* Eager kernels of ours may still read through the mapping, and the real NCCL through the
+   * alias (calls given it are ordered on the communicator even before staging exists, so the
+   * order event follows them too; captured ones may not outlive the registration, NCCL's
+   * contract too). */
   pthread_mutex_lock(&comm->launchLock);
   cudaEvent_t issued = symmOrderQuiesceEvent(&comm->order);
   pthread_mutex_unlock(&comm->launchLock);

@@ -162,7 +162,7 @@ int symmTuneCollHasAlgo(enum symmColl coll, enum symmAlgo algo) {
                                   1u << SYMM_ALGO_MULTIMEM,
   };
   if ((unsigned)coll >= SYMM_NCOLLS || (unsigned)algo >= SYMM_NALGOS) return 0;
-  return algo == SYMM_ALGO_NCCL || (algos[coll] >> algo & 1u);
+  return symmAlgoForwards(algo) || (algos[coll] >> algo & 1u);
 }
 
 static int keyMatches(int key, int value) { return key == SYMM_TUNE_ANY || key == value; }

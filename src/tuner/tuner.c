@@ -16,11 +16,13 @@
 /* Every knob here changes which kernels run, so each must be equal on all ranks (agreed). */
 SYMMCOLL_PARAM_STR_FULL(
     AllReduceAlgo, "ALLREDUCE_ALGO", "auto", SYMM_PARAM_AGREED,
-    "force the all-reduce algorithm: lamport|oneshot|twoshot|multimem|nccl|auto")
+    "force the all-reduce algorithm: lamport|oneshot|twoshot|multimem|nccl|ncclplain|auto")
 SYMMCOLL_PARAM_STR_FULL(AllGatherAlgo, "ALLGATHER_ALGO", "auto", SYMM_PARAM_AGREED,
-                        "force the all-gather algorithm: lamport|push|ce|multimem|nccl|auto")
+                        "force the all-gather algorithm: lamport|push|ce|multimem|nccl|ncclplain|"
+                        "auto")
 SYMMCOLL_PARAM_STR_FULL(ReduceScatterAlgo, "REDUCESCATTER_ALGO", "auto", SYMM_PARAM_AGREED,
-                        "force the reduce-scatter algorithm: lamport|pull|multimem|nccl|auto")
+                        "force the reduce-scatter algorithm: lamport|pull|multimem|nccl|ncclplain|"
+                        "auto")
 SYMMCOLL_PARAM_FULL(MultimemEmulate, "MULTIMEM_EMULATE", 0, 0, 1,
                     SYMM_PARAM_AGREED | SYMM_PARAM_TEST,
                     "1: multimem kernels run with peer loads/stores instead of multicast (tests)")
@@ -82,10 +84,12 @@ static int multimemAllowed(const struct symmTuneInput* in) {
 
 unsigned symmTunerAvailable(const struct symmTuneInput* in) {
   unsigned set = 1u << SYMM_ALGO_NCCL;
-  if ((unsigned)in->coll >= SYMM_NCOLLS || in->nranks < 2 || in->nranks > SYMM_MAX_RANKS)
-    return set;
+  if ((unsigned)in->coll >= SYMM_NCOLLS) return set;
+  /* ncclplain is the real NCCL too (given windows' aliases): wherever NCCL runs the call. */
+  if (!(in->excluded >> SYMM_ALGO_NCCLPLAIN & 1u)) set |= 1u << SYMM_ALGO_NCCLPLAIN;
+  if (in->nranks < 2 || in->nranks > SYMM_MAX_RANKS) return set;
   for (int a = SYMM_ALGO_NCCL + 1; a < SYMM_NALGOS; a++) {
-    if (in->excluded >> a & 1u) continue;
+    if (symmAlgoForwards((enum symmAlgo)a) || (in->excluded >> a & 1u)) continue;
     if (a == SYMM_ALGO_MULTIMEM && !multimemAllowed(in)) continue;
     /* Types and ops without kernels (user-defined ops, say) are no one's here. */
     if (!symmTuneCollHasAlgo(in->coll, (enum symmAlgo)a) ||
@@ -158,8 +162,8 @@ int symmTunerForced(const struct symmTuneInput* in, unsigned avail) {
   } else if (forced == -2) {
     if (firstTime(&warnedBadName[in->coll]))
       WARN(
-          "%s=%s is not an algorithm name (nccl lamport oneshot twoshot push pull ce multimem "
-          "auto); the table decides",
+          "%s=%s is not an algorithm name (nccl ncclplain lamport oneshot twoshot push pull ce "
+          "multimem auto); the table decides",
           overrideNames[in->coll], text);
   }
   return -1;
@@ -194,9 +198,10 @@ void symmTunerResetForTests(void) {
 size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
   size_t most = 0;
   for (int c = 0; c < SYMM_NCOLLS; c++) {
-    /* A forced algorithm may run any size. */
+    /* A forced algorithm of ours may run any size. */
     const int forced = symmAlgoParse(overrideText((enum symmColl)c));
-    if (forced > SYMM_ALGO_NCCL && symmTuneCollHasAlgo((enum symmColl)c, (enum symmAlgo)forced) &&
+    if (forced >= 0 && !symmAlgoForwards((enum symmAlgo)forced) &&
+        symmTuneCollHasAlgo((enum symmColl)c, (enum symmAlgo)forced) &&
         !(in->excluded >> forced & 1u) && (forced != SYMM_ALGO_MULTIMEM || multimemAllowed(in)))
       return SIZE_MAX;
     /* Every row this communicator could use, over element sizes and registration. */
@@ -209,7 +214,7 @@ size_t symmTunerLargestStaged(const struct symmTuneInput* in) {
         const struct symmTuneRow* row = symmTuneFindRow(in->table, &x);
         for (int s = 0; row != NULL && s < row->nsteps; s++) {
           const enum symmAlgo a = row->steps[s].algo;
-          if (a == SYMM_ALGO_NCCL || (in->excluded >> a & 1u) ||
+          if (symmAlgoForwards(a) || (in->excluded >> a & 1u) ||
               (a == SYMM_ALGO_MULTIMEM && !multimemAllowed(in)))
             continue;
           /* The copy engine with windows copies straight into peers' outputs at every size (its

@@ -241,7 +241,7 @@ static void testGridAndPolicy(void) {
     CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_DEFAULT, (enum symmAlgo)a), 1);
     CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_EFFICIENCY, (enum symmAlgo)a), 1);
     CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_ZERO, (enum symmAlgo)a),
-                 a == SYMM_ALGO_NCCL || a == SYMM_ALGO_COPYENGINE);
+                 a == SYMM_ALGO_NCCL || a == SYMM_ALGO_NCCLPLAIN || a == SYMM_ALGO_COPYENGINE);
   }
 }
 

@@ -453,7 +453,7 @@ static void testPolicies(void) {
     CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_DEFAULT, (enum symmAlgo)a), 1);
     CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_EFFICIENCY, (enum symmAlgo)a), 1);
     CHECK_EQ_INT(symmPolicyAllows(NCCL_CTA_POLICY_ZERO, (enum symmAlgo)a),
-                 a == SYMM_ALGO_NCCL || a == SYMM_ALGO_COPYENGINE);
+                 a == SYMM_ALGO_NCCL || a == SYMM_ALGO_NCCLPLAIN || a == SYMM_ALGO_COPYENGINE);
   }
 }
 
@@ -659,6 +659,124 @@ static void testGraphZeroCopy(void) {
   afterExchange = NULL;
 }
 
+/* ncclplain: forwarded and ordered like nccl (remembered outside groups), with the algorithm in
+ * the route so that the enqueue path gives the real NCCL the windows' aliases. Chosen by each
+ * collective's override, under any CTA policy (it is NCCL's) and for fp8 on mixed
+ * architectures (only our kernels lack those). */
+static void testNcclPlain(void) {
+  struct symmRouteFacts w;
+  struct symmTask t;
+  const struct expect plain = {K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCLPLAIN, "CSLHRW"};
+  /* Forced, on every collective and world; under NCCL_CTA_POLICY_ZERO too. */
+  static const char* const knobs[SYMM_NCOLLS] = {
+      "SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO", "SYMMCOLL_REDUCESCATTER_ALGO"};
+  for (int c = 0; c < SYMM_NCOLLS; c++) {
+    setenv(knobs[c], "ncclplain", 1);
+    symmParamResetAll();
+    symmTunerResetForTests();
+    for (int n = 2; n <= 8; n += 3) {
+      w = world();
+      w.nranks = n;
+      t = task((enum symmColl)c, 1024, ncclBfloat16, ncclSum);
+      expectRoute("forced", &w, &t, plain);
+      w.config.ctaPolicy = NCCL_CTA_POLICY_ZERO;
+      expectRoute("forced, zero CTAs", &w, &t, plain);
+      w.config.ctaPolicy = NCCL_CTA_POLICY_DEFAULT;
+      w.arch = 0;
+      t.datatype = ncclFloat8e4m3;
+      expectRoute("forced, fp8 on mixed archs", &w, &t, plain);
+    }
+    /* Count 0 and NULL buffers are NCCL's as ever. */
+    t = task((enum symmColl)c, 0, ncclBfloat16, ncclSum);
+    expectRoute("forced, count 0", &w, &t, (struct expect)FWD_PLAIN("CSLHR"));
+    t.count = 4;
+    t.sendbuff = NULL;
+    expectRoute("forced, NULL buffer", &w, &t, (struct expect)FWD_ORDERED("CS"));
+    unsetenv(knobs[c]);
+    symmParamResetAll();
+    symmTunerResetForTests();
+  }
+}
+
+/* symmPlainBuffers over a fake window table: [base, base + 1 MiB) has an alias at alias + the
+ * same offset; [noAlias, noAlias + 1 MiB) is a window without one; everything else is none. */
+static char windowMem[2][1 << 20], aliasMem[1 << 20];
+static int lookups;
+
+static int fakeAlias(const void* ctx, const void* ptr, size_t bytes, void** alias) {
+  CHECK(ctx == (const void*)windowMem);
+  lookups++;
+  const uintptr_t p = (uintptr_t)ptr, base = (uintptr_t)windowMem[0];
+  if (p < base || bytes > sizeof(windowMem[0]) || p - base > sizeof(windowMem[0]) - bytes) return 0;
+  *alias = aliasMem + (p - base);
+  return 1;
+}
+
+static void testPlainBuffers(void) {
+  char* win = windowMem[0];
+  char* other = windowMem[1]; /* no alias */
+  const int n = 4;
+  struct symmTask in, out;
+  /* All-reduce out of place: each buffer on its own. */
+  in = task(SYMM_COLL_ALLREDUCE, 1000, ncclBfloat16, ncclSum);
+  in.sendbuff = win + 64;
+  in.recvbuff = win + 4096;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 2);
+  CHECK(out.sendbuff == aliasMem + 64 && out.recvbuff == aliasMem + 4096);
+  CHECK(out.count == in.count && out.coll == in.coll && out.datatype == in.datatype);
+  /* One in a window with an alias, one not: only that one. */
+  in.recvbuff = other;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 1);
+  CHECK(out.sendbuff == aliasMem + 64 && out.recvbuff == other);
+  in.sendbuff = other + 8;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 0);
+  CHECK(memcmp(&out, &in, sizeof(in)) == 0);
+  /* A buffer running past the window's end is not in it. */
+  in.sendbuff = win + sizeof(windowMem[0]) - 1000;
+  in.recvbuff = win;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 1);
+  CHECK(out.sendbuff == in.sendbuff && out.recvbuff == aliasMem);
+  /* In place: one lookup, both move together (still in place for NCCL). */
+  in.sendbuff = in.recvbuff = win + 512;
+  lookups = 0;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 2);
+  CHECK_EQ_INT(lookups, 1);
+  CHECK(out.sendbuff == out.recvbuff && out.recvbuff == aliasMem + 512);
+  /* All-gather in place: the input is rank 2's slice of the output. */
+  in = task(SYMM_COLL_ALLGATHER, 1001, ncclBfloat16, ncclSum);
+  in.recvbuff = win + 2;
+  in.sendbuff = win + 2 + 2 * 1001 * 2;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 2);
+  CHECK(out.recvbuff == aliasMem + 2 && out.sendbuff == aliasMem + 2 + 2 * 1001 * 2);
+  /* ... whose output runs past the window: neither moves, although the input alone lies in it
+   * (NCCL must still see the call in place). */
+  in.recvbuff = win + sizeof(windowMem[0]) - 2 * 1001 * 2;
+  in.sendbuff = (char*)in.recvbuff + 1001 * 2;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 0);
+  CHECK(out.sendbuff == in.sendbuff && out.recvbuff == in.recvbuff);
+  /* Out of place: the 4x larger output is the one looked up for its whole size. */
+  in.sendbuff = win;
+  in.recvbuff = win + sizeof(windowMem[0]) - 4 * 1001 * 2 + 2;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 1);
+  CHECK(out.sendbuff == aliasMem && out.recvbuff == in.recvbuff);
+  /* Reduce-scatter in place: the output is rank 3's slice of the input. */
+  in = task(SYMM_COLL_REDUCESCATTER, 333, ncclFloat32, ncclSum);
+  in.sendbuff = win + 4;
+  in.recvbuff = win + 4 + 3 * 333 * 4;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 2);
+  CHECK(out.sendbuff == aliasMem + 4 && out.recvbuff == aliasMem + 4 + 3 * 333 * 4);
+  /* Out of place across the two windows. */
+  in.recvbuff = other;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 1);
+  CHECK(out.sendbuff == aliasMem + 4 && out.recvbuff == other);
+  /* A NULL buffer is never looked up (the route gives such calls to NCCL untranslated). */
+  in.recvbuff = NULL;
+  lookups = 0;
+  CHECK_EQ_INT(symmPlainBuffers(&in, n, fakeAlias, windowMem, &out), 1);
+  CHECK_EQ_INT(lookups, 1);
+  CHECK(out.recvbuff == NULL);
+}
+
 int main(void) {
   for (const char* const* k = (const char* const[]){"SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO",
                                                     "SYMMCOLL_REDUCESCATTER_ALGO", "SYMMCOLL_PDL",
@@ -681,5 +799,7 @@ int main(void) {
   testGraphZeroCopy();
   testIssued();
   testLargestStaged();
+  testNcclPlain();
+  testPlainBuffers();
   return harnessReport("core_route");
 }

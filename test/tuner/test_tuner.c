@@ -19,6 +19,13 @@ static void testNamesAndKernels(void) {
   CHECK_EQ_INT(symmAlgoParse(NULL), -1);
   CHECK_EQ_INT(symmAlgoParse("TwoShot"), SYMM_ALGO_TWOSHOT);
   CHECK_EQ_INT(symmAlgoParse("fastest"), -2);
+  CHECK_EQ_INT(symmAlgoParse("ncclplain"), SYMM_ALGO_NCCLPLAIN);
+  CHECK_EQ_INT(symmAlgoParse("NcclPlain"), SYMM_ALGO_NCCLPLAIN);
+  CHECK_EQ_STR(symmAlgoName(SYMM_ALGO_NCCLPLAIN), "ncclplain");
+  /* The two choices that forward, and nothing else. */
+  for (int a = 0; a < SYMM_NALGOS; a++)
+    CHECK_EQ_INT(symmAlgoForwards((enum symmAlgo)a),
+                 a == SYMM_ALGO_NCCL || a == SYMM_ALGO_NCCLPLAIN);
   /* All-reduce: one-shot, two-shot and Lamport for every type and op; multimem only where the
    * instruction exists. */
   for (int dt = 0; dt < ncclNumTypes; dt++)
@@ -38,6 +45,8 @@ static void testNamesAndKernels(void) {
   CHECK(!symmAlgoExists(SYMM_COLL_ALLREDUCE, SYMM_ALGO_ONESHOT, (ncclDataType_t)ncclNumTypes, ncclSum));
   CHECK(!symmAlgoExists(SYMM_COLL_ALLREDUCE, SYMM_ALGO_ONESHOT, ncclFloat32, (ncclRedOp_t)ncclNumOps));
   CHECK(!symmAlgoExists(SYMM_COLL_ALLREDUCE, SYMM_ALGO_NCCL, ncclFloat32, ncclSum));
+  for (int c = 0; c < SYMM_NCOLLS; c++) /* the real NCCL's, no kernel of ours */
+    CHECK(!symmAlgoExists((enum symmColl)c, SYMM_ALGO_NCCLPLAIN, ncclBfloat16, ncclSum));
   /* Which algorithms a collective has (what a tuning file may name). */
   CHECK(symmTuneCollHasAlgo(SYMM_COLL_ALLREDUCE, SYMM_ALGO_TWOSHOT));
   CHECK(!symmTuneCollHasAlgo(SYMM_COLL_ALLREDUCE, SYMM_ALGO_PUSH));
@@ -45,12 +54,17 @@ static void testNamesAndKernels(void) {
   CHECK(!symmTuneCollHasAlgo(SYMM_COLL_ALLGATHER, SYMM_ALGO_PULL));
   CHECK(symmTuneCollHasAlgo(SYMM_COLL_REDUCESCATTER, SYMM_ALGO_PULL));
   CHECK(!symmTuneCollHasAlgo(SYMM_COLL_REDUCESCATTER, SYMM_ALGO_COPYENGINE));
-  for (int c = 0; c < SYMM_NCOLLS; c++) CHECK(symmTuneCollHasAlgo((enum symmColl)c, SYMM_ALGO_NCCL));
+  for (int c = 0; c < SYMM_NCOLLS; c++) {
+    CHECK(symmTuneCollHasAlgo((enum symmColl)c, SYMM_ALGO_NCCL));
+    CHECK(symmTuneCollHasAlgo((enum symmColl)c, SYMM_ALGO_NCCLPLAIN));
+  }
 }
 
 static void testAvailability(void) {
   struct symmTuneInput in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 4096);
-  const unsigned base = B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_LAMPORT) | B(SYMM_ALGO_ONESHOT) | B(SYMM_ALGO_TWOSHOT);
+  /* NCCL, and NCCL given windows' aliases: wherever the real NCCL runs the call. */
+  const unsigned fwd = B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_NCCLPLAIN);
+  const unsigned base = fwd | B(SYMM_ALGO_LAMPORT) | B(SYMM_ALGO_ONESHOT) | B(SYMM_ALGO_TWOSHOT);
   CHECK_EQ_INT(symmTunerAvailable(&in), base);
   /* Multicast mapped is not enough: multimem needs SYMMCOLL_MULTIMEM=1 too. */
   in.multicastReady = 1;
@@ -73,13 +87,25 @@ static void testAvailability(void) {
   CHECK_EQ_INT(symmTunerAvailable(&in), base);
   tunerCleanEnv();
   in = tin(SYMM_COLL_ALLREDUCE, 1, ncclFloat32, ncclSum, 4096);
-  CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_ALGO_NCCL));
+  CHECK_EQ_INT(symmTunerAvailable(&in), fwd);
   in.nranks = SYMM_MAX_RANKS + 1;
-  CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_ALGO_NCCL));
+  CHECK_EQ_INT(symmTunerAvailable(&in), fwd);
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclFloat32, (ncclRedOp_t)(ncclNumOps + 3), 4096); /* PreMulSum */
-  CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_ALGO_NCCL));
+  CHECK_EQ_INT(symmTunerAvailable(&in), fwd);
   in = tin(SYMM_COLL_ALLREDUCE, 2, (ncclDataType_t)ncclNumTypes, ncclSum, 4096);
+  CHECK_EQ_INT(symmTunerAvailable(&in), fwd);
+  in.coll = (enum symmColl)SYMM_NCOLLS; /* no collective: NCCL's answer alone */
   CHECK_EQ_INT(symmTunerAvailable(&in), B(SYMM_ALGO_NCCL));
+  /* Every collective, size and registration; only the route's rules take it away. */
+  for (int c = 0; c < SYMM_NCOLLS; c++) {
+    for (size_t bytes = 8; bytes <= GiB; bytes *= 64) {
+      in = tin((enum symmColl)c, 4, ncclFloat64, ncclProd, bytes);
+      in.registered = (int)(bytes & 1);
+      CHECK(symmTunerAvailable(&in) & B(SYMM_ALGO_NCCLPLAIN));
+      in.excluded = B(SYMM_ALGO_NCCLPLAIN);
+      CHECK(!(symmTunerAvailable(&in) & B(SYMM_ALGO_NCCLPLAIN)));
+    }
+  }
   /* Lamport: up to its largest message, and only with room for its region in staging. */
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclFloat64, ncclMax, symmLamportMaxBytes(2));
   CHECK(symmTunerAvailable(&in) & B(SYMM_ALGO_LAMPORT));
@@ -109,7 +135,7 @@ static void testAvailability(void) {
     const unsigned avail = symmTunerAvailable(&in);
     CHECK(avail & B(SYMM_ALGO_NCCL));
     for (int a = 1; a < SYMM_NALGOS; a++)
-      if (avail & B(a))
+      if ((avail & B(a)) && !symmAlgoForwards((enum symmAlgo)a))
         CHECK(symmTuneCollHasAlgo((enum symmColl)c, (enum symmAlgo)a) &&
               symmAlgoExists((enum symmColl)c, (enum symmAlgo)a, ncclBfloat16, ncclSum));
   }
@@ -138,6 +164,9 @@ static void testExcluded(void) {
   in.excluded = onlyCe;
   CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCL);
   CHECK_EQ_INT(symmTunerForced(&in, symmTunerAvailable(&in)), -1);
+  /* fp8 reductions on mixed architectures leave out ours only: both forwarding choices stay. */
+  in.excluded = ~SYMM_ALGOS_FORWARDED;
+  CHECK_EQ_INT(symmTunerAvailable(&in), SYMM_ALGOS_FORWARDED);
   tunerCleanEnv();
   /* The row machinery takes the copy engine where a row names it and it is available. */
   struct symmTuneRow row = {.coll = SYMM_COLL_ALLGATHER, .nsteps = 2,
@@ -315,10 +344,11 @@ static void testMeasuredFourRanks(void) {
     const ncclDataType_t type = dt == 0 ? ncclBfloat16 : ncclFloat32;
     const size_t es = symmTypeSize(type);
     const size_t arPlain[][2] = {{es, L}, {128 * KiB, L}, {128 * KiB + es, O}, {512 * KiB, O},
-                                 {512 * KiB + es, T}, {2 * MiB, T}, {2 * MiB + es, N}, {GiB, N}};
+                                 {512 * KiB + es, T}, {2 * MiB, T}, {2 * MiB + es, N},
+                                 {8 * MiB, N}, {GiB, N}};
     CHECK_PICKS4(ar, type, 0, arPlain);
     const size_t agPlain[][2] = {{64, L}, {512 * KiB, L}, {512 * KiB + 4, P}, {32 * MiB, P},
-                                 {32 * MiB + 4, N}};
+                                 {32 * MiB + 4, N}, {512 * MiB, N}, {GiB, N}};
     CHECK_PICKS4(ag, type, 0, agPlain);
     const size_t pullTop = dt == 0 ? 512 * MiB : 32 * MiB; /* 4-byte elements: to 32 MiB */
     const size_t rsPlain[][2] = {{512 * KiB, L}, {512 * KiB + 4 * es, U}, {pullTop, U},
@@ -463,6 +493,38 @@ static void testOverrides(void) {
   tunerLogTo(logPath, "WARN");
 }
 
+/* ncclplain through each collective's override: every size, world, registration and link, and
+ * logged like any forced choice. It never runs a kernel of ours, so nothing reads in place. */
+static void testNcclPlainOverride(void) {
+  static const char* const knobs[SYMM_NCOLLS] = {
+      "SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO", "SYMMCOLL_REDUCESCATTER_ALGO"};
+  tunerLogTo(logPath, "INFO");
+  for (int c = 0; c < SYMM_NCOLLS; c++) {
+    tunerSetEnv(knobs[c], "ncclplain");
+    for (int n = 2; n <= SYMM_MAX_RANKS; n += 2)
+      for (int reg = 0; reg <= 1; reg++)
+        for (int link = SYMM_LINK_NVLINK; link <= SYMM_LINK_PCIE; link++)
+          for (size_t bytes = 8; bytes <= 4 * GiB; bytes *= 512) {
+            struct symmTuneInput in = tin((enum symmColl)c, n, ncclBfloat16, ncclSum, bytes);
+            in.registered = reg;
+            in.link = link;
+            CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCLPLAIN);
+            CHECK_EQ_INT(symmTunerZeroCopy(&in, SYMM_ALGO_NCCLPLAIN), 0);
+            CHECK_EQ_INT(symmTunerUserZeroCopy(&in, SYMM_ALGO_NCCLPLAIN), 0);
+          }
+    char forced[64];
+    snprintf(forced, sizeof(forced), "ncclplain (%s)", knobs[c]);
+    CHECK(tunerCountLines(logPath, "INFO", forced) > 0);
+    /* The other collectives keep their table. */
+    struct symmTuneInput other = tin((enum symmColl)((c + 1) % SYMM_NCOLLS), 2, ncclBfloat16,
+                                     ncclSum, 1024);
+    CHECK_EQ_INT(symmTunerPick(&other), SYMM_ALGO_LAMPORT);
+    tunerCleanEnv();
+    tunerLogTo(logPath, "INFO");
+  }
+  tunerLogTo(logPath, "WARN");
+}
+
 static void testZeroCopy(void) {
   /* All-reduce: two-shot only, up to 4 MiB unless the knob says otherwise. */
   struct symmTuneInput in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 4 * MiB);
@@ -566,6 +628,16 @@ static void testLargestStaged(void) {
   CHECK_EQ_INT(symmTunerLargestStaged(&in), SIZE_MAX);
   tunerSetEnv("SYMMCOLL_REDUCESCATTER_ALGO", "nccl");
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
+  tunerSetEnv("SYMMCOLL_REDUCESCATTER_ALGO", "ncclplain"); /* the real NCCL: no staging */
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
+  tunerCleanEnv();
+  /* Forcing ncclplain for every collective asks no staging: the 4-rank rows' own steps decide
+   * (the reduce-scatter's pull at every size). */
+  in = tin(SYMM_COLL_ALLREDUCE, 4, ncclBfloat16, ncclSum, 0);
+  tunerSetEnv("SYMMCOLL_REDUCESCATTER_ALGO", "ncclplain");
+  tunerSetEnv("SYMMCOLL_ALLGATHER_ALGO", "ncclplain");
+  tunerSetEnv("SYMMCOLL_ALLREDUCE_ALGO", "ncclplain");
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), SIZE_MAX); /* the rows' pull, not the overrides */
   tunerCleanEnv();
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 0);
   in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_LAMPORT));
@@ -587,7 +659,7 @@ static void testLargestStaged(void) {
       for (size_t bytes = 1; bytes <= GiB; bytes *= 2) {
         struct symmTuneInput x = tin((enum symmColl)c, n, ncclFloat32, ncclSum, bytes);
         x.arch = n == 2 ? 90 : 80;
-        if (symmTunerPick(&x) != SYMM_ALGO_NCCL) CHECK(bytes <= symmTunerLargestStaged(&x));
+        if (!symmAlgoForwards(symmTunerPick(&x))) CHECK(bytes <= symmTunerLargestStaged(&x));
       }
 }
 
@@ -659,6 +731,7 @@ int main(void) {
   testMeasuredFourRanks();
   testMultimem();
   testOverrides();
+  testNcclPlainOverride();
   testZeroCopy();
   testLargestStaged();
   testSameDecisions();

@@ -25,7 +25,9 @@ static const char goodText[] =
     "allreduce ranks=2 dtype=2 arch=90 link=nvlink reg=0 lamport<=128K oneshot<=2M twoshot<=1G\r\n"
     "allgather ranks=2-4 nccl<=4K push<=inf\n"
     "reducescatter dtype=any arch=any link=any reg=any pull<=1000\n"
-    "allreduce ranks=any reg=1 nccl<=16 multimem<=64M twoshot<=3T\n";
+    "allreduce ranks=any reg=1 nccl<=16 multimem<=64M twoshot<=3T\n"
+    "allgather ranks=4 reg=1 lamport<=512K nccl<=256M NcclPlain<=inf\n"
+    "reducescatter ranks=4 dtype=2 reg=1 ncclplain<=1G\n";
 
 static void testGoodFile(void) {
   struct symmTuneFile* f = malloc(sizeof(*f));
@@ -41,7 +43,7 @@ static void testGoodFile(void) {
   CHECK_EQ_INT(f->machine.nccl, 22809);
   CHECK_EQ_INT(f->anyFields, 0);
   CHECK_EQ_INT(f->hash, symmTuneHash(goodText, strlen(goodText)));
-  CHECK_EQ_INT(f->nrows, 4);
+  CHECK_EQ_INT(f->nrows, 6);
   const struct symmTuneRow* r = &f->rows[0];
   CHECK_EQ_INT(r->coll, SYMM_COLL_ALLREDUCE);
   CHECK_EQ_INT(r->minRanks, 2);
@@ -73,6 +75,42 @@ static void testGoodFile(void) {
   CHECK_EQ_INT(r->minRanks, 2);
   CHECK_EQ_INT(r->maxRanks, SYMM_MAX_RANKS);
   CHECK_EQ_INT(r->steps[2].upTo, (size_t)3 << 40);
+  /* ncclplain (any case), in every collective's rows. */
+  r = &f->rows[4];
+  CHECK_EQ_INT(r->coll, SYMM_COLL_ALLGATHER);
+  CHECK_EQ_INT(r->nsteps, 3);
+  CHECK_EQ_INT(r->steps[1].algo, SYMM_ALGO_NCCL);
+  CHECK_EQ_INT(r->steps[1].upTo, 256 * MiB);
+  CHECK_EQ_INT(r->steps[2].algo, SYMM_ALGO_NCCLPLAIN);
+  CHECK_EQ_INT(r->steps[2].upTo, SIZE_MAX);
+  r = &f->rows[5];
+  CHECK_EQ_INT(r->coll, SYMM_COLL_REDUCESCATTER);
+  CHECK_EQ_INT(r->steps[0].algo, SYMM_ALGO_NCCLPLAIN);
+  CHECK_EQ_INT(r->steps[0].upTo, GiB);
+  /* A file's rows decide: their ncclplain steps are picked for the calls they match, NCCL
+   * above the last bound (the good file's earlier rows would catch these calls first). */
+  static const char plainRows[] =
+      "symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n"
+      "allgather ranks=4 reg=1 lamport<=512K nccl<=256M ncclplain<=inf\n"
+      "reducescatter ranks=4 dtype=2 reg=1 ncclplain<=1G\n";
+  struct symmTuneFile* p = malloc(sizeof(*p));
+  CHECK_EQ_INT(symmTuneParse(plainRows, strlen(plainRows), p, &line, err, sizeof(err)), 0);
+  struct symmTuneInput in = tin(SYMM_COLL_ALLGATHER, 4, ncclBfloat16, ncclSum, 512 * MiB);
+  in.registered = 1;
+  in.table = p;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCLPLAIN);
+  in.bytes = 256 * MiB;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCL);
+  in = tin(SYMM_COLL_REDUCESCATTER, 4, ncclBfloat16, ncclSum, GiB);
+  in.registered = 1;
+  in.table = p;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCLPLAIN);
+  in.bytes = GiB + 8;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_NCCL);
+  in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 64 * MiB);
+  in.table = p;
+  CHECK_EQ_INT(symmTunerPick(&in), SYMM_ALGO_TWOSHOT); /* rows it lacks: the built-in ones */
+  free(p);
   /* Each row prints back to a line that parses to the same row. */
   char text[8192];
   int n = snprintf(text, sizeof(text), "symmcoll-tuning 1\n");
@@ -82,6 +120,8 @@ static void testGoodFile(void) {
     n += symmTuneFormatRow(&f->rows[i], text + n, sizeof(text) - (size_t)n);
     n += snprintf(text + n, sizeof(text) - (size_t)n, "\n");
   }
+  CHECK(strstr(text, "allgather ranks=4 ") != NULL && strstr(text, " ncclplain<=inf\n") != NULL);
+  CHECK(strstr(text, " ncclplain<=1G\n") != NULL); /* written in the file's spelling */
   struct symmTuneFile* g = malloc(sizeof(*g));
   CHECK_EQ_INT(symmTuneParse(text, (size_t)n, g, &line, err, sizeof(err)), 0);
   CHECK_EQ_INT(g->nrows, f->nrows);
@@ -144,6 +184,8 @@ static const struct {
     {HEAD "allgather twoshot<=1K\n", 3, "not an algorithm of allgather"},
     {HEAD "reducescatter ce<=1K\n", 3, "not an algorithm"},
     {HEAD "allreduce fast<=1K\n", 3, "not an algorithm"},
+    {HEAD "allgather nccl_plain<=1K\n", 3, "not an algorithm"},
+    {HEAD "reducescatter ncclplain\n", 3, "neither"},
     {HEAD "allreduce lamport<=1KB\n", 3, "bad size"},
     {HEAD "allreduce lamport<=\n", 3, "bad size"},
     {HEAD "allreduce ranks=1 nccl<=1\n", 3, "for ranks"},
