@@ -67,7 +67,8 @@
  * against 97.9 us; NCCL from 128 MiB), pull reduce-scatter of 2-byte elements to 512 MiB (1253
  * against 1293 us) and of 4-byte ones to 32 MiB (at 128 MiB and above within 3% of NCCL).
  * Windows, against NCCL's symmetric kernels: all-reduce Lamport to 128 KiB, one-shot to 512 KiB,
- * two-shot to 2 MiB and from 32 MiB on (NCCL at 8 MiB: 63.1 against 63.6 us); all-gather
+ * two-shot to 2 MiB and from 32 MiB on (NCCL at 8 MiB: 63.1 against 63.6 us; since replaced
+ * from 4 MiB by NCCL's rings through the windows' aliases, below); all-gather
  * Lamport to 512 KiB and push from 2 to 8 MiB (within 3% from 32 MiB); reduce-scatter Lamport to
  * 512 KiB and pull from there on (1220 against 1886 us at 512 MiB). The tuning
  * run's windowed pull was zero copy and lost to NCCL at 2 MiB (13.80 against 13.67 us); since
@@ -89,6 +90,19 @@
  * kernels, which plain buffers cannot use (all-reduce 2 MiB, all-gather 1 and 16-64 MiB).
  * These steps come from the Lamport kernel bounded by 8; since 53374c9 it is bounded by 4 at
  * 3-4 ranks, 0.2-0.47 us faster per call (4x H100, perf/RESULTS.md run K12), not tuned again.
+ * Windows at 4 ranks, large calls: NCCL's symmetric kernels, which it runs on windows, lose to
+ * its own rings on plain buffers there, so the windowed rows end in `ncclplain` (the real NCCL
+ * given the windows' aliases, which it takes for plain memory). 4x H200, graphs, bf16
+ * (perf/results/compare_4xH200_graph_bf16.md; NCCL plain / NCCL -R 2 / ours -R 2, us): all-reduce
+ * 4 MiB 41.85 / 41.17 / 41.53 (a tie: NCCL stays), 8 MiB 60.77 / 64.10 / 64.65, 16 MiB 98.31 /
+ * 112.78 / 113.97, 32 MiB 169.78 / 210.57 / 194.28 (our zero-copy two-shot, which the row ran
+ * from 32 MiB), 128 MiB 590.48 / 783.93 / 711.62, 1 GiB 4528.73 / 6120.35 / 5279.15; all-gather
+ * 256 MiB 601.78 / 597.94 / 598.49 (windows still win: NCCL stays), 512 MiB 1168.26 / 1198.42 /
+ * 1204.95, 1 GiB 2300.93 / 2416.03 / 2422.55. 4x H100 agrees (perf/RESULTS.md, "4x H100, CUDA
+ * graphs, bf16, K8"): all-reduce 32-256 MiB 169.72-1192.41 plain against 207.72-1511.51 with
+ * windows and 196.75-1349.98 for our two-shot. These are NCCL's times on plain buffers, standing
+ * in for `ncclplain`, which was not timed itself when the rows were written (the same NCCL calls
+ * on other addresses of the same memory, ordered as every forwarded call).
  *
  * Untimed (3 and 5-8 ranks, other archs, types the measured rows lack): only the Lamport
  * kernels, and only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
@@ -119,10 +133,11 @@ static const struct symmTuneRow builtinRows[] = {
       {2 * MiB, SYMM_ALGO_TWOSHOT}}},
     {AR, 4, 4, 2, 90, NVLINK, 1, 6,
      {{128 * KiB, SYMM_ALGO_LAMPORT}, {128 * KiB, SYMM_ALGO_NCCL}, {512 * KiB, SYMM_ALGO_ONESHOT},
-      {2 * MiB, SYMM_ALGO_TWOSHOT}, {32 * MiB - 1, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_TWOSHOT}}},
+      {2 * MiB, SYMM_ALGO_TWOSHOT}, {4 * MiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_NCCLPLAIN}}},
     {AG, 4, 4, ANY, 90, NVLINK, 0, 2, {{512 * KiB, SYMM_ALGO_LAMPORT}, {32 * MiB, SYMM_ALGO_PUSH}}},
-    {AG, 4, 4, ANY, 90, NVLINK, 1, 3,
-     {{512 * KiB, SYMM_ALGO_LAMPORT}, {2 * MiB, SYMM_ALGO_NCCL}, {8 * MiB, SYMM_ALGO_PUSH}}},
+    {AG, 4, 4, ANY, 90, NVLINK, 1, 5,
+     {{512 * KiB, SYMM_ALGO_LAMPORT}, {2 * MiB, SYMM_ALGO_NCCL}, {8 * MiB, SYMM_ALGO_PUSH},
+      {256 * MiB, SYMM_ALGO_NCCL}, {SIZE_MAX, SYMM_ALGO_NCCLPLAIN}}},
     {RS, 4, 4, 2, 90, NVLINK, 0, 3,
      {{512 * KiB, SYMM_ALGO_LAMPORT}, {512 * KiB, SYMM_ALGO_NCCL}, {512 * MiB, SYMM_ALGO_PULL}}},
     {RS, 4, 4, 4, 90, NVLINK, 0, 3,

@@ -660,13 +660,47 @@ static void testGraphZeroCopy(void) {
 }
 
 /* ncclplain: forwarded and ordered like nccl (remembered outside groups), with the algorithm in
- * the route so that the enqueue path gives the real NCCL the windows' aliases. Chosen by each
- * collective's override, under any CTA policy (it is NCCL's) and for fp8 on mixed
- * architectures (only our kernels lack those). */
+ * the route so that the enqueue path gives the real NCCL the windows' aliases. Chosen by the
+ * 4-rank windowed rows at large sizes and by each collective's override, under any CTA policy
+ * (it is NCCL's) and for fp8 on mixed architectures (only our kernels lack those). */
 static void testNcclPlain(void) {
-  struct symmRouteFacts w;
-  struct symmTask t;
+  struct symmRouteFacts w = world();
+  w.nranks = 4;
+  w.registered = 1;
+  struct symmTask t = allReduce(4 * MiB); /* 8 MiB of bf16 */
   const struct expect plain = {K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCLPLAIN, "CSLHRW"};
+  expectRoute("4 ranks, windows, 8 MiB", &w, &t, plain);
+  t = allReduce(2 * MiB); /* 4 MiB: NCCL's symmetric kernels tie there */
+  expectRoute("4 ranks, windows, 4 MiB", &w, &t, (struct expect)FWD_ORDERED("CSLHRW"));
+  t = task(SYMM_COLL_ALLGATHER, 64 * MiB, ncclBfloat16, ncclSum); /* 512 MiB out */
+  expectRoute("4 ranks, windowed all-gather, 512 MiB", &w, &t, plain);
+  t.count = 32 * MiB; /* 256 MiB: NCCL on the windows */
+  expectRoute("4 ranks, windowed all-gather, 256 MiB", &w, &t, (struct expect)FWD_ORDERED("CSLHRW"));
+  w.registered = 0;
+  t = allReduce(4 * MiB);
+  expectRoute("4 ranks, plain buffers, 8 MiB", &w, &t, (struct expect)FWD_ORDERED("CSLHRW"));
+  /* Before staging: forwarded as nccl is (not remembered: ours cannot run now), never building
+   * staging. */
+  w.registered = 1;
+  w.peersLive = 0;
+  w.needsStaging = 1;
+  expectRoute("before staging", &w, &t,
+              (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCLPLAIN, "CSLHRW"});
+  w.groupDepth = 1; /* inside a group: nothing remembered */
+  expectRoute("in a group", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCLPLAIN, "CSLHW"});
+  /* A remembered ncclplain forward is repeated as such (the aliases are looked up again). */
+  w = world();
+  w.nranks = 4;
+  w.registered = 1;
+  char asked[32];
+  const struct symmRoute first = drive(&w, &t, asked);
+  w.repeat = &first;
+  const struct symmRoute again = drive(&w, &t, asked);
+  CHECK_EQ_STR(asked, "CSLHR");
+  CHECK_EQ_INT(again.kind, SYMM_ROUTE_FORWARD);
+  CHECK_EQ_INT(again.algo, SYMM_ALGO_NCCLPLAIN);
+  CHECK_EQ_INT(again.ordered, 1);
+  CHECK_EQ_INT(again.repeated, 1);
   /* Forced, on every collective and world; under NCCL_CTA_POLICY_ZERO too. */
   static const char* const knobs[SYMM_NCOLLS] = {
       "SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO", "SYMMCOLL_REDUCESCATTER_ALGO"};

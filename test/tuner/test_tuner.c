@@ -337,7 +337,8 @@ static void checkPicks4(enum symmColl coll, ncclDataType_t type, int registered,
 
 static void testMeasuredFourRanks(void) {
   const enum symmAlgo L = SYMM_ALGO_LAMPORT, O = SYMM_ALGO_ONESHOT, T = SYMM_ALGO_TWOSHOT,
-                      N = SYMM_ALGO_NCCL, P = SYMM_ALGO_PUSH, U = SYMM_ALGO_PULL;
+                      N = SYMM_ALGO_NCCL, P = SYMM_ALGO_PUSH, U = SYMM_ALGO_PULL,
+                      NP = SYMM_ALGO_NCCLPLAIN;
   const enum symmColl ar = SYMM_COLL_ALLREDUCE, ag = SYMM_COLL_ALLGATHER,
                       rs = SYMM_COLL_REDUCESCATTER;
   for (int dt = 0; dt < 2; dt++) {
@@ -355,15 +356,30 @@ static void testMeasuredFourRanks(void) {
                                  {pullTop + 4 * es, N}};
     CHECK_PICKS4(rs, type, 0, rsPlain);
   }
-  /* Windows (bf16 measured; other types take the untimed registered rows: NCCL). */
+  /* Windows (bf16 measured; other types take the untimed registered rows: NCCL). From 4 MiB
+   * (all-reduce) and 256 MiB (all-gather) NCCL runs its rings through the windows' aliases
+   * (ncclplain), which beat its symmetric kernels there. */
   const size_t arReg[][2] = {{2, L}, {128 * KiB, L}, {128 * KiB + 2, O}, {512 * KiB + 2, T},
-                             {2 * MiB, T}, {2 * MiB + 2, N}, {8 * MiB, N}, {32 * MiB - 2, N},
-                             {32 * MiB, T}, {512 * MiB, T}, {512 * MiB + 2, T}, {2 * GiB, T}};
+                             {2 * MiB, T}, {2 * MiB + 2, N}, {4 * MiB, N}, {4 * MiB + 2, NP},
+                             {8 * MiB, NP}, {32 * MiB - 2, NP}, {32 * MiB, NP}, {512 * MiB, NP},
+                             {GiB, NP}, {2 * GiB, NP}};
   CHECK_PICKS4(ar, ncclBfloat16, 1, arReg);
   CHECK_EQ_INT(pick4(ar, ncclFloat32, 1, 64 * MiB), N);
+  CHECK_EQ_INT(pick4(ar, ncclFloat16, 1, GiB), NP); /* the row is the 2-byte elements' */
   const size_t agReg[][2] = {{64, L}, {512 * KiB, L}, {512 * KiB + 4, N}, {2 * MiB, N},
-                             {2 * MiB + 4, P}, {8 * MiB, P}, {8 * MiB + 4, N}, {GiB, N}};
+                             {2 * MiB + 4, P}, {8 * MiB, P}, {8 * MiB + 4, N}, {256 * MiB, N},
+                             {256 * MiB + 4, NP}, {512 * MiB, NP}, {GiB, NP}, {4 * GiB, NP}};
   CHECK_PICKS4(ag, ncclBfloat16, 1, agReg);
+  CHECK_PICKS4(ag, ncclFloat32, 1, agReg); /* all-gather rows take any element size */
+  /* Where NCCL's rings cannot be given aliases (not available: a test's mask), NCCL itself. */
+  {
+    struct symmTuneInput w = tin(ar, 4, ncclBfloat16, ncclSum, 8 * MiB);
+    w.registered = 1;
+    const struct symmTuneRow* r = symmTuneFindRow(NULL, &w);
+    CHECK(r != NULL);
+    CHECK_EQ_INT(symmTuneRowPick(r, 8 * MiB, B(N) | B(T)), N);
+    CHECK_EQ_INT(symmTuneRowPick(r, 8 * MiB, B(N) | B(T) | B(NP)), NP);
+  }
   const size_t rsReg[][2] = {{8, L}, {2 * KiB - 8, L}, {2 * KiB, L}, {512 * KiB, L},
                              {512 * KiB + 8, U}, {8 * MiB - 8, U}, {8 * MiB, U}, {512 * MiB, U},
                              {512 * MiB + 8, U}, {2 * GiB, U}};
@@ -632,12 +648,14 @@ static void testLargestStaged(void) {
   CHECK_EQ_INT(symmTunerLargestStaged(&in), 0);
   tunerCleanEnv();
   /* Forcing ncclplain for every collective asks no staging: the 4-rank rows' own steps decide
-   * (the reduce-scatter's pull at every size). */
+   * (the reduce-scatter's pull at every size), and their ncclplain steps need none either. */
   in = tin(SYMM_COLL_ALLREDUCE, 4, ncclBfloat16, ncclSum, 0);
   tunerSetEnv("SYMMCOLL_REDUCESCATTER_ALGO", "ncclplain");
   tunerSetEnv("SYMMCOLL_ALLGATHER_ALGO", "ncclplain");
   tunerSetEnv("SYMMCOLL_ALLREDUCE_ALGO", "ncclplain");
   CHECK_EQ_INT(symmTunerLargestStaged(&in), SIZE_MAX); /* the rows' pull, not the overrides */
+  in.excluded = B(SYMM_ALGO_PULL);
+  CHECK_EQ_INT(symmTunerLargestStaged(&in), 32 * MiB); /* the plain all-gather row's push */
   tunerCleanEnv();
   in = tin(SYMM_COLL_ALLREDUCE, 2, ncclBfloat16, ncclSum, 0);
   in.excluded = ~(B(SYMM_ALGO_NCCL) | B(SYMM_ALGO_LAMPORT));
