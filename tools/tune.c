@@ -42,7 +42,8 @@ static void usage(FILE* f) {
           "Runs <perf-dir>/{all_reduce,all_gather,reduce_scatter}_perf -P ranks for NCCL alone\n"
           "(SYMMCOLL_DISABLE=1) and for each algorithm of ours (forced), --reps times each in\n"
           "alternating order, and writes FILE for SYMMCOLL_TUNING_FILE. Child output: FILE.log.\n"
-          "-R 0,2 measures plain buffers and symmetric windows in one run (rows reg=0, reg=1).\n"
+          "-R 0,2 measures plain buffers and symmetric windows in one run (rows reg=0, reg=1);\n"
+          "with windows also ncclplain (NCCL given the windows' aliases, forced).\n"
           "--machine writes that fingerprint instead of this machine's (tests).\n");
 }
 
@@ -285,6 +286,14 @@ static int tuneOne(const struct tuneOptions* o, const struct symmTuneMachine* m,
   for (int a = SYMM_ALGO_NCCL + 1; a < SYMM_NALGOS; a++) {
     if (!symmTuneCollHasAlgo(coll, (enum symmAlgo)a) || (a == SYMM_ALGO_MULTIMEM && !o->multimem))
       continue;
+    /* The real NCCL given the windows' aliases: its plain path on windowed buffers, against its
+     * symmetric kernels (NCCL -R 2). On plain buffers it is NCCL itself: not measured. */
+    if (a == SYMM_ALGO_NCCLPLAIN) {
+      if (!registration) continue;
+      emax[nconf] = largestFitting(o, coll, SYMM_ALGO_NCCL);
+      if (emax[nconf] > 0) configs[nconf++] = SYMM_ALGO_NCCLPLAIN;
+      continue;
+    }
     emax[nconf] = largestFitting(o, coll, (enum symmAlgo)a);
     if (!symmAlgoExists(coll, (enum symmAlgo)a, dt, ncclSum) || emax[nconf] == 0) {
       printf("# %s %s: %s has no kernel for this type or fits no size: not measured\n",

@@ -13,7 +13,9 @@ struct tuneTimes {
   size_t n;
   const size_t* sizes; /* ascending, bytes as nccl-tests reports them */
   const double* nccl;
-  const double* ours[SYMM_NALGOS]; /* NULL: not measured at all; [SYMM_ALGO_NCCL] unused */
+  /* NULL: not measured at all; [SYMM_ALGO_NCCL] unused; [SYMM_ALGO_NCCLPLAIN]: the real NCCL
+   * given windows' aliases (measured with windows only), a candidate like ours. */
+  const double* ours[SYMM_NALGOS];
 };
 
 /* 1 when `algo` took at most (1 - margin) x NCCL's time at size i (NCCL measured there too). */
@@ -27,7 +29,8 @@ void tuneChoose(const struct tuneTimes* t, double margin, enum symmAlgo* choice)
  * size (the gap to the next size belongs to the next run unless that is NCCL's), NCCL for
  * NCCL's runs and above the largest size, and an `nccl<=` guard after a run wherever an
  * algorithm of a later step (which takes the run's sizes when the run's algorithm cannot run a
- * call) did not win at every size of the run. Returns the number of steps; more than maxSteps
+ * call) did not win at every size of the run; none after a run of ncclplain, which runs every
+ * call. Returns the number of steps; more than maxSteps
  * are cut at maxSteps (what is cut forwards, which is always safe). */
 int tuneSteps(const struct tuneTimes* t, double margin, const enum symmAlgo* choice,
               struct symmTuneStep* steps, int maxSteps);

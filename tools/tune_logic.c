@@ -79,9 +79,10 @@ int tuneSteps(const struct tuneTimes* t, double margin, const enum symmAlgo* cho
     }
     n = push(steps, n, maxSteps, t->sizes[r.last[k]], a);
     /* If `a` cannot run a call of this run's sizes, the later steps up to the next NCCL run are
-     * tried in turn: each of their algorithms must have won at every size of this run. */
+     * tried in turn: each of their algorithms must have won at every size of this run. The
+     * real NCCL given windows' aliases (ncclplain) runs every call NCCL runs: no guard. */
     int guard = 0;
-    for (size_t j = k + 1; j < r.count && !guard; j++) {
+    for (size_t j = k + 1; j < r.count && !guard && !symmAlgoForwards(a); j++) {
       const enum symmAlgo b = choice[r.first[j]];
       if (b == SYMM_ALGO_NCCL) break;
       for (size_t i = r.first[k]; i <= r.last[k] && !guard; i++)

@@ -38,11 +38,18 @@ check "3 NCCL runs per type" [ "$(grep -c 'run nccl allreduce' "$tmp/t.txt.log")
 check "Lamport swept to 1 MiB" grep -q 'run lamport allreduce .* -e 1M ' "$tmp/t.txt.log"
 check "graphs and data check" bash -c "! grep 'run ' '$tmp/t.txt.log' | grep -v -- '-c 1 -G 20 ' >/dev/null"
 
-# A registered-windows run writes reg=1 rows; a wider margin forwards what wins by less.
+check "ncclplain not measured on plain buffers" bash -c "! grep -q 'run ncclplain' '$tmp/t.txt.log'"
+
+# A registered-windows run writes reg=1 rows; a wider margin forwards what wins by less. With
+# windows NCCL given their aliases (ncclplain, 7.2 us in the fake) is one more candidate: it
+# takes what the one-shot leaves (the two-shot's 8 us is no win at 25%), with no guard after it.
 "$tune" -o "$tmp/r.txt" -P 2 --reps 1 -R 2 -d float --colls allreduce --margin 0.25 \
   --perf-dir "$tmp" --machine "$machine" >"$tmp/out" 2>&1
 check "registered, margin 25%" grep -qxF \
-  "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=1 lamport<=1M oneshot<=4M" "$tmp/r.txt"
+  "allreduce ranks=2 dtype=4 arch=90 link=nvlink reg=1 lamport<=1M oneshot<=4M ncclplain<=1G" "$tmp/r.txt"
+check "registered: ncclplain forced, every size" grep -q \
+  'run ncclplain allreduce .* -e 1G .*-R 2 ' "$tmp/r.txt.log"
+check "registered: children consistent" bash -c "! grep -q 'exit 9' '$tmp/out'"
 # Plain buffers and windows in one run: both rows per type, one machine line, and the command
 # line in the file as given (lists included).
 "$tune" -o "$tmp/b.txt" -P 2 --reps 1 -R 0,2 -d bf16,float --colls allreduce \

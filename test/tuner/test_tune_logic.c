@@ -15,6 +15,7 @@
 #define O SYMM_ALGO_ONESHOT
 #define T SYMM_ALGO_TWOSHOT
 #define N SYMM_ALGO_NCCL
+#define NP SYMM_ALGO_NCCLPLAIN
 
 static int build(const struct tuneTimes* t, double margin, struct symmTuneStep* steps, int max) {
   enum symmAlgo choice[64];
@@ -68,6 +69,35 @@ static void testExamples(void) {
     CHECK_EQ_INT(symmTuneRowPick(&row, 1 * KiB, 1u << N | 1u << T), N);
     CHECK_EQ_INT(symmTuneRowPick(&row, 3 * KiB, 1u << N | 1u << T), T);
     CHECK_EQ_INT(symmTuneRowPick(&row, 4 * KiB + 1, 0xffu), N);
+  }
+  /* Windows: NCCL given their aliases (ncclplain) is a candidate like ours; where it lost, a
+   * guard before it as before any step. */
+  {
+    const double nccl[] = {10, 10, 10, 10}, lam[] = {5, 5, -1, -1}, plain[] = {12, 12, 8, 8};
+    struct tuneTimes t = {.n = 4, .sizes = sz, .nccl = nccl};
+    t.ours[L] = lam;
+    t.ours[NP] = plain;
+    CHECK_EQ_INT(build(&t, 0.03, s, SYMM_TUNE_MAX_STEPS), 3);
+    CHECK_STEP(s[0], 2 * KiB, L);
+    CHECK_STEP(s[1], 2 * KiB, N);
+    CHECK_STEP(s[2], 8 * KiB, NP);
+  }
+  /* No guard after a run of ncclplain: it runs every call NCCL runs, so the step after it never
+   * takes its sizes (a one-shot run there would need one: the two-shot lost at 1-2 KiB). */
+  {
+    const double nccl[] = {10, 10, 10, 10}, first[] = {8, 8, 12, 12}, two[] = {11, 11, 8, 8};
+    struct tuneTimes t = {.n = 4, .sizes = sz, .nccl = nccl};
+    t.ours[NP] = first;
+    t.ours[T] = two;
+    CHECK_EQ_INT(build(&t, 0.03, s, SYMM_TUNE_MAX_STEPS), 2);
+    CHECK_STEP(s[0], 2 * KiB, NP);
+    CHECK_STEP(s[1], 8 * KiB, T);
+    t.ours[NP] = NULL;
+    t.ours[O] = first;
+    CHECK_EQ_INT(build(&t, 0.03, s, SYMM_TUNE_MAX_STEPS), 3);
+    CHECK_STEP(s[0], 2 * KiB, O);
+    CHECK_STEP(s[1], 2 * KiB, N);
+    CHECK_STEP(s[2], 8 * KiB, T);
   }
   /* The margin: 9.75 against 10 wins at 2%, not at 3%. */
   {
@@ -133,27 +163,28 @@ static unsigned rnd(unsigned n) {
 }
 
 /* The row answers, at every measured size, in every gap and beyond the sweep, NCCL or an
- * algorithm that won at that size (in a gap: at the size above it), for every set of
- * algorithms the run time may have available. */
+ * algorithm that won at that size (in a gap: at the size above it), for every set of kernels
+ * of ours the run time may have available; ncclplain, in half the runs, is always available. */
 static void testRandom(void) {
-  const enum symmAlgo algos[3] = {L, O, T};
+  const enum symmAlgo algos[4] = {L, O, T, NP};
   for (int iter = 0; iter < 3000; iter++) {
     const size_t n = 1 + rnd(30);
+    const int measured = iter % 2 ? 4 : 3; /* with windows: ncclplain too */
     size_t sizes[32];
-    double nccl[32], t3[3][32];
+    double nccl[32], t4[4][32];
     for (size_t i = 0; i < n; i++) {
       sizes[i] = (i ? sizes[i - 1] : 0) + 1 + rnd(1000);
       nccl[i] = rnd(20) == 0 ? -1 : 10;
-      for (int a = 0; a < 3; a++) t3[a][i] = rnd(6) == 0 ? -1 : 5 + rnd(100) / 10.0;
+      for (int a = 0; a < 4; a++) t4[a][i] = rnd(6) == 0 ? -1 : 5 + rnd(100) / 10.0;
     }
     struct tuneTimes t = {.n = n, .sizes = sizes, .nccl = nccl};
-    for (int a = 0; a < 3; a++) t.ours[algos[a]] = t3[a];
+    for (int a = 0; a < measured; a++) t.ours[algos[a]] = t4[a];
     const double margin = rnd(2) ? 0.03 : 0.0;
     struct symmTuneRow row = {.coll = SYMM_COLL_ALLREDUCE};
     row.nsteps = build(&t, margin, row.steps, iter % 3 == 0 ? 4 : SYMM_TUNE_MAX_STEPS);
     CHECK(row.nsteps <= SYMM_TUNE_MAX_STEPS);
     for (unsigned mask = 0; mask < 8; mask++) {
-      unsigned avail = 1u << N;
+      unsigned avail = 1u << N | 1u << NP;
       for (int a = 0; a < 3; a++)
         if (mask >> a & 1u) avail |= 1u << algos[a];
       for (size_t i = 0; i < n; i++) {
