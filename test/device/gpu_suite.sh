@@ -70,6 +70,8 @@ run_gpu_suite() {
   # Captured all-gather and reduce-scatter in place on plain buffers: one process per GPU, the
   # real NCCL (skips with fewer than 2 GPUs).
   run graph_zero_copy 300 $B/test/algos/test_graph_zero_copy
+  # ncclplain: windows' buffers reach the real NCCL through their aliases; one process per GPU.
+  run nccl_plain 300 $B/test/algos/test_nccl_plain
   run disasm 300 python3 test/algos/test_disasm.py $B/src/libsymmcoll.so.0 $B/src/device-keep
 }
 
