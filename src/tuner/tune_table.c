@@ -100,9 +100,10 @@
  * 256 MiB 601.78 / 597.94 / 598.49 (windows still win: NCCL stays), 512 MiB 1168.26 / 1198.42 /
  * 1204.95, 1 GiB 2300.93 / 2416.03 / 2422.55. 4x H100 agrees (perf/RESULTS.md, "4x H100, CUDA
  * graphs, bf16, K8"): all-reduce 32-256 MiB 169.72-1192.41 plain against 207.72-1511.51 with
- * windows and 196.75-1349.98 for our two-shot. These are NCCL's times on plain buffers, standing
- * in for `ncclplain`, which was not timed itself when the rows were written (the same NCCL calls
- * on other addresses of the same memory, ordered as every forwarded call).
+ * windows and 196.75-1349.98 for our two-shot. Timed through `ncclplain` afterwards (4x H200,
+ * perf/RESULTS.md run M4, one run each; NCCL plain / ours -R 2, us): all-reduce 8 MiB 60.74 /
+ * 60.67, 128 MiB 589.24 / 588.78, 1 GiB 4515.74 / 4519.31; all-gather 512 MiB 1161.25 / 1163.01,
+ * 1 GiB 2286.24 / 2292.66: NCCL's plain time, 0.99-1.00x at every size the rows give it.
  *
  * Untimed (3 and 5-8 ranks, other archs, types the measured rows lack): only the Lamport
  * kernels, and only where the win over NCCL's latency floor is certain by a wide margin. NCCL's floor on
