@@ -65,12 +65,8 @@ static enum alloc allocKind;
 static int rank, nranks;
 static ncclComm_t comm;
 static cudaStream_t stream;
-static int upFd, downFd; /* pipes to the parent: a barrier between cases */
-
-static void barrier(void) {
-  char c = 'b';
-  if (procsWriteAll(upFd, &c, 1) != 0 || procsReadAll(downFd, &c, 1) != 0) exit(2);
-}
+/* Between cases: every rank process (procsRunRanks). */
+static void barrier(void) { procsBarrier(); }
 
 static uint64_t zeroCopies(void) {
   struct symmComm* c = symmCommFind(comm);
@@ -349,65 +345,5 @@ int main(void) {
     printf("test_graph_zero_copy: needs 2+ GPUs (one process each), found %d; skipped\n", ngpus);
     return TEST_SKIP_CODE;
   }
-  const int n = ngpus > 8 ? 8 : ngpus;
-  int up[8][2], down[8][2], ids[8][2];
-  for (int r = 0; r < n; r++)
-    if (pipe(up[r]) != 0 || pipe(down[r]) != 0 || pipe(ids[r]) != 0) return 2;
-  pid_t pids[8];
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      /* Only our own ends stay open, so that a rank that dies ends the barrier, not hangs it. */
-      for (int q = 0; q < n; q++) {
-        close(up[q][0]);
-        close(down[q][1]);
-        if (q != r) {
-          close(up[q][1]);
-          close(down[q][0]);
-          close(ids[q][0]);
-        }
-        if (r != 0) close(ids[q][1]);
-      }
-      upFd = up[r][1];
-      downFd = down[r][0];
-      if (r == 0) { /* rank 0 draws the id for every rank, itself included */
-        ncclUniqueId id;
-        if (ncclGetUniqueId(&id) != ncclSuccess) _exit(2);
-        for (int q = 0; q < n; q++)
-          if (procsWriteAll(ids[q][1], &id, sizeof(id)) != 0) _exit(2);
-        for (int q = 0; q < n; q++) close(ids[q][1]);
-      }
-      _exit(childMain(r, n, ids[r][0]));
-    }
-  }
-  for (int r = 0; r < n; r++) {
-    close(up[r][1]);
-    close(down[r][0]);
-    close(ids[r][0]);
-    close(ids[r][1]);
-  }
-  /* The barrier: every rank writes a byte, then each gets one back; a rank that died ends it. */
-  for (;;) {
-    int alive = 1;
-    char c;
-    for (int r = 0; r < n && alive; r++) alive = procsReadAll(up[r][0], &c, 1) == 0;
-    if (!alive) break;
-    for (int r = 0; r < n; r++) (void)procsWriteAll(down[r][1], &c, 1);
-  }
-  for (int r = 0; r < n; r++) close(down[r][1]);
-  int failed = 0, skipped = 0;
-  for (int r = 0; r < n; r++) {
-    int status = 0;
-    waitpid(pids[r], &status, 0);
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    skipped += code == 77;
-    if (code != 0 && code != 77) {
-      fprintf(stderr, "rank %d ended with status %d\n", r, status);
-      failed++;
-    }
-  }
-  printf("test_graph_zero_copy: %d processes, %d failed%s\n", n, failed,
-         skipped ? " (our kernels not set up: skipped)" : "");
-  if (failed) return 1;
-  return skipped == n ? TEST_SKIP_CODE : 0;
+  return procsRunRanks("test_graph_zero_copy", ngpus > 8 ? 8 : ngpus, childMain);
 }
