@@ -304,6 +304,9 @@ static void gatherOne(struct call* c, unsigned need) {
     case SYMM_NEED_GRAPH_PEERS:
       exchangeGraphPeers(c);
       break;
+    case SYMM_NEED_GROUP_STREAM:
+      f->groupStream = symmGroupUseStream(comm, task->stream);
+      break;
     case SYMM_NEED_CAPTURE: {
       struct symmCapture cap;
       f->captured = symmCaptureOf(task->stream, &cap) != ncclSuccess || cap.active;

@@ -150,6 +150,9 @@ static ncclResult_t forwardEnter(struct symmComm* comm, cudaStream_t stream, int
   if (res != ncclSuccess) return res;
   pthread_mutex_lock(&comm->launchLock);
   res = symmCommHealth(comm);
+  /* The group's stream rule over ours and forwarded calls alike (symmGroupUseStream), after the
+   * communicator's failure, as NCCL checks them. */
+  if (res == ncclSuccess && !discarded) res = symmGroupUseStream(comm, stream);
   if (res == ncclSuccess && !discarded && symmTransportOrdersForwarded(comm, 1)) {
     s->joinable = 1;
     res = symmCaptureOf(stream, &s->capture);

@@ -39,6 +39,15 @@ static __thread struct deferredOp* pendingOps;
 static __thread int opCount, opCap;
 static __thread struct symmWindowReg* pendingWindows;
 static __thread int windowCount, windowCap;
+/* The streams the calls of the outermost group used, per communicator (symmGroupUseStream). */
+struct groupStream {
+  const struct symmComm* comm;
+  cudaStream_t stream;
+  int captured;
+  unsigned long long captureId;
+};
+static __thread struct groupStream* groupStreams;
+static __thread int groupStreamCount, groupStreamCap;
 
 int symmGroupDepth(void) { return groupDepth; }
 
@@ -85,6 +94,33 @@ ncclResult_t symmGroupDeferOp(struct symmComm* comm, enum symmDeferredKind kind,
                                               .hasStream = stream != NULL,
                                               .stream = stream != NULL ? *stream : NULL,
                                               .run = run, .arg = arg};
+  return ncclSuccess;
+}
+
+ncclResult_t symmGroupUseStream(const struct symmComm* comm, cudaStream_t stream) {
+  if (groupDepth == 0) return ncclSuccess;
+  const struct groupStream* first = NULL;
+  for (int i = 0; i < groupStreamCount; i++) {
+    if (groupStreams[i].comm != comm) continue;
+    if (groupStreams[i].stream == stream) return ncclSuccess;
+    if (first == NULL) first = &groupStreams[i];
+  }
+  struct symmCapture cap;
+  NCCLCHECK(symmCaptureOf(stream, &cap));
+  if (first != NULL && (first->captured != cap.active || first->captureId != cap.id)) {
+    WARN("communicator %p: a call on stream %p inside a group, where this communicator's calls "
+         "use %s; its calls in one group must all be uncaptured or all in one capture: "
+         "ncclInvalidUsage, and the group fails", (void*)comm->real, (void*)stream,
+         first->captured ? "a stream captured by another graph" : "uncaptured streams");
+    return ncclInvalidUsage;
+  }
+  if (grow((void**)&groupStreams, &groupStreamCap, groupStreamCount + 1, sizeof(*groupStreams)) !=
+      0) {
+    WARN("out of host memory noting a grouped call's stream");
+    return ncclSystemError;
+  }
+  groupStreams[groupStreamCount++] = (struct groupStream){
+      .comm = comm, .stream = stream, .captured = cap.active, .captureId = cap.id};
   return ncclSuccess;
 }
 
@@ -158,7 +194,8 @@ static int otherStreams(const struct deferredOp* ops, int n, int first, cudaStre
 }
 
 /* Whether every stream is uncaptured or all are captured by one graph (NCCL refuses a group
- * that mixes them; a join across them would break the capture). */
+ * that mixes them, and so does symmGroupUseStream before such a call is deferred; a join across
+ * them would break the capture). */
 static int sameCapture(cudaStream_t anchor, const cudaStream_t* others, int m) {
   struct symmCapture a, o;
   if (symmCaptureOf(anchor, &a) != ncclSuccess) return 0;
@@ -420,6 +457,7 @@ SYMM_EXPORT ncclResult_t ncclGroupEnd(void) {
   SYMM_CALL_REAL(res, ncclGroupEnd, ());
   if (groupDepth > 0) groupDepth--;
   if (groupDepth > 0) return res;
+  groupStreamCount = 0;
   ncclResult_t ours = flushDeferred(res, 1, 0);
   if (ours == ncclSuccess) ours = joined;
   return res != ncclSuccess ? res : ours;
@@ -434,6 +472,7 @@ SYMM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   SYMM_CALL_REAL(res, ncclGroupSimulateEnd, (simInfo));
   if (groupDepth > 0) groupDepth--;
   if (groupDepth > 0) return res;
+  groupStreamCount = 0;
   /* Dropped launches here fail nothing: no rank launches the simulated group. */
   int nops = opCount;
   for (int i = 0; i < nops; i++)

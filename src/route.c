@@ -198,6 +198,23 @@ static struct symmRoute issued(const struct symmRouteFacts* f) {
   return (struct symmRoute){.kind = SYMM_ROUTE_LAUNCH, .when = SYMM_WHEN_NOW};
 }
 
+/* NCCL's rule for a group, which the real NCCL can check only among the calls it is given: one
+ * communicator's calls use streams all uncaptured or all in one capture. Asked once the
+ * communicator's own failure is known (NCCL reports that first), never for empty calls (NCCL
+ * drops them before it looks at their stream); forwarded calls ask when they are ordered
+ * (forwardEnter). 1 with *out set where the call must gather it or is refused. */
+static int groupStreamsStop(const struct symmRouteFacts* f, const struct symmTask* t,
+                            struct symmRoute* out) {
+  if (f->groupDepth == 0 || t->count == 0) return 0;
+  if (!(f->have & SYMM_NEED_GROUP_STREAM)) {
+    *out = need(SYMM_NEED_GROUP_STREAM);
+    return 1;
+  }
+  if (f->groupStream == ncclSuccess) return 0;
+  *out = refuse(f, f->groupStream);
+  return 1;
+}
+
 struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask* t) {
   if (f->issuing) return issued(f);
   /* The real NCCL must be there; its own calls back into us, and every call under
@@ -228,7 +245,11 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
   if (f->parkedResult != ncclSuccess) return refuse(f, f->parkedResult);
   /* Never ours on this communicator: nothing of ours to order it against (a failed one still
    * refuses, as every call on it does). */
-  if (!f->hasTransport) return f->failure == ncclSuccess ? forward(0) : refuse(f, f->failure);
+  struct symmRoute stop;
+  if (!f->hasTransport) {
+    if (f->failure != ncclSuccess) return refuse(f, f->failure);
+    return groupStreamsStop(f, t, &stop) ? stop : forward(0);
+  }
   if (ncclDecides && t->count > 0) return forward(1);
 
   /* Under the lock: its health first; outside groups, the repeat cache is looked at too (read
@@ -241,6 +262,7 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
    * it needs no order against ours: in a graph that order would be two nodes for nothing. A
    * failed communicator still refuses it, as every call on it. */
   if (t->count == 0) return forward(0);
+  if (groupStreamsStop(f, t, &stop)) return stop;
   if (repeatable(f)) {
     if (!(f->have & SYMM_NEED_REPEAT)) return need(SYMM_NEED_REPEAT);
     if (f->repeat != NULL) {

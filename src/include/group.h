@@ -42,6 +42,15 @@ ncclResult_t symmGroupParkOp(struct symmComm* comm, enum symmDeferredKind kind,
  * setups and before the deferred operations, all windows of the group in one batch. */
 ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg);
 
+/* NCCL's rule for the calls of one communicator in a group: their streams are all uncaptured or
+ * all captured by one graph. The real NCCL checks only the calls it is given, so every call on a
+ * communicator of ours (ours and forwarded alike; not empty collectives, which NCCL drops before
+ * it looks at their stream) passes its stream here: ncclSuccess outside a group and while the
+ * rule holds (the stream is remembered until the outermost GroupEnd), ncclInvalidUsage with a
+ * WARN where it breaks, or the error of reading the stream's capture. The caller refuses the call
+ * and fails the real group (symmGroupPoison), as NCCL's own check does. */
+ncclResult_t symmGroupUseStream(const struct symmComm* comm, cudaStream_t stream);
+
 /* Inside a group, a call we refuse must fail the real NCCL's group too, as NCCL's own argument
  * errors do (ncclGroupErrCheck: the group then launches nothing): issues one real call that the
  * real NCCL refuses on `real`. */

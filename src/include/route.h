@@ -43,6 +43,7 @@ enum symmRouteNeed {
    * every rank's route asks for the same calls; waits for the peers; under launchLock on
    * return, with the lock's facts read again) */
   SYMM_NEED_GRAPH_PEERS = 1u << 9,
+  SYMM_NEED_GROUP_STREAM = 1u << 10, /* inside a group: the stream against the group's others */
 };
 
 struct symmRoute;
@@ -86,6 +87,9 @@ struct symmRouteFacts {
   int graphPeersReady;    /* plain buffers of captured calls may be exchanged (agreed) */
   /* SYMM_NEED_CAPTURE */
   int captured;           /* the stream is capturing (or its state could not be read) */
+  /* SYMM_NEED_GROUP_STREAM */
+  ncclResult_t groupStream; /* symmGroupUseStream: the communicator's streams in the group all
+                               uncaptured or all in one capture, this one included */
   /* SYMM_NEED_GRAPH_PEERS */
   int graphPeers;         /* every rank agreed: the peers' buffers are mapped (windowPeers) */
 };

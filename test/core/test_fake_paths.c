@@ -18,6 +18,7 @@
 
 #include "algos.h"
 #include "comm.h"
+#include "cudriver.h"
 #include "debug.h"
 #include "failure.h"
 #include "fake_nccl.h"
@@ -216,6 +217,93 @@ static void testGroups(void) {
   CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, c->real, NULL),
                symmFailureResult(SYMM_ERR_LAUNCH));
   symmCommRemove(c->real);
+}
+
+/* ---- a group's streams: all uncaptured or all in one capture ------------------------------ */
+
+/* The driver's answer for every stream of this test (installed in main: there is no GPU here,
+ * and a call inside a group reads its stream's capture): by handle, 0x20 and 0x50 in capture
+ * 42, 0x30 in capture 43, every other one (NULL too) uncaptured. */
+static CUresult captureByHandle(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                CUgraph* graph, const CUgraphNode** deps,
+                                const CUgraphEdgeData** edges, size_t* ndeps) {
+  (void)edges;
+  const uintptr_t h = (uintptr_t)s;
+  const int captured = h == 0x20 || h == 0x50 || h == 0x30;
+  *status = captured ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  *id = captured ? (h == 0x30 ? 43 : 42) : 0;
+  *graph = captured ? (CUgraph)(uintptr_t)(0x1000 + *id) : NULL;
+  if (deps != NULL) *deps = NULL;
+  if (ndeps != NULL) *ndeps = 0;
+  return CUDA_SUCCESS;
+}
+static CUresult streamIdByHandle(CUstream s, unsigned long long* id) {
+  *id = (unsigned long long)(uintptr_t)s;
+  return CUDA_SUCCESS;
+}
+
+/* NCCL refuses a group whose calls on one communicator use captured and uncaptured streams, or
+ * two captures (ncclInvalidUsage, and the group fails); the real NCCL sees only the calls given
+ * to it, so ours checks every call: symmGroupUseStream, and through a forwarded call's entry. */
+static void testGroupStreams(void) {
+  struct symmComm* c = known(0x310000);
+  struct symmComm* other = known(0x320000);
+  if (c == NULL || other == NULL) return;
+  const cudaStream_t unc = (cudaStream_t)0x10, unc2 = (cudaStream_t)0x40;
+  const cudaStream_t cap = (cudaStream_t)0x20, cap2 = (cudaStream_t)0x50;
+  const cudaStream_t otherCap = (cudaStream_t)0x30;
+  /* Outside a group: nothing to agree with. */
+  CHECK_EQ_INT(symmGroupUseStream(c, unc), ncclSuccess);
+  CHECK_EQ_INT(symmGroupUseStream(c, cap), ncclSuccess);
+
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(symmGroupUseStream(c, unc), ncclSuccess);
+  CHECK_EQ_INT(symmGroupUseStream(c, unc2), ncclSuccess); /* both uncaptured */
+  CHECK_EQ_INT(symmGroupUseStream(c, unc), ncclSuccess);
+  CHECK_EQ_INT(symmGroupUseStream(c, cap), ncclInvalidUsage);
+  CHECK_EQ_INT(symmGroupUseStream(other, cap), ncclSuccess); /* per communicator */
+  CHECK_EQ_INT(symmGroupUseStream(other, unc), ncclInvalidUsage);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+
+  /* The next group starts afresh; one capture on two streams is fine, another capture not. */
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(symmGroupUseStream(c, cap), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess); /* nested: the group goes on */
+  CHECK_EQ_INT(symmGroupUseStream(c, cap2), ncclSuccess);
+  CHECK_EQ_INT(symmGroupUseStream(c, otherCap), ncclInvalidUsage);
+  CHECK_EQ_INT(symmGroupUseStream(c, unc), ncclInvalidUsage);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+
+  /* Through the API: a forwarded call that breaks the rule is refused before the real NCCL
+   * sees it, and fails the real group (its one refused call: datatype -1). */
+  float buf[4] = {0};
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  int before = callCount();
+  CHECK_EQ_INT(ncclBroadcast(buf, buf, 4, ncclFloat32, 0, c->real, unc), ncclSuccess);
+  CHECK_EQ_INT(callCount(), before + 1);
+  CHECK_EQ_INT(ncclBroadcast(buf, buf, 4, ncclFloat32, 0, c->real, cap), ncclInvalidUsage);
+  CHECK_EQ_INT(callCount(), before + 2);
+  CHECK_EQ_INT(lastDatatype(), -1);
+  /* An empty call is dropped by NCCL before it looks at the stream: not checked. */
+  CHECK_EQ_INT(ncclBroadcast(buf, buf, 0, ncclFloat32, 0, c->real, cap), ncclSuccess);
+  setResult(ncclInvalidArgument); /* what the poisoned real group returns */
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInvalidArgument);
+  setResult(ncclSuccess);
+  CHECK_EQ_INT(symmGroupDepth(), 0);
+
+  /* One of our collectives: the route asks the same before anything else. */
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, c->real, cap), ncclSuccess);
+  before = callCount();
+  CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, c->real, unc), ncclInvalidUsage);
+  CHECK_EQ_INT(callCount(), before + 1);
+  CHECK_EQ_INT(lastDatatype(), -1);
+  setResult(ncclInvalidArgument);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInvalidArgument);
+  setResult(ncclSuccess);
+  symmCommRemove(c->real);
+  symmCommRemove(other->real);
 }
 
 /* ---- a non-blocking communicator while our setup job runs ---------------------------------- */
@@ -805,9 +893,12 @@ int main(int argc, char** argv) {
   if (callCount == NULL || callAt == NULL || setResult == NULL || setResultFor == NULL ||
       setAsyncError == NULL || deferChildren == NULL)
     return harnessReport("core_fake_paths");
+  symmCu.p_cuStreamGetCaptureInfo = captureByHandle;
+  symmCu.p_cuStreamGetId = streamIdByHandle;
   testFailedComm();
   testArgumentErrors();
   testGroups();
+  testGroupStreams();
   testJobOwnsRealComm();
   testParkedRace();
   testParkedOrder(500);

@@ -117,6 +117,10 @@ static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, uns
       asked[(*n)++] = 'K';
       f->captured = w->captured;
       break;
+    case SYMM_NEED_GROUP_STREAM:
+      asked[(*n)++] = 'Y';
+      f->groupStream = w->groupStream;
+      break;
     case SYMM_NEED_GRAPH_PEERS: {
       /* The exchange waits without the lock: what the lock guards is read again after it. */
       const struct symmRouteFacts* after = afterExchange != NULL ? afterExchange : w;
@@ -137,7 +141,8 @@ static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, uns
 
 /* Hands the route the facts it asks for, from `w`, as src/enqueue.c gathers them; `asked`
  * spells the groups in order (C comm, J job, S settled, P parked, L lock, H health, R repeat,
- * W window, K capture, G graph peers; '-' a group with no communicator to read it from). */
+ * W window, K capture, G graph peers, Y the group's streams; '-' a group with no communicator to
+ * read it from). */
 static struct symmRoute drive(const struct symmRouteFacts* w, const struct symmTask* t,
                               char* asked) {
   struct symmRouteFacts f;
@@ -349,7 +354,7 @@ static void testRepeatsAndGroups(void) {
   /* Inside a group nothing is remembered or repeated; ours run at the outermost end. */
   w.groupDepth = 1;
   expectRoute("group", &w, &t, (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_GROUP_END, 0,
-                                               SYMM_ALGO_LAMPORT, "CSLHW"});
+                                               SYMM_ALGO_LAMPORT, "CSLHYW"});
   /* Our kernels cannot run now (aborted, revoked): decided here, issued after the lock. */
   w = world();
   w.peersLive = 0;
@@ -362,7 +367,7 @@ static void testRepeatsAndGroups(void) {
   t = allReduce(1 << 20);
   expectRoute("untimed row", &w, &t, (struct expect){K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCL, "CSLHRW"});
   w.groupDepth = 1;
-  expectRoute("untimed row, group", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCL, "CSLHW"});
+  expectRoute("untimed row, group", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCL, "CSLHYW"});
 }
 
 static void testStaging(void) {
@@ -374,10 +379,10 @@ static void testStaging(void) {
                                                     SYMM_ALGO_LAMPORT, "CSLHRWK"});
   w.groupDepth = 1;
   expectRoute("first call in a group", &w, &t, (struct expect){K_STAGE, X, X, X, SYMM_WHEN_GROUP_END,
-                                                               0, SYMM_ALGO_LAMPORT, "CSLHWK"});
+                                                               0, SYMM_ALGO_LAMPORT, "CSLHYWK"});
   w.config.blocking = 0; /* non-blocking: forward, staging job afterwards */
   expectRoute("non-blocking in a group", &w, &t, (struct expect){K_FWD_STAGE, X, X, X,
-                                                                 SYMM_WHEN_GROUP_END, 0, X, "CSLHWK"});
+                                                                 SYMM_WHEN_GROUP_END, 0, X, "CSLHYWK"});
   w.groupDepth = 0;
   expectRoute("non-blocking", &w, &t, (struct expect){K_FWD_STAGE, X, X, X, SYMM_WHEN_NOW, 0, X,
                                                       "CSLHRWK"});
@@ -638,7 +643,7 @@ static void testGraphZeroCopy(void) {
   w.groupDepth = 1;
   w.graphPeers = 0;
   expectRoute("in a group", &w, &t,
-              (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_GROUP_END, 0, SYMM_ALGO_PUSH, "CSLHWKG"});
+              (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_GROUP_END, 0, SYMM_ALGO_PUSH, "CSLHYWKG"});
   w.groupDepth = 0;
   w.graphPeers = 1;
   /* What changed while the exchange waited without the lock decides. */
@@ -687,7 +692,7 @@ static void testNcclPlain(void) {
   expectRoute("before staging", &w, &t,
               (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCLPLAIN, "CSLHRW"});
   w.groupDepth = 1; /* inside a group: nothing remembered */
-  expectRoute("in a group", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCLPLAIN, "CSLHW"});
+  expectRoute("in a group", &w, &t, (struct expect){K_FWD, X, X, 1, X, 0, SYMM_ALGO_NCCLPLAIN, "CSLHYW"});
   /* A remembered ncclplain forward is repeated as such (the aliases are looked up again). */
   w = world();
   w.nranks = 4;
@@ -811,6 +816,46 @@ static void testPlainBuffers(void) {
   CHECK(out.recvbuff == NULL);
 }
 
+/* NCCL's rule for a group: one communicator's calls use streams all uncaptured or all in one
+ * capture (symmGroupUseStream decides; the route refuses what breaks it and fails the group). */
+static void testGroupStreams(void) {
+  struct symmRouteFacts w = world();
+  struct symmTask t = allReduce(1024);
+  w.groupDepth = 1;
+  expectRoute("group, streams agree", &w, &t,
+              (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_GROUP_END, 0, SYMM_ALGO_LAMPORT, "CSLHYW"});
+  w.groupStream = ncclInvalidUsage;
+  expectRoute("group, captured and uncaptured", &w, &t,
+              (struct expect)REFUSED(ncclInvalidUsage, 1, "CSLHY"));
+  w.groupStream = ncclUnhandledCudaError; /* the stream's capture could not be read */
+  expectRoute("group, capture unreadable", &w, &t,
+              (struct expect)REFUSED(ncclUnhandledCudaError, 1, "CSLHY"));
+  /* The communicator's failure comes first, as NCCL reports it first. */
+  w.groupStream = ncclInvalidUsage;
+  w.health = ncclRemoteError;
+  expectRoute("group, failed communicator", &w, &t,
+              (struct expect)REFUSED(ncclRemoteError, 1, "CSLH"));
+  w.health = ncclSuccess;
+  /* A communicator that was never ours: asked all the same (one rule for every call), after
+   * its failure. */
+  w.groupStream = ncclInvalidUsage;
+  w.hasTransport = 0;
+  expectRoute("group, never ours", &w, &t, (struct expect)REFUSED(ncclInvalidUsage, 1, "CSY"));
+  w.failure = ncclRemoteError;
+  expectRoute("group, never ours, failed", &w, &t,
+              (struct expect)REFUSED(ncclRemoteError, 1, "CS"));
+  w = world();
+  w.groupDepth = 1;
+  w.groupStream = ncclInvalidUsage;
+  /* Empty calls: NCCL drops them before it looks at the stream. */
+  t = allReduce(0);
+  expectRoute("group, empty call", &w, &t, (struct expect)FWD_PLAIN("CSLH"));
+  /* Outside a group: never asked. */
+  w.groupDepth = 0;
+  t = allReduce(1024);
+  expectRoute("no group", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
+}
+
 int main(void) {
   for (const char* const* k = (const char* const[]){"SYMMCOLL_ALLREDUCE_ALGO", "SYMMCOLL_ALLGATHER_ALGO",
                                                     "SYMMCOLL_REDUCESCATTER_ALGO", "SYMMCOLL_PDL",
@@ -835,5 +880,6 @@ int main(void) {
   testLargestStaged();
   testNcclPlain();
   testPlainBuffers();
+  testGroupStreams();
   return harnessReport("core_route");
 }
