@@ -410,7 +410,7 @@ static ncclResult_t carryOut(struct call* c, const struct symmRoute* r) {
       if (r->note == SYMM_NOTE_PARKED_BUSY)
         WARN("%s on communicator %p before the previous operation returned ncclSuccess",
              symmCollApiName(task->coll), (void*)task->comm);
-      if (r->failGroup) symmGroupPoison(task->comm);
+      if (r->failGroup) symmGroupPoison(task->comm, r->result);
       return r->result;
     case SYMM_ROUTE_FORWARD: {
       if (r->remember) (void)newRepeat(comm, &c->key, r, NULL);

@@ -97,6 +97,8 @@ ncclResult_t symmCallReal(const struct symmTask* t) {
     default:
       break;
   }
+  /* The real NCCL noted it in its group; so do we (the group's first error). */
+  if (res != ncclSuccess) symmGroupNoteError(res);
   return res;
 }
 
@@ -221,12 +223,14 @@ ncclResult_t symmForwardBegin(ncclComm_t real, cudaStream_t stream, int discarde
     return ncclInvalidArgument;
   }
   if (res == ncclSuccess) res = forwardEnter(comm, stream, discarded, s);
-  if (res != ncclSuccess && symmGroupDepth() > 0) symmGroupPoison(real);
+  if (res != ncclSuccess && symmGroupDepth() > 0) symmGroupPoison(real, res);
   return res;
 }
 
 void symmForwardEnd(struct symmForwardScope* s, ncclResult_t realResult) {
   if (s->comm == NULL) return;
+  /* The real NCCL noted it in its group; so do we (the group's first error). */
+  if (realResult != ncclSuccess) symmGroupNoteError(realResult);
   forwardLeave(s, realResult);
   symmCommRelease(s->comm);
   s->comm = NULL;
@@ -240,7 +244,7 @@ ncclResult_t symmForwardOrdered(struct symmComm* comm, const struct symmTask* ta
   scope.onAlias = onAlias;
   ncclResult_t res = forwardEnter(comm, task->stream, 0, &scope);
   if (res == ncclSuccess) res = symmCallReal(task);
-  else if (symmGroupDepth() > 0) symmGroupPoison(task->comm);
+  else if (symmGroupDepth() > 0) symmGroupPoison(task->comm, res);
   forwardLeave(&scope, res);
   return res;
 }

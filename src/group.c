@@ -48,6 +48,8 @@ struct groupStream {
 };
 static __thread struct groupStream* groupStreams;
 static __thread int groupStreamCount, groupStreamCap;
+/* The first error of a call in the outermost group (symmGroupNoteError). */
+static __thread ncclResult_t groupFirstError;
 
 int symmGroupDepth(void) { return groupDepth; }
 
@@ -124,7 +126,12 @@ ncclResult_t symmGroupUseStream(const struct symmComm* comm, cudaStream_t stream
   return ncclSuccess;
 }
 
-void symmGroupPoison(ncclComm_t real) {
+void symmGroupNoteError(ncclResult_t why) {
+  if (groupDepth > 0 && groupFirstError == ncclSuccess && why != ncclInProgress) groupFirstError = why;
+}
+
+void symmGroupPoison(ncclComm_t real, ncclResult_t why) {
+  symmGroupNoteError(why);
   ncclResult_t ignored;
   /* An invalid datatype: the real NCCL refuses it before anything else and records the error in
    * its group (it logs "invalid type" once; ours was logged first). */
@@ -438,6 +445,21 @@ static ncclResult_t flushDeferred(ncclResult_t groupResult, int launch, int simu
   return res;
 }
 
+/* The outermost group ends: forgets its streams, returns its first noted error (and forgets it). */
+static ncclResult_t endOfGroup(void) {
+  const ncclResult_t first = groupFirstError;
+  groupFirstError = ncclSuccess;
+  groupStreamCount = 0;
+  return first;
+}
+
+/* What the outermost ncclGroupEnd returns where the real one answered `real` (not ncclSuccess):
+ * the group's first noted error, as NCCL returns (the real NCCL's own answer may be the one to
+ * our poisoning call), else the real answer. ncclInProgress (non-blocking) stays. */
+static ncclResult_t failedGroupResult(ncclResult_t real, ncclResult_t first) {
+  return real != ncclInProgress && first != ncclSuccess ? first : real;
+}
+
 SYMM_EXPORT ncclResult_t ncclGroupStart(void) {
   SYMM_FORWARD_IF_CALLBACK(ncclGroupStart, (), ncclSystemError);
   ncclResult_t res;
@@ -457,10 +479,10 @@ SYMM_EXPORT ncclResult_t ncclGroupEnd(void) {
   SYMM_CALL_REAL(res, ncclGroupEnd, ());
   if (groupDepth > 0) groupDepth--;
   if (groupDepth > 0) return res;
-  groupStreamCount = 0;
+  const ncclResult_t first = endOfGroup();
   ncclResult_t ours = flushDeferred(res, 1, 0);
   if (ours == ncclSuccess) ours = joined;
-  return res != ncclSuccess ? res : ours;
+  return res != ncclSuccess ? failedGroupResult(res, first) : ours;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupEnd, (void))
 
@@ -472,7 +494,7 @@ SYMM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   SYMM_CALL_REAL(res, ncclGroupSimulateEnd, (simInfo));
   if (groupDepth > 0) groupDepth--;
   if (groupDepth > 0) return res;
-  groupStreamCount = 0;
+  const ncclResult_t first = endOfGroup();
   /* Dropped launches here fail nothing: no rank launches the simulated group. */
   int nops = opCount;
   for (int i = 0; i < nops; i++)
@@ -487,6 +509,6 @@ SYMM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   }
   opCount = kept;
   ncclResult_t ours = flushDeferred(res, 1, 1);
-  return res != ncclSuccess ? res : ours;
+  return res != ncclSuccess ? failedGroupResult(res, first) : ours;
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t* simInfo))

@@ -53,8 +53,12 @@ ncclResult_t symmGroupUseStream(const struct symmComm* comm, cudaStream_t stream
 
 /* Inside a group, a call we refuse must fail the real NCCL's group too, as NCCL's own argument
  * errors do (ncclGroupErrCheck: the group then launches nothing): issues one real call that the
- * real NCCL refuses on `real`. */
-void symmGroupPoison(ncclComm_t real);
+ * real NCCL refuses on `real`, and notes `why` (symmGroupNoteError). */
+void symmGroupPoison(ncclComm_t real, ncclResult_t why);
+/* Notes the error of a call inside a group (refused by us, or by the real NCCL): NCCL's
+ * ncclGroupEnd returns its group's first error, so the outermost ncclGroupEnd returns the first
+ * noted one where the real group failed (rather than the answer to our poisoning call). */
+void symmGroupNoteError(ncclResult_t why);
 
 /* Non-blocking communicators: our operations of a group the real NCCL is still launching
  * (ncclInProgress) wait on the communicator, behind NCCL's, and launch once the real NCCL says

@@ -287,8 +287,10 @@ static void testGroupStreams(void) {
   CHECK_EQ_INT(lastDatatype(), -1);
   /* An empty call is dropped by NCCL before it looks at the stream: not checked. */
   CHECK_EQ_INT(ncclBroadcast(buf, buf, 0, ncclFloat32, 0, c->real, cap), ncclSuccess);
-  setResult(ncclInvalidArgument); /* what the poisoned real group returns */
-  CHECK_EQ_INT(ncclGroupEnd(), ncclInvalidArgument);
+  /* The real group fails (its answer to the poisoning call); ncclGroupEnd returns the group's
+   * first error, as NCCL does. */
+  setResult(ncclInvalidArgument);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInvalidUsage);
   setResult(ncclSuccess);
   CHECK_EQ_INT(symmGroupDepth(), 0);
 
@@ -300,7 +302,21 @@ static void testGroupStreams(void) {
   CHECK_EQ_INT(callCount(), before + 1);
   CHECK_EQ_INT(lastDatatype(), -1);
   setResult(ncclInvalidArgument);
-  CHECK_EQ_INT(ncclGroupEnd(), ncclInvalidArgument);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInvalidUsage);
+  setResult(ncclSuccess);
+  /* The first error is forgotten with its group: the next failed group answers its own. */
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  setResult(ncclInternalError);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInternalError);
+  setResult(ncclSuccess);
+  /* A real call's own error comes first where it came first (the real NCCL noted it). */
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  setResult(ncclRemoteError);
+  CHECK_EQ_INT(ncclBroadcast(buf, buf, 4, ncclFloat32, 0, c->real, unc), ncclRemoteError);
+  setResult(ncclSuccess);
+  CHECK_EQ_INT(ncclBroadcast(buf, buf, 4, ncclFloat32, 0, c->real, cap), ncclInvalidUsage);
+  setResult(ncclInvalidArgument);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclRemoteError);
   setResult(ncclSuccess);
   symmCommRemove(c->real);
   symmCommRemove(other->real);

@@ -17,7 +17,10 @@
  *                                 group of ours and a forwarded broadcast on two streams
  *   test_one_thread ce-captures   (SYMMCOLL_ALLGATHER_ALGO=ce) copy-engine all-gathers in two
  *                                 open captures and eagerly beside them: results of replays and
- *                                 of the eager calls */
+ *                                 of the eager calls
+ *   test_one_thread capture-mix   a group mixing an uncaptured forwarded call and a captured one
+ *                                 of ours on each communicator: ncclInvalidUsage, nothing runs,
+ *                                 the communicators work afterwards */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -959,6 +962,75 @@ static void runCeCaptures(void) {
   }
 }
 
+/* NCCL's rule for a group: one communicator's calls use streams all uncaptured or all captured
+ * by one graph. Per rank, a forwarded broadcast on the rank's (uncaptured) stream, then an
+ * all-reduce of ours on a stream in capture: the all-reduce gets ncclInvalidUsage, and so does
+ * ncclGroupEnd (the real NCCL, given only the broadcast, would not have noticed). Nothing ran: the
+ * capture holds no node, and the broadcast's buffer keeps its value. No launch of ours was
+ * dropped, so the communicators stay usable, as NCCL's do: a group of all-reduces afterwards
+ * gives the right sums. */
+static void runCaptureMix(void) {
+  /* An all-reduce of ours first (Lamport at any world size): staging, so the broadcast is
+   * ordered with ours. */
+  struct call warm = {.coll = AR, .count = 1001, .salt = 3};
+  allocCall(&warm);
+  prepare(&warm);
+  issueAll(&warm);
+  CHECK_EQ_INT(wrongOf(&warm), 0);
+  const size_t n = 4097;
+  cudaStream_t captured[MAX_GPUS];
+  float *bcast[MAX_GPUS], *arIn[MAX_GPUS], *arOut[MAX_GPUS];
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamCreateWithFlags(&captured[r], cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc((void**)&bcast[r], n * sizeof(float)));
+    CUDA_OK(cudaMalloc((void**)&arIn[r], n * sizeof(float)));
+    CUDA_OK(cudaMalloc((void**)&arOut[r], n * sizeof(float)));
+    CUDA_OK(cudaMemset(bcast[r], r + 1, n * sizeof(float))); /* a byte pattern per rank */
+    CUDA_OK(cudaMemset(arIn[r], 0, n * sizeof(float)));
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  const uint64_t before = oursOn(0);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamBeginCapture(captured[r], cudaStreamCaptureModeRelaxed));
+  }
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < nranks; r++) {
+    NCCL_OK(ncclBroadcast(bcast[r], bcast[r], n, ncclFloat32, 0, comms[r], streams[r]));
+    CHECK_EQ_INT(ncclAllReduce(arIn[r], arOut[r], n, ncclFloat32, ncclSum, comms[r], captured[r]),
+                 ncclInvalidUsage);
+  }
+  CHECK_EQ_INT(ncclGroupEnd(), ncclInvalidUsage);
+  CHECK_EQ_INT((int)(oursOn(0) - before), 0);
+  for (int r = 0; r < nranks; r++) {
+    cudaGraph_t g = NULL;
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaStreamEndCapture(captured[r], &g));
+    if (g != NULL) {
+      CHECK_EQ_INT((int)nodesOf(g), 0);
+      CUDA_OK(cudaGraphDestroy(g));
+    }
+    CUDA_OK(cudaStreamSynchronize(streams[r]));
+    unsigned char first = 0;
+    CUDA_OK(cudaMemcpy(&first, bcast[r], 1, cudaMemcpyDeviceToHost));
+    CHECK_EQ_INT(first, r + 1); /* the broadcast did not run */
+  }
+  /* The communicators still work. */
+  prepare(&warm);
+  issueAll(&warm);
+  CHECK_EQ_INT(wrongOf(&warm), 0);
+  printf("capture mix: refused as NCCL refuses it; the communicators work afterwards\n");
+  freeCall(&warm);
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    CUDA_OK(cudaFree(bcast[r]));
+    CUDA_OK(cudaFree(arIn[r]));
+    CUDA_OK(cudaFree(arOut[r]));
+    CUDA_OK(cudaStreamDestroy(captured[r]));
+  }
+}
+
 int main(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
@@ -987,6 +1059,7 @@ int main(int argc, char** argv) {
   else if (strcmp(mode, "reregister") == 0) runReregister();
   else if (strcmp(mode, "streams") == 0) runStreams();
   else if (strcmp(mode, "ce-captures") == 0) runCeCaptures();
+  else if (strcmp(mode, "capture-mix") == 0) runCaptureMix();
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     CHECK(0);
