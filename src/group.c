@@ -39,10 +39,13 @@ static __thread struct deferredOp* pendingOps;
 static __thread int opCount, opCap;
 static __thread struct symmWindowReg* pendingWindows;
 static __thread int windowCount, windowCap;
-/* The streams the calls of the outermost group used, per communicator (symmGroupUseStream). */
+/* The streams the calls of the outermost group used, per communicator (symmGroupUseStream). A
+ * communicator's first stream is read only once a second one comes: a group on one stream, the
+ * common case, costs no query. */
 struct groupStream {
   const struct symmComm* comm;
   cudaStream_t stream;
+  int read; /* captured and captureId are known */
   int captured;
   unsigned long long captureId;
 };
@@ -99,21 +102,35 @@ ncclResult_t symmGroupDeferOp(struct symmComm* comm, enum symmDeferredKind kind,
   return ncclSuccess;
 }
 
+static ncclResult_t readStream(struct groupStream* g) {
+  if (g->read) return ncclSuccess;
+  struct symmCapture cap;
+  NCCLCHECK(symmCaptureOf(g->stream, &cap));
+  g->read = 1;
+  g->captured = cap.active;
+  g->captureId = cap.id;
+  return ncclSuccess;
+}
+
 ncclResult_t symmGroupUseStream(const struct symmComm* comm, cudaStream_t stream) {
   if (groupDepth == 0) return ncclSuccess;
-  const struct groupStream* first = NULL;
+  struct groupStream* first = NULL;
   for (int i = 0; i < groupStreamCount; i++) {
     if (groupStreams[i].comm != comm) continue;
     if (groupStreams[i].stream == stream) return ncclSuccess;
     if (first == NULL) first = &groupStreams[i];
   }
-  struct symmCapture cap;
-  NCCLCHECK(symmCaptureOf(stream, &cap));
-  if (first != NULL && (first->captured != cap.active || first->captureId != cap.id)) {
-    WARN("communicator %p: a call on stream %p inside a group, where this communicator's calls "
-         "use %s; its calls in one group must all be uncaptured or all in one capture: "
-         "ncclInvalidUsage, and the group fails", (void*)comm->real, (void*)stream,
-         first->captured ? "a stream captured by another graph" : "uncaptured streams");
+  struct groupStream now = {.comm = comm, .stream = stream};
+  if (first != NULL) {
+    NCCLCHECK(readStream(first));
+    NCCLCHECK(readStream(&now));
+  }
+  if (first != NULL && (first->captured != now.captured || first->captureId != now.captureId)) {
+    WARN("communicator %p: a call on %s stream %p inside a group whose calls on it use %s; its "
+         "calls in one group must all be uncaptured or all in one capture: ncclInvalidUsage, and "
+         "the group fails", (void*)comm->real, now.captured ? "a captured" : "an uncaptured",
+         (void*)stream,
+         !first->captured ? "uncaptured streams" : now.captured ? "another capture" : "a capture");
     return ncclInvalidUsage;
   }
   if (grow((void**)&groupStreams, &groupStreamCap, groupStreamCount + 1, sizeof(*groupStreams)) !=
@@ -121,8 +138,7 @@ ncclResult_t symmGroupUseStream(const struct symmComm* comm, cudaStream_t stream
     WARN("out of host memory noting a grouped call's stream");
     return ncclSystemError;
   }
-  groupStreams[groupStreamCount++] = (struct groupStream){
-      .comm = comm, .stream = stream, .captured = cap.active, .captureId = cap.id};
+  groupStreams[groupStreamCount++] = now;
   return ncclSuccess;
 }
 

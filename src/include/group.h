@@ -46,8 +46,9 @@ ncclResult_t symmGroupDeferWindow(const struct symmWindowReg* reg);
  * all captured by one graph. The real NCCL checks only the calls it is given, so every call on a
  * communicator of ours (ours and forwarded alike; not empty collectives, which NCCL drops before
  * it looks at their stream) passes its stream here: ncclSuccess outside a group and while the
- * rule holds (the stream is remembered until the outermost GroupEnd), ncclInvalidUsage with a
- * WARN where it breaks, or the error of reading the stream's capture. The caller refuses the call
+ * rule holds (the stream is remembered until the outermost GroupEnd; captures are read once a
+ * communicator's calls use a second stream), ncclInvalidUsage with a WARN where it breaks, or the
+ * error of reading a stream's capture. The caller refuses the call
  * and fails the real group (symmGroupPoison), as NCCL's own check does. */
 ncclResult_t symmGroupUseStream(const struct symmComm* comm, cudaStream_t stream);
 

@@ -224,10 +224,12 @@ static void testGroups(void) {
 /* The driver's answer for every stream of this test (installed in main: there is no GPU here,
  * and a call inside a group reads its stream's capture): by handle, 0x20 and 0x50 in capture
  * 42, 0x30 in capture 43, every other one (NULL too) uncaptured. */
+static int captureQueries;
 static CUresult captureByHandle(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
                                 CUgraph* graph, const CUgraphNode** deps,
                                 const CUgraphEdgeData** edges, size_t* ndeps) {
   (void)edges;
+  __atomic_add_fetch(&captureQueries, 1, __ATOMIC_RELAXED);
   const uintptr_t h = (uintptr_t)s;
   const int captured = h == 0x20 || h == 0x50 || h == 0x30;
   *status = captured ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
@@ -255,12 +257,21 @@ static void testGroupStreams(void) {
   /* Outside a group: nothing to agree with. */
   CHECK_EQ_INT(symmGroupUseStream(c, unc), ncclSuccess);
   CHECK_EQ_INT(symmGroupUseStream(c, cap), ncclSuccess);
+  /* A communicator on one stream in a group (the common case): no capture is read. */
+  captureQueries = 0;
+  CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
+  for (int k = 0; k < 3; k++) CHECK_EQ_INT(symmGroupUseStream(c, cap), ncclSuccess);
+  CHECK_EQ_INT(symmGroupUseStream(other, unc), ncclSuccess);
+  CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
+  CHECK_EQ_INT(captureQueries, 0);
 
   CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   CHECK_EQ_INT(symmGroupUseStream(c, unc), ncclSuccess);
   CHECK_EQ_INT(symmGroupUseStream(c, unc2), ncclSuccess); /* both uncaptured */
+  CHECK_EQ_INT(captureQueries, 2);                         /* a second stream: both read */
   CHECK_EQ_INT(symmGroupUseStream(c, unc), ncclSuccess);
   CHECK_EQ_INT(symmGroupUseStream(c, cap), ncclInvalidUsage);
+  CHECK_EQ_INT(captureQueries, 3);                         /* the first is read once */
   CHECK_EQ_INT(symmGroupUseStream(other, cap), ncclSuccess); /* per communicator */
   CHECK_EQ_INT(symmGroupUseStream(other, unc), ncclInvalidUsage);
   CHECK_EQ_INT(ncclGroupEnd(), ncclSuccess);
