@@ -281,43 +281,21 @@ static uint32_t fetchJob(struct windowJob* j) {
 
 /* Maps this rank's allocation behind the window a second time, at a fresh address with read/write
  * access for this device: the window's bytes under an address the real NCCL does not know as a
- * window (`ncclplain`, src/tuner/README.md). WINDOW_VOTE_ALIAS when mapped (w->aliasBase). A
- * failure is none of the user's (INFO): the window then has no alias on any rank, as agreed. */
+ * window (`ncclplain`, src/tuner/README.md), as ncclMemAlloc maps it the first time
+ * (symmVmmMap). WINDOW_VOTE_ALIAS when mapped (w->aliasBase). A failure (symmVmmMap's WARN, then
+ * an INFO here) fails nothing: the window then has no alias on any rank, as agreed. */
 static uint32_t mapAlias(struct windowJob* j) {
   struct symmWindow* w = j->w;
   const size_t bytes = j->ours.allocBytes;
   const int rank = j->reg->comm->rank;
-  CUmemAllocationProp prop;
-  CUmemAccessDesc access;
-  size_t granularity = 0;
   CUdeviceptr base = 0;
-  memset(&prop, 0, sizeof(prop));
-  memset(&access, 0, sizeof(access));
-  if (rank == symmParamTestAliasFailRank()) goto fail;
-  /* cuMemMap wants an address aligned to the allocation's own granularity. */
-  if (CU_CALL(SYMM_LOG_INFO, cuMemGetAllocationPropertiesFromHandle, (&prop, j->handle)) !=
-          CUDA_SUCCESS ||
-      CU_CALL(SYMM_LOG_INFO, cuMemGetAllocationGranularity,
-              (&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) != CUDA_SUCCESS ||
-      CU_CALL(SYMM_LOG_INFO, cuMemAddressReserve, (&base, bytes, granularity, 0, 0)) !=
-          CUDA_SUCCESS)
-    goto fail;
-  if (CU_CALL(SYMM_LOG_INFO, cuMemMap, (base, bytes, 0, j->handle, 0)) != CUDA_SUCCESS)
-    goto release_range;
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = j->t->cudaDev;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (CU_CALL(SYMM_LOG_INFO, cuMemSetAccess, (base, bytes, &access, 1)) != CUDA_SUCCESS)
-    goto unmap_range;
-  w->aliasBase = base;
-  w->aliasBytes = bytes;
-  __atomic_add_fetch(&liveAliases, 1, __ATOMIC_RELAXED);
-  return WINDOW_VOTE_ALIAS;
-unmap_range:
-  (void)CU_CALL(SYMM_LOG_WARN, cuMemUnmap, (base, bytes));
-release_range:
-  (void)CU_CALL(SYMM_LOG_WARN, cuMemAddressFree, (base, bytes));
-fail:
+  if (rank != symmParamTestAliasFailRank() &&
+      symmVmmMap(j->handle, bytes, j->t->cudaDev, &base) == ncclSuccess) {
+    w->aliasBase = base;
+    w->aliasBytes = bytes;
+    __atomic_add_fetch(&liveAliases, 1, __ATOMIC_RELAXED);
+    return WINDOW_VOTE_ALIAS;
+  }
   INFO(SYMM_TRANSPORT, "window %p: no alias mapped on rank %d%s; ncclplain gives the real NCCL "
        "the window's own addresses", j->reg->buff, rank,
        rank == symmParamTestAliasFailRank() ? " (SYMMCOLL_TEST_ALIAS_FAIL_RANK)" : "");
@@ -483,23 +461,25 @@ uint64_t symmTransportWindowsVersion(const struct symmComm* comm) {
   return __atomic_load_n(&comm->transport->windowsVersion, __ATOMIC_ACQUIRE);
 }
 
+/* The first window of `t` that holds [p, p + bytes), or NULL; under t->lock. */
+static const struct symmWindow* windowHolding(const struct symmTransport* t, uintptr_t p,
+                                              size_t bytes) {
+  for (const struct symmWindow* w = t->windows; w; w = w->next)
+    if (p >= w->userPtr && bytes <= w->bytes && p - w->userPtr <= w->bytes - bytes) return w;
+  return NULL;
+}
+
 int symmTransportFindWindow(const struct symmComm* comm, const void* ptr, size_t bytes,
                             void* peerPtrs[SYMM_MAX_RANKS]) {
   if (comm == NULL || comm->transport == NULL || ptr == NULL) return 0;
   struct symmTransport* t = comm->transport;
-  uintptr_t p = (uintptr_t)ptr;
-  int found = 0;
+  const uintptr_t p = (uintptr_t)ptr;
   pthread_mutex_lock(&t->lock);
-  for (struct symmWindow* w = t->windows; w; w = w->next) {
-    if (p >= w->userPtr && bytes <= w->bytes && p - w->userPtr <= w->bytes - bytes) {
-      size_t offset = p - w->userPtr;
-      for (int r = 0; r < t->peers.nranks; r++) peerPtrs[r] = (char*)w->peerPtrs[r] + offset;
-      found = 1;
-      break;
-    }
-  }
+  const struct symmWindow* w = windowHolding(t, p, bytes);
+  for (int r = 0; w != NULL && r < t->peers.nranks; r++)
+    peerPtrs[r] = (char*)w->peerPtrs[r] + (p - w->userPtr);
   pthread_mutex_unlock(&t->lock);
-  return found;
+  return w != NULL;
 }
 
 int symmTransportWindowAlias(const struct symmComm* comm, const void* ptr, size_t bytes,
@@ -507,18 +487,11 @@ int symmTransportWindowAlias(const struct symmComm* comm, const void* ptr, size_
   if (comm == NULL || comm->transport == NULL || ptr == NULL) return 0;
   struct symmTransport* t = comm->transport;
   const uintptr_t p = (uintptr_t)ptr;
-  int found = 0;
   pthread_mutex_lock(&t->lock);
-  for (struct symmWindow* w = t->windows; w; w = w->next) {
-    if (p >= w->userPtr && bytes <= w->bytes && p - w->userPtr <= w->bytes - bytes) {
-      /* The first window holding the range decides, as in symmTransportFindWindow. */
-      if (w->aliasPtr != 0) {
-        *alias = (void*)(w->aliasPtr + (p - w->userPtr));
-        found = 1;
-      }
-      break;
-    }
-  }
+  /* The window symmTransportFindWindow finds decides, alias or none. */
+  const struct symmWindow* w = windowHolding(t, p, bytes);
+  const int found = w != NULL && w->aliasPtr != 0;
+  if (found) *alias = (void*)(w->aliasPtr + (p - w->userPtr));
   pthread_mutex_unlock(&t->lock);
   return found;
 }
