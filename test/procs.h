@@ -43,6 +43,26 @@ static inline int procsCountGpus(void) {
   return WEXITSTATUS(status);
 }
 
+/* In a rank process: a failed CUDA or NCCL call ends it (exit 2) with `rank` and the call. */
+#define PROCS_CUDA_OK(rank, call)                                                              \
+  do {                                                                                         \
+    cudaError_t e_ = (call);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      fprintf(stderr, "rank %d: %s:%d %s: %s\n", (rank), __FILE__, __LINE__, #call,            \
+              cudaGetErrorString(e_));                                                         \
+      exit(2);                                                                                 \
+    }                                                                                          \
+  } while (0)
+#define PROCS_NCCL_OK(rank, call)                                                              \
+  do {                                                                                         \
+    ncclResult_t r_ = (call);                                                                  \
+    if (r_ != ncclSuccess) {                                                                   \
+      fprintf(stderr, "rank %d: %s:%d %s: %s\n", (rank), __FILE__, __LINE__, #call,            \
+              ncclGetErrorString(r_));                                                         \
+      exit(2);                                                                                 \
+    }                                                                                          \
+  } while (0)
+
 /* ---- rank processes with a barrier (procsRunRanks) ---------------------------------------- */
 
 /* A rank process's ends of its two pipes to the parent, which relays the barrier: [0] up,

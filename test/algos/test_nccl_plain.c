@@ -38,24 +38,8 @@
 
 #define TCHECK(cond, ...) HARNESS_TCHECKF(cond, __VA_ARGS__)
 
-#define CUDA_OK(call)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                   \
-      fprintf(stderr, "rank %d: %s:%d %s: %s\n", rank, __FILE__, __LINE__, #call,              \
-              cudaGetErrorString(e_));                                                         \
-      exit(2);                                                                                 \
-    }                                                                                          \
-  } while (0)
-#define NCCL_OK(call)                                                                          \
-  do {                                                                                         \
-    ncclResult_t r_ = (call);                                                                  \
-    if (r_ != ncclSuccess) {                                                                   \
-      fprintf(stderr, "rank %d: %s:%d %s: %s\n", rank, __FILE__, __LINE__, #call,              \
-              ncclGetErrorString(r_));                                                         \
-      exit(2);                                                                                 \
-    }                                                                                          \
-  } while (0)
+#define CUDA_OK(call) PROCS_CUDA_OK(rank, call)
+#define NCCL_OK(call) PROCS_NCCL_OK(rank, call)
 
 enum { AR = 0, AG = 1, RS = 2, NCOLLS = 3 };
 static const char* const collNames[NCOLLS] = {"all-reduce", "all-gather", "reduce-scatter"};
