@@ -34,18 +34,21 @@ if ! diff -u "$out/plain.txt" "$out/preload.txt" >"$out/diff.txt"; then
   status=1
 fi
 
-# Each rank's process must have loaded libsymmcoll and found the real NCCL (src/core/forward.c logs
-# "real NCCL <path> (<how>)"); the python parent logs nothing, having made no NCCL call.
-found=$(cat "$out"/symmcoll.*.log 2>/dev/null | grep -c "SYMMCOLL INFO real NCCL " || true)
+# Each rank's process must have loaded libsymmcoll and found the real NCCL: its first INFO line
+# (src/core/forward.c) reads "libsymmcoll <version>: real NCCL <path> (<how>)"; the python parent
+# logs nothing, having made no NCCL call. No match is a failure reported below, not an exit here.
+found_lines=$(cat "$out"/symmcoll.*.log 2>/dev/null |
+  grep -E "SYMMCOLL INFO libsymmcoll [0-9.]+: real NCCL " || true)
+found=$(printf '%s' "$found_lines" | grep -c . || true)
 echo "libsymmcoll log lines naming the real NCCL: $found"
-cat "$out"/symmcoll.*.log 2>/dev/null | grep "SYMMCOLL INFO real NCCL " | sed 's/^[^ ]* //' | sort | uniq -c
+[ -z "$found_lines" ] || printf '%s\n' "$found_lines" | sed 's/^[^ ]* //' | sort | uniq -c
 if [ "$found" -lt 2 ]; then
   echo "FAIL: libsymmcoll did not report the real NCCL in both ranks (was it preloaded?)" >&2
   status=1
 fi
-if cat "$out"/symmcoll.*.log 2>/dev/null | grep -q "SYMMCOLL WARN"; then
+if grep -hq "SYMMCOLL WARN" "$out"/symmcoll.*.log 2>/dev/null; then
   echo "warnings from libsymmcoll:" >&2
-  cat "$out"/symmcoll.*.log | grep "SYMMCOLL WARN" >&2
+  grep -h "SYMMCOLL WARN" "$out"/symmcoll.*.log >&2
   status=1
 fi
 [ $status -eq 0 ] && echo "PASS: identical results with and without libsymmcoll"
