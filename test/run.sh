@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "test/run.sh: builds libsymmcoll twice (plain, and ASan+UBSan) and runs the CPU suite, then the" \
-     "GPU suite when GPUs are present; about 10 minutes on 16 cores, about 20 on 2 without a GPU"
+     "GPU suite when GPUs are present; about 40 minutes on 2 cores without a GPU, mostly compiling kernels"
 . build-aux/prereqs.sh
 # The two builds take about 3 GB (four GPU architectures in every test binary). nvcc fails with
 # segfaults or "Internal error: writing file" on a full disk, so say it plainly first.
