@@ -37,8 +37,8 @@ fi
 # Each rank's process must have loaded libsymmcoll and found the real NCCL: its first INFO line
 # (src/core/forward.c) reads "libsymmcoll <version>: real NCCL <path> (<how>)"; the python parent
 # logs nothing, having made no NCCL call. No match is a failure reported below, not an exit here.
-found_lines=$(cat "$out"/symmcoll.*.log 2>/dev/null |
-  grep -E "SYMMCOLL INFO libsymmcoll [0-9.]+: real NCCL " || true)
+found_lines=$(grep -hE "SYMMCOLL INFO libsymmcoll [0-9.]+: real NCCL " "$out"/symmcoll.*.log \
+  2>/dev/null || true)
 found=$(printf '%s' "$found_lines" | grep -c . || true)
 echo "libsymmcoll log lines naming the real NCCL: $found"
 [ -z "$found_lines" ] || printf '%s\n' "$found_lines" | sed 's/^[^ ]* //' | sort | uniq -c
