@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Can a two-shot all-reduce whose link traffic moves entirely on copy engines beat the SM-store
+ * ceiling of an NVLink pair? (A measurement tool for perf/RESULTS.md, not installed; the
+ * library's two-shot pushes with SM stores, which move 359-365 GB/s both ways on the H200 pair
+ * against the copy engine's 385-391.)
+ *
+ * Two ranks in one process, one per GPU (or both on GPU 0 with --loopback: checks the data
+ * flow only, its times mean nothing). Rank r owns half r of the vector. The half is cut into K
+ * chunks; per chunk k, on three streams of each rank:
+ *   push   (copy engine): [wait until the peer freed staging slot k % slots] copy our input's
+ *          chunk k of the peer's half into the peer's staging slot; signal "ready" to the peer;
+ *   reduce (SM kernel):   wait for "ready" in our slot; out = our input + staging, our half's
+ *          chunk k; signal "free" to the peer once the slot is read;
+ *   back   (copy engine): after that reduce, copy the reduced chunk into the peer's output;
+ *          after the last chunk signal "done" to the peer.
+ * A call starts with an arrive barrier and ends waiting for the peer's "done". Signals are the
+ * library's kind: 32-bit words set to the constant 1 in the receiver's memory (a 4-byte copy from
+ * a word holding 1, or cuStreamWriteValue32) and waited on and reset to 0 with
+ * cuStreamBatchMemOp, so each rank's call is captured once into a CUDA graph and replayed.
+ *
+ * Prints, per size: a bare copy-engine push of the whole vector both ways (the floor a data
+ * path of copy engines can reach: every byte crosses the link once each way), then the
+ * pipeline per (K, slots, signal), time (median of the runs, each the mean over `iters` replays
+ * back to back) and bus bandwidth (size / time for 2 ranks), with every element of both outputs
+ * checked against the exact sum once per configuration.
+ * Signals: "copy" and "write" (above, waited on with stream memory operations), or "kernel": a
+ * one-thread kernel stores the word with release semantics and another spins on it (acquire).
+ * usage: ce_twoshot [--loopback] [--eager] [--iters N] [--runs N] [--chunks 2,4,...]
+ *                   [--signals copy,write,kernel] [--blocks 32,...] [MiB ...]
+ *                   (defaults: chunks 2,4,8,16,32; every signal; 32 blocks; 64 256 1024 MiB) */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+typedef CUresult (*BatchMemOpFn)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
+static BatchMemOpFn batchMemOp;
+
+#define CU(x)                                                                    \
+  do {                                                                           \
+    CUresult s_ = (x);                                                           \
+    if (s_ != CUDA_SUCCESS) {                                                    \
+      fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #x, (int)s_); \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
+
+enum { kMaxSlots = 64, kMaxChunks = 256 };
+/* One rank's signal words, in its own device memory. */
+struct Words {
+  uint32_t ready[kMaxSlots]; /* the peer's chunk is in our staging slot */
+  uint32_t freed[kMaxSlots]; /* the peer has read its staging slot we wrote */
+  uint32_t arrive, done, one;
+};
+
+struct Rank {
+  int dev;
+  float *in, *out;
+  char* stage; /* slots x chunk bytes */
+  Words* words;
+  cudaStream_t main, push, reduce, back;
+  cudaEvent_t fork, joinPush, joinBack, reduced[kMaxChunks], t0, t1;
+  cudaGraphExec_t graph;
+};
+static Rank rk[2];
+
+enum Signal { kCopy, kWriteValue, kKernel };
+static const char* const kSignalName[] = {"copy", "write", "kernel"};
+
+__global__ void addChunk(float4* out, const float4* a, const float4* b, size_t n4) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const float4 x = a[i], y = b[i];
+    out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+  }
+}
+
+/* The kernel kind of signal: one thread stores 1 with release semantics at system scope (the
+ * stream's earlier work is complete before the kernel starts), or spins until the word is 1
+ * (acquire), then resets it. */
+__global__ void setWord(uint32_t* word) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(1u) : "memory");
+}
+__global__ void waitWord(uint32_t* word) {
+  uint32_t v = 0;
+  do asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
+  while (v != 1);
+  *word = 0;
+}
+
+static Signal waitKind = kCopy; /* kKernel: waits are kernels too */
+
+static void waitReset(cudaStream_t s, uint32_t* word) {
+  if (waitKind == kKernel) {
+    waitWord<<<1, 1, 0, s>>>(word);
+    CK(cudaGetLastError());
+    return;
+  }
+  CUstreamBatchMemOpParams ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  ops[0].waitValue.address = (CUdeviceptr)(uintptr_t)word;
+  ops[0].waitValue.value = 1;
+  ops[0].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  ops[1].writeValue.address = (CUdeviceptr)(uintptr_t)word;
+  ops[1].writeValue.value = 0;
+  ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  CU(batchMemOp((CUstream)s, 2, ops, 0));
+}
+
+/* Sets the peer's word to 1 once the stream's earlier work is done. */
+static void signalPeer(const Rank& me, cudaStream_t s, uint32_t* peerWord, Signal how) {
+  if (how == kCopy) {
+    CK(cudaMemcpyAsync(peerWord, &me.words->one, sizeof(uint32_t), cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  if (how == kKernel) {
+    setWord<<<1, 1, 0, s>>>(peerWord);
+    CK(cudaGetLastError());
+    return;
+  }
+  CUstreamBatchMemOpParams op;
+  memset(&op, 0, sizeof(op));
+  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  op.writeValue.address = (CUdeviceptr)(uintptr_t)peerWord;
+  op.writeValue.value = 1;
+  op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT; /* a fence orders earlier work first */
+  CU(batchMemOp((CUstream)s, 1, &op, 0));
+}
+
+struct Config {
+  size_t bytes; /* the whole vector */
+  int chunks, slots, blocks;
+  Signal signal;
+};
+
+/* Enqueues rank r's part of one all-reduce on its main stream (captured). */
+static void enqueueCall(int r, const Config& c) {
+  Rank &me = rk[r], &peer = rk[1 - r];
+  const size_t half = c.bytes / 2, chunk = (half + c.chunks - 1) / c.chunks;
+  const size_t mine = (size_t)r * half, theirs = (size_t)(1 - r) * half;
+  char* in = (char*)me.in;
+  char* out = (char*)me.out;
+  signalPeer(me, me.main, &peer.words->arrive, c.signal);
+  waitReset(me.main, &me.words->arrive);
+  CK(cudaEventRecord(me.fork, me.main));
+  CK(cudaStreamWaitEvent(me.push, me.fork, 0));
+  CK(cudaStreamWaitEvent(me.reduce, me.fork, 0));
+  CK(cudaStreamWaitEvent(me.back, me.fork, 0));
+  for (int k = 0; k < c.chunks; k++) {
+    const size_t off = (size_t)k * chunk;
+    if (off >= half) break;
+    const size_t len = half - off < chunk ? half - off : chunk;
+    const int slot = k % c.slots;
+    /* push: our input's share of the peer's half into its staging slot */
+    if (k >= c.slots) waitReset(me.push, &me.words->freed[slot]);
+    CK(cudaMemcpyAsync(peer.stage + (size_t)slot * chunk, in + theirs + off, len,
+                       cudaMemcpyDeviceToDevice, me.push));
+    signalPeer(me, me.push, &peer.words->ready[slot], c.signal);
+    /* reduce: our half's chunk, from our input and what the peer put in our slot */
+    waitReset(me.reduce, &me.words->ready[slot]);
+    addChunk<<<c.blocks, 512, 0, me.reduce>>>((float4*)(out + mine + off),
+                                              (const float4*)(in + mine + off),
+                                              (const float4*)(me.stage + (size_t)slot * chunk),
+                                              len / 16);
+    CK(cudaGetLastError());
+    CK(cudaEventRecord(me.reduced[k], me.reduce));
+    if (k + c.slots < c.chunks) signalPeer(me, me.reduce, &peer.words->freed[slot], c.signal);
+    /* back: the reduced chunk into the peer's output */
+    CK(cudaStreamWaitEvent(me.back, me.reduced[k], 0));
+    CK(cudaMemcpyAsync((char*)peer.out + mine + off, out + mine + off, len,
+                       cudaMemcpyDeviceToDevice, me.back));
+  }
+  signalPeer(me, me.back, &peer.words->done, c.signal);
+  CK(cudaEventRecord(me.joinPush, me.push));
+  CK(cudaEventRecord(me.joinBack, me.back));
+  CK(cudaStreamWaitEvent(me.main, me.joinPush, 0));
+  CK(cudaStreamWaitEvent(me.main, me.joinBack, 0));
+  waitReset(me.main, &me.words->done);
+}
+
+static int eager = 0; /* --eager: every call enqueued again, no graph */
+
+/* Before the first call of a configuration: its wait kind, and (graphs) each rank's graph. */
+static void prepare(const Config& c) {
+  waitKind = c.signal == kKernel ? kKernel : kCopy;
+  if (eager) return;
+  for (int r = 0; r < 2; r++) {
+    Rank& me = rk[r];
+    CK(cudaSetDevice(me.dev));
+    if (me.graph != NULL) CK(cudaGraphExecDestroy(me.graph));
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(me.main, cudaStreamCaptureModeRelaxed));
+    enqueueCall(r, c);
+    CK(cudaStreamEndCapture(me.main, &g));
+    CK(cudaGraphInstantiate(&me.graph, g, 0));
+    CK(cudaGraphDestroy(g));
+  }
+}
+
+/* Seconds per call: mean over `iters` calls back to back, the slower rank. */
+static double timeReplays(const Config& c, int iters) {
+  for (int r = 0; r < 2; r++) {
+    CK(cudaSetDevice(rk[r].dev));
+    CK(cudaEventRecord(rk[r].t0, rk[r].main));
+  }
+  for (int i = 0; i < iters; i++)
+    for (int r = 0; r < 2; r++) {
+      CK(cudaSetDevice(rk[r].dev));
+      if (eager) enqueueCall(r, c);
+      else CK(cudaGraphLaunch(rk[r].graph, rk[r].main));
+    }
+  double worst = 0;
+  for (int r = 0; r < 2; r++) {
+    CK(cudaSetDevice(rk[r].dev));
+    CK(cudaEventRecord(rk[r].t1, rk[r].main));
+    CK(cudaEventSynchronize(rk[r].t1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, rk[r].t0, rk[r].t1));
+    if (ms > worst) worst = ms;
+  }
+  return worst * 1e-3 / iters;
+}
+
+/* Both outputs hold in0 + in1 exactly (inputs are small integers). */
+static bool checkOutputs(size_t bytes, float* const in[2], float* got) {
+  const size_t n = bytes / sizeof(float);
+  for (int r = 0; r < 2; r++) {
+    CK(cudaSetDevice(rk[r].dev));
+    CK(cudaMemcpy(got, rk[r].out, bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++)
+      if (got[i] != in[0][i] + in[1][i]) {
+        fprintf(stderr, "rank %d element %zu: %g, want %g\n", r, i, got[i], in[0][i] + in[1][i]);
+        return false;
+      }
+  }
+  return true;
+}
+
+static void poisonOutputs(size_t bytes) {
+  for (int r = 0; r < 2; r++) {
+    CK(cudaSetDevice(rk[r].dev));
+    CK(cudaMemset(rk[r].out, 0xff, bytes)); /* NaN */
+    CK(cudaDeviceSynchronize());
+  }
+}
+
+/* A bare copy-engine push of `bytes` each way at once: seconds, median of `runs`. */
+static double barePush(size_t bytes, int runs) {
+  double t[32];
+  for (int i = 0; i < runs + 2; i++) {
+    for (int r = 0; r < 2; r++) {
+      CK(cudaSetDevice(rk[r].dev));
+      CK(cudaEventRecord(rk[r].t0, rk[r].main));
+      CK(cudaMemcpyAsync(rk[1 - r].out, rk[r].in, bytes, cudaMemcpyDeviceToDevice, rk[r].main));
+      CK(cudaEventRecord(rk[r].t1, rk[r].main));
+    }
+    double worst = 0;
+    for (int r = 0; r < 2; r++) {
+      CK(cudaSetDevice(rk[r].dev));
+      CK(cudaEventSynchronize(rk[r].t1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, rk[r].t0, rk[r].t1));
+      if (ms > worst) worst = ms;
+    }
+    if (i >= 2) t[i - 2] = worst * 1e-3;
+  }
+  qsort(t, runs, sizeof(double), benchCmpDouble);
+  return t[runs / 2];
+}
+
+/* One configuration: captured, run once on poisoned outputs and checked, then timed. */
+static bool runConfig(const Config& c, float* const hostIn[2], float* got, int runs, int iters) {
+  prepare(c);
+  poisonOutputs(c.bytes);
+  for (int r = 0; r < 2; r++) {
+    CK(cudaSetDevice(rk[r].dev));
+    if (eager) enqueueCall(r, c);
+    else CK(cudaGraphLaunch(rk[r].graph, rk[r].main));
+  }
+  for (int r = 0; r < 2; r++) {
+    CK(cudaSetDevice(rk[r].dev));
+    CK(cudaStreamSynchronize(rk[r].main));
+  }
+  const bool ok = checkOutputs(c.bytes, hostIn, got);
+  double t[32];
+  (void)timeReplays(c, 2);
+  for (int i = 0; i < runs; i++) t[i] = timeReplays(c, iters);
+  qsort(t, runs, sizeof(double), benchCmpDouble);
+  const double med = t[runs / 2];
+  printf("%8zuMi %-22s %6d %5d %6d %6s %10.1f %8.1f %s\n", c.bytes >> 20, "CE two-shot", c.chunks,
+         c.slots, c.blocks, kSignalName[c.signal], med * 1e6, c.bytes / med / 1e9,
+         ok ? "ok" : "WRONG");
+  fflush(stdout);
+  return ok;
+}
+
+/* "a,b,c" -> up to 16 integers in 1..most */
+static void parseList(const char* text, int most, int* out, int* n) {
+  *n = 0;
+  for (const char* p = text; *p != '\0' && *n < 16;) {
+    const int v = atoi(p);
+    if (v > 0 && v <= most) out[(*n)++] = v;
+    const char* comma = strchr(p, ',');
+    if (comma == NULL) break;
+    p = comma + 1;
+  }
+}
+
+int main(int argc, char** argv) {
+  /* Every kernel loaded up front: a lazily loaded one would wait for the device to go idle while
+   * a wait kernel spins (eager calls enqueue both ranks' waits before their signals). */
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  int loopback = 0, iters = 5, runs = 5;
+  int chunkList[16] = {2, 4, 8, 16, 32}, nchunks = 5;
+  int blockList[16] = {32}, nblocks = 1;
+  const char* signals = "copy,write,kernel";
+  size_t sizes[16];
+  int nsizes = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--loopback")) loopback = 1;
+    else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--eager")) eager = 1;
+    else if (!strcmp(argv[i], "--chunks") && i + 1 < argc) parseList(argv[++i], kMaxChunks, chunkList, &nchunks);
+    else if (!strcmp(argv[i], "--signals") && i + 1 < argc) signals = argv[++i];
+    else if (!strcmp(argv[i], "--blocks") && i + 1 < argc) parseList(argv[++i], 1024, blockList, &nblocks);
+    else if (nsizes < 16) sizes[nsizes++] = (size_t)atol(argv[i]) << 20;
+  }
+  if (nsizes == 0) {
+    sizes[nsizes++] = (size_t)64 << 20;
+    sizes[nsizes++] = (size_t)256 << 20;
+    sizes[nsizes++] = (size_t)1024 << 20;
+  }
+  if (runs > 32) runs = 32;
+  int ndev = 0;
+  CK(cudaGetDeviceCount(&ndev));
+  if (!loopback && ndev < 2) {
+    printf("ce_twoshot: needs 2 GPUs (found %d); --loopback runs both ranks on GPU 0\n", ndev);
+    return 0;
+  }
+  cudaDriverEntryPointQueryResult q;
+  CK(cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", (void**)&batchMemOp, 12000,
+                                      cudaEnableDefault, &q));
+  if (q != cudaDriverEntryPointSuccess || batchMemOp == NULL) {
+    printf("ce_twoshot: no cuStreamBatchMemOp\n");
+    return 1;
+  }
+  size_t maxBytes = 0;
+  for (int i = 0; i < nsizes; i++) maxBytes = sizes[i] > maxBytes ? sizes[i] : maxBytes;
+  /* Staging: up to half the vector (K=1 puts the whole half in one slot). */
+  const size_t stageBytes = maxBytes / 2;
+  srand(1);
+  float* hostIn[2];
+  float* got = (float*)malloc(maxBytes);
+  for (int r = 0; r < 2; r++) hostIn[r] = (float*)malloc(maxBytes);
+  for (int r = 0; r < 2; r++) {
+    Rank& me = rk[r];
+    me.dev = loopback ? 0 : r;
+    CK(cudaSetDevice(me.dev));
+    if (!loopback) {
+      int can = 0;
+      CK(cudaDeviceCanAccessPeer(&can, me.dev, 1 - me.dev));
+      if (!can) {
+        printf("ce_twoshot: no peer access between GPUs 0 and 1\n");
+        return 0;
+      }
+      CK(cudaDeviceEnablePeerAccess(1 - me.dev, 0));
+    }
+    CK(cudaMalloc(&me.in, maxBytes));
+    CK(cudaMalloc(&me.out, maxBytes));
+    CK(cudaMalloc(&me.stage, stageBytes));
+    CK(cudaMalloc(&me.words, sizeof(Words)));
+    Words w;
+    memset(&w, 0, sizeof(w));
+    w.one = 1;
+    CK(cudaMemcpy(me.words, &w, sizeof(w), cudaMemcpyHostToDevice));
+    for (size_t i = 0; i < maxBytes / sizeof(float); i++) hostIn[r][i] = (float)(rand() % 2001 - 1000);
+    CK(cudaMemcpy(me.in, hostIn[r], maxBytes, cudaMemcpyHostToDevice));
+    CK(cudaStreamCreateWithFlags(&me.main, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&me.push, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&me.reduce, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&me.back, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&me.fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&me.joinPush, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&me.joinBack, cudaEventDisableTiming));
+    for (int k = 0; k < kMaxChunks; k++)
+      CK(cudaEventCreateWithFlags(&me.reduced[k], cudaEventDisableTiming));
+    CK(cudaEventCreate(&me.t0));
+    CK(cudaEventCreate(&me.t1));
+  }
+  printf("# ce_twoshot%s: 2 ranks, float sum; time = median of %d runs of %d %s back to back; "
+         "busbw = bytes / time\n",
+         loopback ? " --loopback (both ranks on GPU 0: data flow check only)" : "", runs, iters,
+         eager ? "eager calls" : "graph replays");
+  printf("%10s %-22s %6s %5s %6s %6s %10s %8s %s\n", "size", "method", "chunks", "slots", "blocks",
+         "signal", "time_us", "GB/s", "check");
+  const int slotList[] = {2, 4, 0}; /* 0: one slot per chunk (no reuse) */
+  int failures = 0;
+  for (int si = 0; si < nsizes; si++) {
+    const size_t bytes = sizes[si];
+    const double bare = barePush(bytes, runs);
+    printf("%8zuMi %-22s %6s %5s %6s %6s %10.1f %8.1f %s\n", bytes >> 20, "bare CE push both ways",
+           "-", "-", "-", "-", bare * 1e6, bytes / bare / 1e9, "-");
+    for (int ci = 0; ci < nchunks; ci++)
+      for (int sl = 0; sl < 3; sl++)
+        for (int sig = 0; sig < 3; sig++)
+          for (int bi = 0; bi < nblocks; bi++) {
+            Config c = {bytes, chunkList[ci], slotList[sl], blockList[bi], (Signal)sig};
+            if (c.slots == 0) c.slots = c.chunks;
+            const bool listed = strstr(signals, kSignalName[sig]) != NULL &&
+                                c.slots <= c.chunks && c.slots <= kMaxSlots &&
+                                (slotList[sl] == 0 || c.slots < c.chunks) && /* else "no reuse" */
+                                (bytes / 2 / c.chunks) % 16 == 0;
+            if (listed) failures += !runConfig(c, hostIn, got, runs, iters);
+          }
+  }
+  for (int r = 0; r < 2; r++) free(hostIn[r]);
+  free(got);
+  printf("# %s\n", failures ? "WRONG results" : "all outputs exact");
+  return failures != 0;
+}
