@@ -3,7 +3,8 @@
  * perf/RESULTS.md, not installed): the copy engine (cudaMemcpyPeerAsync), SM 16-byte stores (as
  * the two-shot's push phase does), and TMA bulk stores (cp.async.bulk from shared memory to the
  * peer's global memory, fed by cp.async.bulk loads), and the copy engine and SM stores side by
- * side on two streams (a share of the bytes each). Each method runs one way (GPU 0 -> 1) and
+ * side on two streams (a share of the bytes each), and SM 16-byte loads (the receiver pulls from
+ * the sender's memory, as a pull-based two-shot would). Each method runs one way (GPU 0 -> 1) and
  * both ways at once (what an all-reduce does). Every pushed byte is checked once per method.
  * Prints GB/s, median of the iterations. usage: push_bw [MiB per direction, default 256] */
 #include <cuda_runtime.h>
@@ -98,7 +99,8 @@ __global__ void tmaPush(char* dst, const char* src, size_t bytes, uint32_t chunk
 
 struct Method {
   const char* name;
-  int kind; /* 0 copy engine, 1 SM stores, 2 TMA, 3 copy engine and SM stores side by side */
+  int kind; /* 0 copy engine, 1 SM stores, 2 TMA, 3 copy engine and SM stores side by side,
+             * 4 SM loads (the receiving GPU's kernel pulls from the sender's memory) */
   int blocks, threads, stages;
   uint32_t chunk;
   int cePercent; /* kind 3: the copy engine's share of the bytes */
@@ -109,9 +111,19 @@ static char* dst[2];
 static cudaStream_t stream[2], side[2];
 static cudaEvent_t ev[2][2], fork[2], join[2];
 
+/* The GPU whose stream runs the bytes from `from` to its peer: the receiver for a pull. */
+static int runsOn(const Method& m, int from) { return m.kind == 4 ? 1 - from : from; }
+
 static void launch(const Method& m, int from, size_t bytes) {
-  CK(cudaSetDevice(from));
   char* to = dst[1 - from];
+  if (m.kind == 4) {
+    const int on = runsOn(m, from);
+    CK(cudaSetDevice(on));
+    smPush<<<m.blocks, m.threads, 0, stream[on]>>>((uint4*)to, (const uint4*)src[from], bytes / 16);
+    CK(cudaGetLastError());
+    return;
+  }
+  CK(cudaSetDevice(from));
   if (m.kind == 0) {
     CK(cudaMemcpyPeerAsync(to, 1 - from, src[from], from, bytes, stream[from]));
   } else if (m.kind == 3) {
@@ -137,17 +149,19 @@ static double measure(const Method& m, size_t bytes, bool both, int iters) {
   double t[64];
   for (int i = 0; i < iters + 2; i++) {
     for (int g = 0; g < (both ? 2 : 1); g++) {
-      CK(cudaSetDevice(g));
-      CK(cudaEventRecord(ev[g][0], stream[g]));
+      const int e = runsOn(m, g);
+      CK(cudaSetDevice(e));
+      CK(cudaEventRecord(ev[e][0], stream[e]));
     }
     for (int g = 0; g < (both ? 2 : 1); g++) launch(m, g, bytes);
     double worst = 0;
     for (int g = 0; g < (both ? 2 : 1); g++) {
-      CK(cudaSetDevice(g));
-      CK(cudaEventRecord(ev[g][1], stream[g]));
-      CK(cudaEventSynchronize(ev[g][1]));
+      const int e = runsOn(m, g);
+      CK(cudaSetDevice(e));
+      CK(cudaEventRecord(ev[e][1], stream[e]));
+      CK(cudaEventSynchronize(ev[e][1]));
       float ms = 0;
-      CK(cudaEventElapsedTime(&ms, ev[g][0], ev[g][1]));
+      CK(cudaEventElapsedTime(&ms, ev[e][0], ev[e][1]));
       if (ms > worst) worst = ms;
     }
     if (i >= 2) t[i - 2] = worst;
@@ -165,8 +179,8 @@ static bool check(const Method& m, size_t bytes, bool both, unsigned char* host)
   }
   for (int g = 0; g < (both ? 2 : 1); g++) launch(m, g, bytes);
   for (int g = 0; g < (both ? 2 : 1); g++) {
-    CK(cudaSetDevice(g));
-    CK(cudaStreamSynchronize(stream[g]));
+    CK(cudaSetDevice(runsOn(m, g)));
+    CK(cudaStreamSynchronize(stream[runsOn(m, g)]));
   }
   for (int g = 0; g < (both ? 2 : 1); g++) {
     CK(cudaSetDevice(1 - g));
@@ -213,6 +227,7 @@ int main(int argc, char** argv) {
   int nm = 0;
   methods[nm++] = {"copy engine", 0, 0, 0, 0, 0, 0};
   for (int b : {64, 128, 132}) methods[nm++] = {"sm stores", 1, b, 256, 0, 0, 0};
+  for (int b : {64, 128, 132}) methods[nm++] = {"sm loads", 4, b, 256, 0, 0, 0};
   for (int pct : {20, 35, 50})
     for (int b : {32, 64, 128}) methods[nm++] = {"ce+sm", 3, b, 256, 0, 0, pct};
   for (int b : {64, 128})
