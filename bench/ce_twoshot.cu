@@ -26,8 +26,9 @@
  * Signals: "copy" and "write" (above, waited on with stream memory operations), or "kernel": a
  * one-thread kernel stores the word with release semantics and another spins on it (acquire).
  * usage: ce_twoshot [--loopback] [--eager] [--iters N] [--runs N] [--chunks 2,4,...]
- *                   [--signals copy,write,kernel] [--blocks 32,...] [MiB ...]
- *                   (defaults: chunks 2,4,8,16,32; every signal; 32 blocks; 64 256 1024 MiB) */
+ *                   [--signals copy,write,kernel] [--blocks 32,...] [--lags 0,1,...] [MiB ...]
+ *                   (defaults: chunks 2,4,8,16,32; every signal; 32 blocks; lag 0 (the back
+ *                   copies on a stream of their own); 64 256 1024 MiB) */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -137,25 +138,34 @@ struct Config {
   size_t bytes; /* the whole vector */
   int chunks, slots, blocks;
   Signal signal;
+  int lag; /* 0: the back copies on their own stream; L > 0: on the push stream, chunk k - L's
+            * after chunk k's push (one copy-engine queue per rank) */
 };
 
 /* Enqueues rank r's part of one all-reduce on its main stream (captured). */
 static void enqueueCall(int r, const Config& c) {
   Rank &me = rk[r], &peer = rk[1 - r];
   const size_t half = c.bytes / 2, chunk = (half + c.chunks - 1) / c.chunks;
+  const int chunks = (int)((half + chunk - 1) / chunk); /* every one non-empty */
   const size_t mine = (size_t)r * half, theirs = (size_t)(1 - r) * half;
   char* in = (char*)me.in;
   char* out = (char*)me.out;
+  cudaStream_t back = c.lag > 0 ? me.push : me.back;
+  /* back: reduced chunk k into the peer's output, once it is reduced */
+  auto backCopy = [&](int k) {
+    const size_t off = (size_t)k * chunk, len = half - off < chunk ? half - off : chunk;
+    CK(cudaStreamWaitEvent(back, me.reduced[k], 0));
+    CK(cudaMemcpyAsync((char*)peer.out + mine + off, out + mine + off, len,
+                       cudaMemcpyDeviceToDevice, back));
+  };
   signalPeer(me, me.main, &peer.words->arrive, c.signal);
   waitReset(me.main, &me.words->arrive);
   CK(cudaEventRecord(me.fork, me.main));
   CK(cudaStreamWaitEvent(me.push, me.fork, 0));
   CK(cudaStreamWaitEvent(me.reduce, me.fork, 0));
   CK(cudaStreamWaitEvent(me.back, me.fork, 0));
-  for (int k = 0; k < c.chunks; k++) {
-    const size_t off = (size_t)k * chunk;
-    if (off >= half) break;
-    const size_t len = half - off < chunk ? half - off : chunk;
+  for (int k = 0; k < chunks; k++) {
+    const size_t off = (size_t)k * chunk, len = half - off < chunk ? half - off : chunk;
     const int slot = k % c.slots;
     /* push: our input's share of the peer's half into its staging slot */
     if (k >= c.slots) waitReset(me.push, &me.words->freed[slot]);
@@ -170,13 +180,13 @@ static void enqueueCall(int r, const Config& c) {
                                               len / 16);
     CK(cudaGetLastError());
     CK(cudaEventRecord(me.reduced[k], me.reduce));
-    if (k + c.slots < c.chunks) signalPeer(me, me.reduce, &peer.words->freed[slot], c.signal);
-    /* back: the reduced chunk into the peer's output */
-    CK(cudaStreamWaitEvent(me.back, me.reduced[k], 0));
-    CK(cudaMemcpyAsync((char*)peer.out + mine + off, out + mine + off, len,
-                       cudaMemcpyDeviceToDevice, me.back));
+    if (k + c.slots < chunks) signalPeer(me, me.reduce, &peer.words->freed[slot], c.signal);
+    if (c.lag == 0) backCopy(k);
+    else if (k >= c.lag) backCopy(k - c.lag);
   }
-  signalPeer(me, me.back, &peer.words->done, c.signal);
+  for (int k = c.lag > 0 ? (chunks > c.lag ? chunks - c.lag : 0) : chunks; k < chunks; k++)
+    backCopy(k);
+  signalPeer(me, back, &peer.words->done, c.signal);
   CK(cudaEventRecord(me.joinPush, me.push));
   CK(cudaEventRecord(me.joinBack, me.back));
   CK(cudaStreamWaitEvent(me.main, me.joinPush, 0));
@@ -293,19 +303,19 @@ static bool runConfig(const Config& c, float* const hostIn[2], float* got, int r
   for (int i = 0; i < runs; i++) t[i] = timeReplays(c, iters);
   qsort(t, runs, sizeof(double), benchCmpDouble);
   const double med = t[runs / 2];
-  printf("%8zuMi %-22s %6d %5d %6d %6s %10.1f %8.1f %s\n", c.bytes >> 20, "CE two-shot", c.chunks,
-         c.slots, c.blocks, kSignalName[c.signal], med * 1e6, c.bytes / med / 1e9,
+  printf("%8zuMi %-22s %6d %5d %6d %6s %4d %10.1f %8.1f %s\n", c.bytes >> 20, "CE two-shot",
+         c.chunks, c.slots, c.blocks, kSignalName[c.signal], c.lag, med * 1e6, c.bytes / med / 1e9,
          ok ? "ok" : "WRONG");
   fflush(stdout);
   return ok;
 }
 
-/* "a,b,c" -> up to 16 integers in 1..most */
-static void parseList(const char* text, int most, int* out, int* n) {
+/* "a,b,c" -> up to 16 integers in least..most */
+static void parseList(const char* text, int least, int most, int* out, int* n) {
   *n = 0;
   for (const char* p = text; *p != '\0' && *n < 16;) {
     const int v = atoi(p);
-    if (v > 0 && v <= most) out[(*n)++] = v;
+    if (v >= least && v <= most) out[(*n)++] = v;
     const char* comma = strchr(p, ',');
     if (comma == NULL) break;
     p = comma + 1;
@@ -319,6 +329,7 @@ int main(int argc, char** argv) {
   int loopback = 0, iters = 5, runs = 5;
   int chunkList[16] = {2, 4, 8, 16, 32}, nchunks = 5;
   int blockList[16] = {32}, nblocks = 1;
+  int lagList[16] = {0}, nlags = 1;
   const char* signals = "copy,write,kernel";
   size_t sizes[16];
   int nsizes = 0;
@@ -327,11 +338,18 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--eager")) eager = 1;
-    else if (!strcmp(argv[i], "--chunks") && i + 1 < argc) parseList(argv[++i], kMaxChunks, chunkList, &nchunks);
+    else if (!strcmp(argv[i], "--chunks") && i + 1 < argc)
+      parseList(argv[++i], 1, kMaxChunks, chunkList, &nchunks);
     else if (!strcmp(argv[i], "--signals") && i + 1 < argc) signals = argv[++i];
-    else if (!strcmp(argv[i], "--blocks") && i + 1 < argc) parseList(argv[++i], 1024, blockList, &nblocks);
+    else if (!strcmp(argv[i], "--blocks") && i + 1 < argc)
+      parseList(argv[++i], 1, 1024, blockList, &nblocks);
+    else if (!strcmp(argv[i], "--lags") && i + 1 < argc)
+      parseList(argv[++i], 0, 8, lagList, &nlags);
     else if (nsizes < 16) sizes[nsizes++] = (size_t)atol(argv[i]) << 20;
   }
+  /* Both ranks' eight streams on one GPU: with the default eight hardware queues, a queue
+   * blocked in a wait can hold the work that would end it (seen as hangs). */
+  if (loopback) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   if (nsizes == 0) {
     sizes[nsizes++] = (size_t)64 << 20;
     sizes[nsizes++] = (size_t)256 << 20;
@@ -380,7 +398,8 @@ int main(int argc, char** argv) {
     memset(&w, 0, sizeof(w));
     w.one = 1;
     CK(cudaMemcpy(me.words, &w, sizeof(w), cudaMemcpyHostToDevice));
-    for (size_t i = 0; i < maxBytes / sizeof(float); i++) hostIn[r][i] = (float)(rand() % 2001 - 1000);
+    for (size_t i = 0; i < maxBytes / sizeof(float); i++)
+      hostIn[r][i] = (float)(rand() % 2001 - 1000);
     CK(cudaMemcpy(me.in, hostIn[r], maxBytes, cudaMemcpyHostToDevice));
     CK(cudaStreamCreateWithFlags(&me.main, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&me.push, cudaStreamNonBlocking));
@@ -398,20 +417,21 @@ int main(int argc, char** argv) {
          "busbw = bytes / time\n",
          loopback ? " --loopback (both ranks on GPU 0: data flow check only)" : "", runs, iters,
          eager ? "eager calls" : "graph replays");
-  printf("%10s %-22s %6s %5s %6s %6s %10s %8s %s\n", "size", "method", "chunks", "slots", "blocks",
-         "signal", "time_us", "GB/s", "check");
+  printf("%10s %-22s %6s %5s %6s %6s %4s %10s %8s %s\n", "size", "method", "chunks", "slots",
+         "blocks", "signal", "lag", "time_us", "GB/s", "check");
   const int slotList[] = {2, 4, 0}; /* 0: one slot per chunk (no reuse) */
   int failures = 0;
   for (int si = 0; si < nsizes; si++) {
     const size_t bytes = sizes[si];
     const double bare = barePush(bytes, runs);
-    printf("%8zuMi %-22s %6s %5s %6s %6s %10.1f %8.1f %s\n", bytes >> 20, "bare CE push both ways",
-           "-", "-", "-", "-", bare * 1e6, bytes / bare / 1e9, "-");
+    printf("%8zuMi %-22s %6s %5s %6s %6s %4s %10.1f %8.1f %s\n", bytes >> 20,
+           "bare CE push both ways", "-", "-", "-", "-", "-", bare * 1e6, bytes / bare / 1e9, "-");
     for (int ci = 0; ci < nchunks; ci++)
       for (int sl = 0; sl < 3; sl++)
         for (int sig = 0; sig < 3; sig++)
-          for (int bi = 0; bi < nblocks; bi++) {
-            Config c = {bytes, chunkList[ci], slotList[sl], blockList[bi], (Signal)sig};
+          for (int bi = 0; bi < nblocks * nlags; bi++) {
+            Config c = {bytes, chunkList[ci], slotList[sl], blockList[bi % nblocks], (Signal)sig,
+                        lagList[bi / nblocks]};
             if (c.slots == 0) c.slots = c.chunks;
             const bool listed = strstr(signals, kSignalName[sig]) != NULL &&
                                 c.slots <= c.chunks && c.slots <= kMaxSlots &&
