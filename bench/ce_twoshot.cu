@@ -20,9 +20,9 @@
  *
  * Prints, per size: a bare copy-engine push of the whole vector both ways (the floor a data
  * path of copy engines can reach: every byte crosses the link once each way), then the
- * pipeline per (K, slots, signal), time (median of the runs, each the mean over `iters` replays
- * back to back) and bus bandwidth (size / time for 2 ranks), with every element of both outputs
- * checked against the exact sum once per configuration.
+ * pipeline per (K, slots, reduce blocks, signal, lag): time (median of the runs, each the mean
+ * over `iters` calls back to back) and bus bandwidth (size / time for 2 ranks), with every
+ * element of both outputs checked against the exact sum once per configuration.
  * Signals: "copy" and "write" (above, waited on with stream memory operations), or "kernel": a
  * one-thread kernel stores the word with release semantics and another spins on it (acquire).
  * usage: ce_twoshot [--loopback] [--eager] [--iters N] [--runs N] [--chunks 2,4,...]
@@ -41,14 +41,13 @@
 typedef CUresult (*BatchMemOpFn)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
 static BatchMemOpFn batchMemOp;
 
-#define CU(x)                                                                    \
-  do {                                                                           \
-    CUresult s_ = (x);                                                           \
-    if (s_ != CUDA_SUCCESS) {                                                    \
-      fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #x, (int)s_); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
+/* BENCH_CHECK's description of a driver status (the driver's own strings need libcuda linked). */
+static const char* cuResultText(CUresult r) {
+  static char text[32];
+  snprintf(text, sizeof(text), "CUresult %d", (int)r);
+  return text;
+}
+#define CU(x) BENCH_CHECK(CUresult, x, CUDA_SUCCESS, cuResultText)
 
 enum { kMaxSlots = 64, kMaxChunks = 256 };
 /* One rank's signal words, in its own device memory. */
