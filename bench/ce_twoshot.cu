@@ -92,24 +92,34 @@ __global__ void waitWord(uint32_t* word) {
   *word = 0;
 }
 
-static Signal waitKind = kCopy; /* kKernel: waits are kernels too */
+/* One 32-bit stream memory operation: wait until *word == value, or write value there (after a
+ * fence that orders the stream's earlier work before it). */
+static CUstreamBatchMemOpParams memOp(bool wait, uint32_t* word, uint32_t value) {
+  CUstreamBatchMemOpParams op;
+  memset(&op, 0, sizeof(op));
+  if (wait) {
+    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op.waitValue.address = (CUdeviceptr)(uintptr_t)word;
+    op.waitValue.value = value;
+    op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  } else {
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = (CUdeviceptr)(uintptr_t)word;
+    op.writeValue.value = value;
+    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  }
+  return op;
+}
 
-static void waitReset(cudaStream_t s, uint32_t* word) {
-  if (waitKind == kKernel) {
+/* Waits until our word is 1 and resets it: a spinning kernel for kernel signals, stream memory
+ * operations for the others. */
+static void waitReset(cudaStream_t s, uint32_t* word, Signal how) {
+  if (how == kKernel) {
     waitWord<<<1, 1, 0, s>>>(word);
     CK(cudaGetLastError());
     return;
   }
-  CUstreamBatchMemOpParams ops[2];
-  memset(ops, 0, sizeof(ops));
-  ops[0].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-  ops[0].waitValue.address = (CUdeviceptr)(uintptr_t)word;
-  ops[0].waitValue.value = 1;
-  ops[0].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
-  ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-  ops[1].writeValue.address = (CUdeviceptr)(uintptr_t)word;
-  ops[1].writeValue.value = 0;
-  ops[1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  CUstreamBatchMemOpParams ops[2] = {memOp(true, word, 1), memOp(false, word, 0)};
   CU(batchMemOp((CUstream)s, 2, ops, 0));
 }
 
@@ -124,12 +134,7 @@ static void signalPeer(const Rank& me, cudaStream_t s, uint32_t* peerWord, Signa
     CK(cudaGetLastError());
     return;
   }
-  CUstreamBatchMemOpParams op;
-  memset(&op, 0, sizeof(op));
-  op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-  op.writeValue.address = (CUdeviceptr)(uintptr_t)peerWord;
-  op.writeValue.value = 1;
-  op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT; /* a fence orders earlier work first */
+  CUstreamBatchMemOpParams op = memOp(false, peerWord, 1);
   CU(batchMemOp((CUstream)s, 1, &op, 0));
 }
 
@@ -158,7 +163,7 @@ static void enqueueCall(int r, const Config& c) {
                        cudaMemcpyDeviceToDevice, back));
   };
   signalPeer(me, me.main, &peer.words->arrive, c.signal);
-  waitReset(me.main, &me.words->arrive);
+  waitReset(me.main, &me.words->arrive, c.signal);
   CK(cudaEventRecord(me.fork, me.main));
   CK(cudaStreamWaitEvent(me.push, me.fork, 0));
   CK(cudaStreamWaitEvent(me.reduce, me.fork, 0));
@@ -167,12 +172,12 @@ static void enqueueCall(int r, const Config& c) {
     const size_t off = (size_t)k * chunk, len = half - off < chunk ? half - off : chunk;
     const int slot = k % c.slots;
     /* push: our input's share of the peer's half into its staging slot */
-    if (k >= c.slots) waitReset(me.push, &me.words->freed[slot]);
+    if (k >= c.slots) waitReset(me.push, &me.words->freed[slot], c.signal);
     CK(cudaMemcpyAsync(peer.stage + (size_t)slot * chunk, in + theirs + off, len,
                        cudaMemcpyDeviceToDevice, me.push));
     signalPeer(me, me.push, &peer.words->ready[slot], c.signal);
     /* reduce: our half's chunk, from our input and what the peer put in our slot */
-    waitReset(me.reduce, &me.words->ready[slot]);
+    waitReset(me.reduce, &me.words->ready[slot], c.signal);
     addChunk<<<c.blocks, 512, 0, me.reduce>>>((float4*)(out + mine + off),
                                               (const float4*)(in + mine + off),
                                               (const float4*)(me.stage + (size_t)slot * chunk),
@@ -190,14 +195,13 @@ static void enqueueCall(int r, const Config& c) {
   CK(cudaEventRecord(me.joinBack, me.back));
   CK(cudaStreamWaitEvent(me.main, me.joinPush, 0));
   CK(cudaStreamWaitEvent(me.main, me.joinBack, 0));
-  waitReset(me.main, &me.words->done);
+  waitReset(me.main, &me.words->done, c.signal);
 }
 
 static int eager = 0; /* --eager: every call enqueued again, no graph */
 
-/* Before the first call of a configuration: its wait kind, and (graphs) each rank's graph. */
+/* Graphs: each rank's call captured once per configuration. */
 static void prepare(const Config& c) {
-  waitKind = c.signal == kKernel ? kKernel : kCopy;
   if (eager) return;
   for (int r = 0; r < 2; r++) {
     Rank& me = rk[r];
@@ -212,28 +216,42 @@ static void prepare(const Config& c) {
   }
 }
 
-/* Seconds per call: mean over `iters` calls back to back, the slower rank. */
-static double timeReplays(const Config& c, int iters) {
+/* One call on both ranks' main streams. */
+static void callBoth(const Config& c) {
   for (int r = 0; r < 2; r++) {
     CK(cudaSetDevice(rk[r].dev));
-    CK(cudaEventRecord(rk[r].t0, rk[r].main));
+    if (eager) enqueueCall(r, c);
+    else CK(cudaGraphLaunch(rk[r].graph, rk[r].main));
   }
-  for (int i = 0; i < iters; i++)
-    for (int r = 0; r < 2; r++) {
-      CK(cudaSetDevice(rk[r].dev));
-      if (eager) enqueueCall(r, c);
-      else CK(cudaGraphLaunch(rk[r].graph, rk[r].main));
-    }
+}
+
+/* Seconds from each rank's t0 to its t1 (both recorded), the slower rank. */
+static double slowerRankSeconds() {
   double worst = 0;
   for (int r = 0; r < 2; r++) {
     CK(cudaSetDevice(rk[r].dev));
-    CK(cudaEventRecord(rk[r].t1, rk[r].main));
     CK(cudaEventSynchronize(rk[r].t1));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, rk[r].t0, rk[r].t1));
     if (ms > worst) worst = ms;
   }
-  return worst * 1e-3 / iters;
+  return worst * 1e-3;
+}
+
+/* Records t0 (start) or t1 (end) on both ranks' main streams. */
+static void recordOnBoth(bool end) {
+  for (int r = 0; r < 2; r++) {
+    CK(cudaSetDevice(rk[r].dev));
+    CK(cudaEventRecord(end ? rk[r].t1 : rk[r].t0, rk[r].main));
+  }
+}
+
+/* Seconds per call: mean over `iters` calls back to back, the slower rank. */
+static double timeCalls(const Config& c, int iters) {
+  recordOnBoth(false);
+  for (int i = 0; i < iters; i++) callBoth(c);
+  recordOnBoth(true);
+  return slowerRankSeconds() / iters;
 }
 
 /* Both outputs hold in0 + in1 exactly (inputs are small integers). */
@@ -263,21 +281,14 @@ static void poisonOutputs(size_t bytes) {
 static double barePush(size_t bytes, int runs) {
   double t[32];
   for (int i = 0; i < runs + 2; i++) {
+    recordOnBoth(false);
     for (int r = 0; r < 2; r++) {
       CK(cudaSetDevice(rk[r].dev));
-      CK(cudaEventRecord(rk[r].t0, rk[r].main));
       CK(cudaMemcpyAsync(rk[1 - r].out, rk[r].in, bytes, cudaMemcpyDeviceToDevice, rk[r].main));
-      CK(cudaEventRecord(rk[r].t1, rk[r].main));
     }
-    double worst = 0;
-    for (int r = 0; r < 2; r++) {
-      CK(cudaSetDevice(rk[r].dev));
-      CK(cudaEventSynchronize(rk[r].t1));
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, rk[r].t0, rk[r].t1));
-      if (ms > worst) worst = ms;
-    }
-    if (i >= 2) t[i - 2] = worst * 1e-3;
+    recordOnBoth(true);
+    const double worst = slowerRankSeconds();
+    if (i >= 2) t[i - 2] = worst;
   }
   qsort(t, runs, sizeof(double), benchCmpDouble);
   return t[runs / 2];
@@ -287,19 +298,15 @@ static double barePush(size_t bytes, int runs) {
 static bool runConfig(const Config& c, float* const hostIn[2], float* got, int runs, int iters) {
   prepare(c);
   poisonOutputs(c.bytes);
-  for (int r = 0; r < 2; r++) {
-    CK(cudaSetDevice(rk[r].dev));
-    if (eager) enqueueCall(r, c);
-    else CK(cudaGraphLaunch(rk[r].graph, rk[r].main));
-  }
+  callBoth(c);
   for (int r = 0; r < 2; r++) {
     CK(cudaSetDevice(rk[r].dev));
     CK(cudaStreamSynchronize(rk[r].main));
   }
   const bool ok = checkOutputs(c.bytes, hostIn, got);
   double t[32];
-  (void)timeReplays(c, 2);
-  for (int i = 0; i < runs; i++) t[i] = timeReplays(c, iters);
+  (void)timeCalls(c, 2);
+  for (int i = 0; i < runs; i++) t[i] = timeCalls(c, iters);
   qsort(t, runs, sizeof(double), benchCmpDouble);
   const double med = t[runs / 2];
   printf("%8zuMi %-22s %6d %5d %6d %6s %4d %10.1f %8.1f %s\n", c.bytes >> 20, "CE two-shot",
@@ -355,6 +362,8 @@ int main(int argc, char** argv) {
     sizes[nsizes++] = (size_t)1024 << 20;
   }
   if (runs > 32) runs = 32;
+  if (runs < 1) runs = 1;
+  if (iters < 1) iters = 1;
   int ndev = 0;
   CK(cudaGetDeviceCount(&ndev));
   if (!loopback && ndev < 2) {

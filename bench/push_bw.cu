@@ -116,14 +116,8 @@ static int runsOn(const Method& m, int from) { return m.kind == 4 ? 1 - from : f
 
 static void launch(const Method& m, int from, size_t bytes) {
   char* to = dst[1 - from];
-  if (m.kind == 4) {
-    const int on = runsOn(m, from);
-    CK(cudaSetDevice(on));
-    smPush<<<m.blocks, m.threads, 0, stream[on]>>>((uint4*)to, (const uint4*)src[from], bytes / 16);
-    CK(cudaGetLastError());
-    return;
-  }
-  CK(cudaSetDevice(from));
+  const int on = runsOn(m, from);
+  CK(cudaSetDevice(on));
   if (m.kind == 0) {
     CK(cudaMemcpyPeerAsync(to, 1 - from, src[from], from, bytes, stream[from]));
   } else if (m.kind == 3) {
@@ -135,8 +129,8 @@ static void launch(const Method& m, int from, size_t bytes) {
     smPush<<<m.blocks, m.threads, 0, stream[from]>>>((uint4*)(to + ce),
                                                      (const uint4*)(src[from] + ce), (bytes - ce) / 16);
     CK(cudaStreamWaitEvent(stream[from], join[from], 0));
-  } else if (m.kind == 1) {
-    smPush<<<m.blocks, m.threads, 0, stream[from]>>>((uint4*)to, (const uint4*)src[from], bytes / 16);
+  } else if (m.kind == 1 || m.kind == 4) { /* the same copy, run by the sender or the receiver */
+    smPush<<<m.blocks, m.threads, 0, stream[on]>>>((uint4*)to, (const uint4*)src[from], bytes / 16);
   } else {
     const size_t smem = (size_t)(m.threads / 32) * m.stages * m.chunk;
     tmaPush<<<m.blocks, m.threads, smem, stream[from]>>>(to, src[from], bytes, m.chunk, m.stages);
