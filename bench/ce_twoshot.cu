@@ -13,6 +13,10 @@
  *          chunk k; signal "free" to the peer once the slot is read;
  *   back   (copy engine): after that reduce, copy the reduced chunk into the peer's output;
  *          after the last chunk signal "done" to the peer.
+ * That writes the peer's output directly, as the library can only where outputs are known to
+ * every rank (windows, a graph's exchanged buffers). With --outputs staged (plain buffers), back
+ * copies land in the peer's gather region instead, each followed by a "landed" signal, and a
+ * fourth stream of the receiver copies each landed chunk into its output (one more local pass).
  * A call starts with an arrive barrier and ends waiting for the peer's "done". Signals are the
  * library's kind: 32-bit words set to the constant 1 in the receiver's memory (a 4-byte copy from
  * a word holding 1, or cuStreamWriteValue32) and waited on and reset to 0 with
@@ -26,9 +30,10 @@
  * Signals: "copy" and "write" (above, waited on with stream memory operations), or "kernel": a
  * one-thread kernel stores the word with release semantics and another spins on it (acquire).
  * usage: ce_twoshot [--loopback] [--eager] [--iters N] [--runs N] [--chunks 2,4,...]
- *                   [--signals copy,write,kernel] [--blocks 32,...] [--lags 0,1,...] [MiB ...]
+ *                   [--signals copy,write,kernel] [--blocks 32,...] [--lags 0,1,...]
+ *                   [--outputs direct,staged] [MiB ...]
  *                   (defaults: chunks 2,4,8,16,32; every signal; 32 blocks; lag 0 (the back
- *                   copies on a stream of their own); 64 256 1024 MiB) */
+ *                   copies on a stream of their own); direct outputs; 64 256 1024 MiB) */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -54,16 +59,18 @@ enum { kMaxSlots = 64, kMaxChunks = 256 };
 struct Words {
   uint32_t ready[kMaxSlots]; /* the peer's chunk is in our staging slot */
   uint32_t freed[kMaxSlots]; /* the peer has read its staging slot we wrote */
+  uint32_t landed[kMaxChunks]; /* --outputs staged: the peer's chunk is in our gather region */
   uint32_t arrive, done, one;
 };
 
 struct Rank {
   int dev;
   float *in, *out;
-  char* stage; /* slots x chunk bytes */
+  char* stage;  /* slots x chunk bytes */
+  char* gather; /* --outputs staged: the peer's reduced half lands here */
   Words* words;
-  cudaStream_t main, push, reduce, back;
-  cudaEvent_t fork, joinPush, joinBack, reduced[kMaxChunks], t0, t1;
+  cudaStream_t main, push, reduce, back, copyOut;
+  cudaEvent_t fork, joinPush, joinBack, joinCopyOut, reduced[kMaxChunks], t0, t1;
   cudaGraphExec_t graph;
 };
 static Rank rk[2];
@@ -144,6 +151,7 @@ struct Config {
   Signal signal;
   int lag; /* 0: the back copies on their own stream; L > 0: on the push stream, chunk k - L's
             * after chunk k's push (one copy-engine queue per rank) */
+  bool staged; /* back copies into the peer's gather region, copied out there */
 };
 
 /* Enqueues rank r's part of one all-reduce on its main stream (captured). */
@@ -155,12 +163,13 @@ static void enqueueCall(int r, const Config& c) {
   char* in = (char*)me.in;
   char* out = (char*)me.out;
   cudaStream_t back = c.lag > 0 ? me.push : me.back;
-  /* back: reduced chunk k into the peer's output, once it is reduced */
+  /* back: reduced chunk k into the peer's output (or gather region), once it is reduced */
   auto backCopy = [&](int k) {
     const size_t off = (size_t)k * chunk, len = half - off < chunk ? half - off : chunk;
     CK(cudaStreamWaitEvent(back, me.reduced[k], 0));
-    CK(cudaMemcpyAsync((char*)peer.out + mine + off, out + mine + off, len,
-                       cudaMemcpyDeviceToDevice, back));
+    char* to = c.staged ? peer.gather + off : (char*)peer.out + mine + off;
+    CK(cudaMemcpyAsync(to, out + mine + off, len, cudaMemcpyDeviceToDevice, back));
+    if (c.staged) signalPeer(me, back, &peer.words->landed[k], c.signal);
   };
   signalPeer(me, me.main, &peer.words->arrive, c.signal);
   waitReset(me.main, &me.words->arrive, c.signal);
@@ -168,6 +177,7 @@ static void enqueueCall(int r, const Config& c) {
   CK(cudaStreamWaitEvent(me.push, me.fork, 0));
   CK(cudaStreamWaitEvent(me.reduce, me.fork, 0));
   CK(cudaStreamWaitEvent(me.back, me.fork, 0));
+  CK(cudaStreamWaitEvent(me.copyOut, me.fork, 0));
   for (int k = 0; k < chunks; k++) {
     const size_t off = (size_t)k * chunk, len = half - off < chunk ? half - off : chunk;
     const int slot = k % c.slots;
@@ -187,14 +197,22 @@ static void enqueueCall(int r, const Config& c) {
     if (k + c.slots < chunks) signalPeer(me, me.reduce, &peer.words->freed[slot], c.signal);
     if (c.lag == 0) backCopy(k);
     else if (k >= c.lag) backCopy(k - c.lag);
+    /* copy-out: the peer's reduced chunk k from our gather region into our output */
+    if (c.staged) {
+      waitReset(me.copyOut, &me.words->landed[k], c.signal);
+      CK(cudaMemcpyAsync(out + theirs + off, me.gather + off, len, cudaMemcpyDeviceToDevice,
+                         me.copyOut));
+    }
   }
   for (int k = c.lag > 0 ? (chunks > c.lag ? chunks - c.lag : 0) : chunks; k < chunks; k++)
     backCopy(k);
   signalPeer(me, back, &peer.words->done, c.signal);
   CK(cudaEventRecord(me.joinPush, me.push));
   CK(cudaEventRecord(me.joinBack, me.back));
+  CK(cudaEventRecord(me.joinCopyOut, me.copyOut));
   CK(cudaStreamWaitEvent(me.main, me.joinPush, 0));
   CK(cudaStreamWaitEvent(me.main, me.joinBack, 0));
+  CK(cudaStreamWaitEvent(me.main, me.joinCopyOut, 0));
   waitReset(me.main, &me.words->done, c.signal);
 }
 
@@ -309,7 +327,8 @@ static bool runConfig(const Config& c, float* const hostIn[2], float* got, int r
   for (int i = 0; i < runs; i++) t[i] = timeCalls(c, iters);
   qsort(t, runs, sizeof(double), benchCmpDouble);
   const double med = t[runs / 2];
-  printf("%8zuMi %-22s %6d %5d %6d %6s %4d %10.1f %8.1f %s\n", c.bytes >> 20, "CE two-shot",
+  printf("%8zuMi %-22s %6d %5d %6d %6s %4d %10.1f %8.1f %s\n", c.bytes >> 20,
+         c.staged ? "CE two-shot, staged" : "CE two-shot",
          c.chunks, c.slots, c.blocks, kSignalName[c.signal], c.lag, med * 1e6, c.bytes / med / 1e9,
          ok ? "ok" : "WRONG");
   fflush(stdout);
@@ -337,6 +356,7 @@ int main(int argc, char** argv) {
   int blockList[16] = {32}, nblocks = 1;
   int lagList[16] = {0}, nlags = 1;
   const char* signals = "copy,write,kernel";
+  const char* outputs = "direct";
   size_t sizes[16];
   int nsizes = 0;
   for (int i = 1; i < argc; i++) {
@@ -347,6 +367,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--chunks") && i + 1 < argc)
       parseList(argv[++i], 1, kMaxChunks, chunkList, &nchunks);
     else if (!strcmp(argv[i], "--signals") && i + 1 < argc) signals = argv[++i];
+    else if (!strcmp(argv[i], "--outputs") && i + 1 < argc) outputs = argv[++i];
     else if (!strcmp(argv[i], "--blocks") && i + 1 < argc)
       parseList(argv[++i], 1, 1024, blockList, &nblocks);
     else if (!strcmp(argv[i], "--lags") && i + 1 < argc)
@@ -401,6 +422,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&me.in, maxBytes));
     CK(cudaMalloc(&me.out, maxBytes));
     CK(cudaMalloc(&me.stage, stageBytes));
+    CK(cudaMalloc(&me.gather, maxBytes / 2));
     CK(cudaMalloc(&me.words, sizeof(Words)));
     Words w;
     memset(&w, 0, sizeof(w));
@@ -413,9 +435,11 @@ int main(int argc, char** argv) {
     CK(cudaStreamCreateWithFlags(&me.push, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&me.reduce, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&me.back, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&me.copyOut, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&me.fork, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&me.joinPush, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&me.joinBack, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&me.joinCopyOut, cudaEventDisableTiming));
     for (int k = 0; k < kMaxChunks; k++)
       CK(cudaEventCreateWithFlags(&me.reduced[k], cudaEventDisableTiming));
     CK(cudaEventCreate(&me.t0));
@@ -437,14 +461,17 @@ int main(int argc, char** argv) {
     for (int ci = 0; ci < nchunks; ci++)
       for (int sl = 0; sl < 3; sl++)
         for (int sig = 0; sig < 3; sig++)
-          for (int bi = 0; bi < nblocks * nlags; bi++) {
-            Config c = {bytes, chunkList[ci], slotList[sl], blockList[bi % nblocks], (Signal)sig,
-                        lagList[bi / nblocks]};
+          for (int bi = 0; bi < 2 * nblocks * nlags; bi++) {
+            const bool staged = bi >= nblocks * nlags;
+            const int b = bi % (nblocks * nlags);
+            Config c = {bytes, chunkList[ci], slotList[sl], blockList[b % nblocks], (Signal)sig,
+                        lagList[b / nblocks], staged};
             if (c.slots == 0) c.slots = c.chunks;
             const bool listed = strstr(signals, kSignalName[sig]) != NULL &&
                                 c.slots <= c.chunks && c.slots <= kMaxSlots &&
                                 (slotList[sl] == 0 || c.slots < c.chunks) && /* else "no reuse" */
-                                (bytes / 2 / c.chunks) % 16 == 0;
+                                (bytes / 2 / c.chunks) % 16 == 0 &&
+                                strstr(outputs, staged ? "staged" : "direct") != NULL;
             if (listed) failures += !runConfig(c, hostIn, got, runs, iters);
           }
   }
