@@ -15,8 +15,12 @@
  * With --turns K the ranks take turns, K calls each (a host-side token passed after every K
  * calls), so no two threads are inside the CUDA driver at once, as a process that drives its
  * own GPU issues them. With --one-thread 1 one thread drives every rank (ncclCommInitAll, then
- * each call to every rank in turn), so only one thread ever enters the driver. Also printed: a bare launch on an idle GPU. Uses only NCCL's public API,
- * so it runs against any libsymmcoll (or NCCL itself). */
+ * each call to every rank in turn), so only one thread ever enters the driver. Also printed: a
+ * bare launch on an idle GPU. --bytes 0 times an empty call, which NCCL discards after its checks
+ * (with the test bootstrap set SYMM_BOOTSTRAP_DISCARD_EMPTY=1, or every empty call meets its
+ * peers on the host); against the same run with SYMMCOLL_DISABLE=1 it is what our path adds to a
+ * forwarded call. Uses only NCCL's public API, so it runs against any libsymmcoll (or NCCL
+ * itself). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -312,8 +316,10 @@ static void setUpRank(struct rankCtx* c, int rank) {
   CK(cudaSetDevice(0));
   CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   CK(cudaEventCreateWithFlags(&c->event, cudaEventDisableTiming));
-  CK(cudaMalloc((void**)&c->buf, bytes));
-  CK(cudaMemset(c->buf, 0, bytes));
+  if (bytes > 0) {
+    CK(cudaMalloc((void**)&c->buf, bytes));
+    CK(cudaMemset(c->buf, 0, bytes));
+  }
   c->count = bytes / sizeof(float);
   memcpy(c->meetArgs, &meetCounter, sizeof(meetCounter));
 }
@@ -392,7 +398,7 @@ int main(int argc, char** argv) {
   /* Turns: every rank's stream is synchronized only after its peers had their turn; every round
    * holds whole blocks of --sync calls. */
   if (nranks < 1 || nranks > 8 || calls < 10 || syncEvery < 1 ||
-      bytes < sizeof(float) * (coll == COLL_ALLREDUCE ? 1u : (size_t)nranks) ||
+      (bytes != 0 && bytes < sizeof(float) * (coll == COLL_ALLREDUCE ? 1u : (size_t)nranks)) ||
       turns < 0 || (turns > 0 && syncEvery % turns != 0) || rounds < 1 ||
       calls % (rounds * syncEvery) != 0 || warmup % syncEvery != 0 || (oneThreadMode && turns)) {
     fprintf(stderr, "host_path: --calls must be a multiple of --rounds x --sync, --sync of --turns; "
