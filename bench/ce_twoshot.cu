@@ -42,17 +42,7 @@
 #include <string.h>
 
 #include "bench.h"
-
-typedef CUresult (*BatchMemOpFn)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
-static BatchMemOpFn batchMemOp;
-
-/* BENCH_CHECK's description of a driver status (the driver's own strings need libcuda linked). */
-static const char* cuResultText(CUresult r) {
-  static char text[32];
-  snprintf(text, sizeof(text), "CUresult %d", (int)r);
-  return text;
-}
-#define CU(x) BENCH_CHECK(CUresult, x, CUDA_SUCCESS, cuResultText)
+#include "stream_signals.cuh"
 
 enum { kMaxSlots = 64, kMaxChunks = 256 };
 /* One rank's signal words, in its own device memory. */
@@ -75,8 +65,6 @@ struct Rank {
 };
 static Rank rk[2];
 
-enum Signal { kCopy, kWriteValue, kKernel };
-static const char* const kSignalName[] = {"copy", "write", "kernel"};
 
 __global__ void addChunk(float4* out, const float4* a, const float4* b, size_t n4) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
@@ -86,69 +74,21 @@ __global__ void addChunk(float4* out, const float4* a, const float4* b, size_t n
   }
 }
 
-/* The kernel kind of signal: one thread stores 1 with release semantics at system scope (the
- * stream's earlier work is complete before the kernel starts), or spins until the word is 1
- * (acquire), then resets it. */
-__global__ void setWord(uint32_t* word) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(1u) : "memory");
-}
-__global__ void waitWord(uint32_t* word) {
-  uint32_t v = 0;
-  do asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
-  while (v != 1);
-  *word = 0;
-}
-
-/* One 32-bit stream memory operation: wait until *word == value, or write value there (after a
- * fence that orders the stream's earlier work before it). */
-static CUstreamBatchMemOpParams memOp(bool wait, uint32_t* word, uint32_t value) {
-  CUstreamBatchMemOpParams op;
-  memset(&op, 0, sizeof(op));
-  if (wait) {
-    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-    op.waitValue.address = (CUdeviceptr)(uintptr_t)word;
-    op.waitValue.value = value;
-    op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
-  } else {
-    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    op.writeValue.address = (CUdeviceptr)(uintptr_t)word;
-    op.writeValue.value = value;
-    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-  }
-  return op;
-}
-
 /* Waits until our word is 1 and resets it: a spinning kernel for kernel signals, stream memory
  * operations for the others. */
-static void waitReset(cudaStream_t s, uint32_t* word, Signal how) {
-  if (how == kKernel) {
-    waitWord<<<1, 1, 0, s>>>(word);
-    CK(cudaGetLastError());
-    return;
-  }
-  CUstreamBatchMemOpParams ops[2] = {memOp(true, word, 1), memOp(false, word, 0)};
-  CU(batchMemOp((CUstream)s, 2, ops, 0));
+static void waitReset(cudaStream_t s, uint32_t* word, SignalKind how) {
+  waitResetWord(s, word, how == kKernelSignal ? kKernelWait : kMemOpWait);
 }
 
 /* Sets the peer's word to 1 once the stream's earlier work is done. */
-static void signalPeer(const Rank& me, cudaStream_t s, uint32_t* peerWord, Signal how) {
-  if (how == kCopy) {
-    CK(cudaMemcpyAsync(peerWord, &me.words->one, sizeof(uint32_t), cudaMemcpyDeviceToDevice, s));
-    return;
-  }
-  if (how == kKernel) {
-    setWord<<<1, 1, 0, s>>>(peerWord);
-    CK(cudaGetLastError());
-    return;
-  }
-  CUstreamBatchMemOpParams op = memOp(false, peerWord, 1);
-  CU(batchMemOp((CUstream)s, 1, &op, 0));
+static void signalPeer(const Rank& me, cudaStream_t s, uint32_t* peerWord, SignalKind how) {
+  signalWord(s, peerWord, how, &me.words->one);
 }
 
 struct Config {
   size_t bytes; /* the whole vector */
   int chunks, slots, blocks;
-  Signal signal;
+  SignalKind signal;
   int lag; /* 0: the back copies on their own stream; L > 0: on the push stream, chunk k - L's
             * after chunk k's push (one copy-engine queue per rank) */
   bool staged; /* back copies into the peer's gather region, copied out there */
@@ -391,10 +331,7 @@ int main(int argc, char** argv) {
     printf("ce_twoshot: needs 2 GPUs (found %d); --loopback runs both ranks on GPU 0\n", ndev);
     return 0;
   }
-  cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", (void**)&batchMemOp, 12000,
-                                      cudaEnableDefault, &q));
-  if (q != cudaDriverEntryPointSuccess || batchMemOp == NULL) {
+  if (!loadBatchMemOp()) {
     printf("ce_twoshot: no cuStreamBatchMemOp\n");
     return 1;
   }
@@ -464,7 +401,7 @@ int main(int argc, char** argv) {
           for (int bi = 0; bi < 2 * nblocks * nlags; bi++) {
             const bool staged = bi >= nblocks * nlags;
             const int b = bi % (nblocks * nlags);
-            Config c = {bytes, chunkList[ci], slotList[sl], blockList[b % nblocks], (Signal)sig,
+            Config c = {bytes, chunkList[ci], slotList[sl], blockList[b % nblocks], (SignalKind)sig,
                         lagList[b / nblocks], staged};
             if (c.slots == 0) c.slots = c.chunks;
             const bool listed = strstr(signals, kSignalName[sig]) != NULL &&

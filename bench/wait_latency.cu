@@ -27,21 +27,7 @@
 #include <string.h>
 
 #include "bench.h"
-
-typedef CUresult (*BatchMemOpFn)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
-static BatchMemOpFn batchMemOp;
-
-static const char* cuResultText(CUresult r) {
-  static char text[32];
-  snprintf(text, sizeof(text), "CUresult %d", (int)r);
-  return text;
-}
-#define CU(x) BENCH_CHECK(CUresult, x, CUDA_SUCCESS, cuResultText)
-
-enum SignalKind { kWrite, kCopy, kSetKernel };
-enum WaitKind { kMemOp, kSpinKernel };
-static const char* const kSignalName[] = {"write", "copy", "kernel"};
-static const char* const kWaitName[] = {"memop", "kernel"};
+#include "stream_signals.cuh"
 
 /* One side: its stream, its device and the words others signal it through. */
 struct Side {
@@ -50,57 +36,12 @@ struct Side {
   uint32_t* word; /* [0] the signal word, [1] a word holding 1 (the copy's source) */
 };
 
-__global__ void setWord(uint32_t* word) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(word), "r"(1u) : "memory");
-}
-__global__ void waitWord(uint32_t* word) {
-  uint32_t v = 0;
-  do asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
-  while (v != 1);
-  *word = 0;
-}
-
-static CUstreamBatchMemOpParams memOp(bool wait, uint32_t* word, uint32_t value) {
-  CUstreamBatchMemOpParams op;
-  memset(&op, 0, sizeof(op));
-  if (wait) {
-    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
-    op.waitValue.address = (CUdeviceptr)(uintptr_t)word;
-    op.waitValue.value = value;
-    op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
-  } else {
-    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    op.writeValue.address = (CUdeviceptr)(uintptr_t)word;
-    op.writeValue.value = value;
-    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-  }
-  return op;
-}
-
 /* `from` sets `to`'s signal word to 1, after its stream's earlier work. */
-static void signal(const Side& from, const Side& to, SignalKind how) {
-  if (how == kSetKernel) {
-    setWord<<<1, 1, 0, from.stream>>>(to.word);
-    CK(cudaGetLastError());
-  } else if (how == kCopy) {
-    CK(cudaMemcpyAsync(to.word, from.word + 1, sizeof(uint32_t), cudaMemcpyDeviceToDevice,
-                       from.stream));
-  } else {
-    CUstreamBatchMemOpParams op = memOp(false, to.word, 1);
-    CU(batchMemOp((CUstream)from.stream, 1, &op, 0));
-  }
+static void signalSide(const Side& from, const Side& to, SignalKind how) {
+  signalWord(from.stream, to.word, how, from.word + 1);
 }
 
-/* `me` waits until its word is 1 and resets it. */
-static void waitReset(const Side& me, WaitKind how) {
-  if (how == kSpinKernel) {
-    waitWord<<<1, 1, 0, me.stream>>>(me.word);
-    CK(cudaGetLastError());
-    return;
-  }
-  CUstreamBatchMemOpParams ops[2] = {memOp(true, me.word, 1), memOp(false, me.word, 0)};
-  CU(batchMemOp((CUstream)me.stream, 2, ops, 0));
-}
+static void waitReset(const Side& me, WaitKind how) { waitResetWord(me.stream, me.word, how); }
 
 static cudaGraphExec_t captureSide(const Side& s, int rounds, bool first, const Side& other,
                                    SignalKind sig, WaitKind wait, bool alone) {
@@ -109,14 +50,14 @@ static cudaGraphExec_t captureSide(const Side& s, int rounds, bool first, const 
   CK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeRelaxed));
   for (int i = 0; i < rounds; i++) {
     if (alone) {
-      signal(s, s, sig);
+      signalSide(s, s, sig);
       waitReset(s, wait);
     } else if (first) {
-      signal(s, other, sig);
+      signalSide(s, other, sig);
       waitReset(s, wait);
     } else {
       waitReset(s, wait);
-      signal(s, other, sig);
+      signalSide(s, other, sig);
     }
   }
   CK(cudaStreamEndCapture(s.stream, &g));
@@ -200,10 +141,7 @@ int main(int argc, char** argv) {
     printf("wait_latency: --peer needs 2 GPUs (found %d)\n", ndev);
     return 0;
   }
-  cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", (void**)&batchMemOp, 12000,
-                                      cudaEnableDefault, &q));
-  if (q != cudaDriverEntryPointSuccess || batchMemOp == NULL) {
+  if (!loadBatchMemOp()) {
     printf("wait_latency: no cuStreamBatchMemOp\n");
     return 1;
   }
@@ -216,8 +154,9 @@ int main(int argc, char** argv) {
   const struct {
     SignalKind sig;
     WaitKind wait;
-  } kinds[] = {{kWrite, kMemOp}, {kCopy, kMemOp}, {kSetKernel, kSpinKernel},
-               {kWrite, kSpinKernel}, {kSetKernel, kMemOp}};
+  } kinds[] = {{kWriteSignal, kMemOpWait}, {kCopySignal, kMemOpWait},
+               {kKernelSignal, kKernelWait}, {kWriteSignal, kKernelWait},
+               {kKernelSignal, kMemOpWait}};
   for (int alone = 0; alone < 2; alone++)
     for (const auto& k : kinds) {
       const double us = measure(a, b, rounds, runs, k.sig, k.wait, alone != 0);
