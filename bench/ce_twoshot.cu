@@ -65,7 +65,6 @@ struct Rank {
 };
 static Rank rk[2];
 
-
 __global__ void addChunk(float4* out, const float4* a, const float4* b, size_t n4) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
        i += (size_t)gridDim.x * blockDim.x) {
