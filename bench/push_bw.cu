@@ -3,8 +3,8 @@
  * perf/RESULTS.md, not installed): the copy engine (cudaMemcpyPeerAsync), SM 16-byte stores (as
  * the two-shot's push phase does), and TMA bulk stores (cp.async.bulk from shared memory to the
  * peer's global memory, fed by cp.async.bulk loads), and the copy engine and SM stores side by
- * side on two streams (a share of the bytes each), and SM 16-byte loads (the receiver pulls from
- * the sender's memory, as a pull-based two-shot would). Each method runs one way (GPU 0 -> 1) and
+ * side on two streams (a share of the bytes each), and the pulls: SM 16-byte loads and TMA bulk
+ * loads by the receiver from the sender's memory, as a pull-based two-shot would read. Each method runs one way (GPU 0 -> 1) and
  * both ways at once (what an all-reduce does). Every pushed byte is checked once per method.
  * Prints GB/s, median of the iterations. usage: push_bw [MiB per direction, default 256] */
 #include <cuda_runtime.h>
@@ -100,7 +100,8 @@ __global__ void tmaPush(char* dst, const char* src, size_t bytes, uint32_t chunk
 struct Method {
   const char* name;
   int kind; /* 0 copy engine, 1 SM stores, 2 TMA, 3 copy engine and SM stores side by side,
-             * 4 SM loads (the receiving GPU's kernel pulls from the sender's memory) */
+             * 4 SM loads, 5 TMA loads (4, 5: the receiving GPU's kernel pulls from the
+             * sender's memory) */
   int blocks, threads, stages;
   uint32_t chunk;
   int cePercent; /* kind 3: the copy engine's share of the bytes */
@@ -112,7 +113,7 @@ static cudaStream_t stream[2], side[2];
 static cudaEvent_t ev[2][2], fork[2], join[2];
 
 /* The GPU whose stream runs the bytes from `from` to its peer: the receiver for a pull. */
-static int runsOn(const Method& m, int from) { return m.kind == 4 ? 1 - from : from; }
+static int runsOn(const Method& m, int from) { return m.kind >= 4 ? 1 - from : from; }
 
 static void launch(const Method& m, int from, size_t bytes) {
   char* to = dst[1 - from];
@@ -132,8 +133,9 @@ static void launch(const Method& m, int from, size_t bytes) {
   } else if (m.kind == 1 || m.kind == 4) { /* the same copy, run by the sender or the receiver */
     smPush<<<m.blocks, m.threads, 0, stream[on]>>>((uint4*)to, (const uint4*)src[from], bytes / 16);
   } else {
+    /* the same bulk copies, run by the sender (stores over the link) or the receiver (loads) */
     const size_t smem = (size_t)(m.threads / 32) * m.stages * m.chunk;
-    tmaPush<<<m.blocks, m.threads, smem, stream[from]>>>(to, src[from], bytes, m.chunk, m.stages);
+    tmaPush<<<m.blocks, m.threads, smem, stream[on]>>>(to, src[from], bytes, m.chunk, m.stages);
   }
   CK(cudaGetLastError());
 }
@@ -227,7 +229,10 @@ int main(int argc, char** argv) {
   for (int b : {64, 128})
     for (int w : {1, 2})
       for (uint32_t ch : {8192u, 16384u})
-        if ((size_t)w * 4 * ch <= 200 * 1024) methods[nm++] = {"tma", 2, b, 32 * w, 4, ch, 0};
+        if ((size_t)w * 4 * ch <= 200 * 1024) {
+          methods[nm++] = {"tma", 2, b, 32 * w, 4, ch, 0};
+          methods[nm++] = {"tma loads", 5, b, 32 * w, 4, ch, 0};
+        }
   int major = 0;
   CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   unsigned char* host = (unsigned char*)malloc(bytes);
@@ -237,7 +242,7 @@ int main(int argc, char** argv) {
          "chunk", "ce%", "one-way", "both", "check");
   for (int i = 0; i < nm; i++) {
     const Method& m = methods[i];
-    if (m.kind == 2 && major < 9) continue;
+    if ((m.kind == 2 || m.kind == 5) && major < 9) continue;
     const bool ok = check(m, bytes, false, host) && check(m, bytes, true, host);
     const double one = measure(m, bytes, false, 10), two = measure(m, bytes, true, 10);
     printf("%-12s %6d %7d %6d %6u %4d %9.1f %9.1f %s\n", m.name, m.blocks, m.threads, m.stages,
