@@ -4,9 +4,12 @@
  * the two-shot's push phase does), and TMA bulk stores (cp.async.bulk from shared memory to the
  * peer's global memory, fed by cp.async.bulk loads), and the copy engine and SM stores side by
  * side on two streams (a share of the bytes each), and the pulls: SM 16-byte loads and TMA bulk
- * loads by the receiver from the sender's memory, as a pull-based two-shot would read. Each method runs one way (GPU 0 -> 1) and
- * both ways at once (what an all-reduce does). Every pushed byte is checked once per method.
- * Prints GB/s, median of the iterations. usage: push_bw [MiB per direction, default 256] */
+ * loads by the receiver from the sender's memory, as a pull-based two-shot would read. Each
+ * method runs one way (GPU 0 -> 1) and both ways at once (what an all-reduce does). Every pushed
+ * byte is checked once per method. Prints GB/s, median of the iterations.
+ * usage: push_bw [--loopback] [MiB per direction, default 256]
+ * (--loopback: both "GPUs" are GPU 0, a check that every method runs and moves the right bytes;
+ * its rates are local memory's, not a link's) */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -107,6 +110,9 @@ struct Method {
   int cePercent; /* kind 3: the copy engine's share of the bytes */
 };
 
+static int loopback; /* --loopback: GPU g of the tool is device gpu(g) */
+static int gpu(int g) { return loopback ? 0 : g; }
+
 static char* src[2];
 static char* dst[2];
 static cudaStream_t stream[2], side[2];
@@ -118,14 +124,14 @@ static int runsOn(const Method& m, int from) { return m.kind >= 4 ? 1 - from : f
 static void launch(const Method& m, int from, size_t bytes) {
   char* to = dst[1 - from];
   const int on = runsOn(m, from);
-  CK(cudaSetDevice(on));
+  CK(cudaSetDevice(gpu(on)));
   if (m.kind == 0) {
-    CK(cudaMemcpyPeerAsync(to, 1 - from, src[from], from, bytes, stream[from]));
+    CK(cudaMemcpyPeerAsync(to, gpu(1 - from), src[from], gpu(from), bytes, stream[from]));
   } else if (m.kind == 3) {
     const size_t ce = bytes / 100 * m.cePercent / 4096 * 4096;
     CK(cudaEventRecord(fork[from], stream[from]));
     CK(cudaStreamWaitEvent(side[from], fork[from], 0));
-    CK(cudaMemcpyPeerAsync(to, 1 - from, src[from], from, ce, side[from]));
+    CK(cudaMemcpyPeerAsync(to, gpu(1 - from), src[from], gpu(from), ce, side[from]));
     CK(cudaEventRecord(join[from], side[from]));
     smPush<<<m.blocks, m.threads, 0, stream[from]>>>((uint4*)(to + ce),
                                                      (const uint4*)(src[from] + ce), (bytes - ce) / 16);
@@ -146,14 +152,14 @@ static double measure(const Method& m, size_t bytes, bool both, int iters) {
   for (int i = 0; i < iters + 2; i++) {
     for (int g = 0; g < (both ? 2 : 1); g++) {
       const int e = runsOn(m, g);
-      CK(cudaSetDevice(e));
+      CK(cudaSetDevice(gpu(e)));
       CK(cudaEventRecord(ev[e][0], stream[e]));
     }
     for (int g = 0; g < (both ? 2 : 1); g++) launch(m, g, bytes);
     double worst = 0;
     for (int g = 0; g < (both ? 2 : 1); g++) {
       const int e = runsOn(m, g);
-      CK(cudaSetDevice(e));
+      CK(cudaSetDevice(gpu(e)));
       CK(cudaEventRecord(ev[e][1], stream[e]));
       CK(cudaEventSynchronize(ev[e][1]));
       float ms = 0;
@@ -169,17 +175,17 @@ static double measure(const Method& m, size_t bytes, bool both, int iters) {
 /* Every byte GPU 0 pushed into GPU 1 (and back, `both`) equals the sender's pattern. */
 static bool check(const Method& m, size_t bytes, bool both, unsigned char* host) {
   for (int g = 0; g < 2; g++) {
-    CK(cudaSetDevice(g));
+    CK(cudaSetDevice(gpu(g)));
     CK(cudaMemset(dst[g], 0, bytes));
     CK(cudaDeviceSynchronize());
   }
   for (int g = 0; g < (both ? 2 : 1); g++) launch(m, g, bytes);
   for (int g = 0; g < (both ? 2 : 1); g++) {
-    CK(cudaSetDevice(runsOn(m, g)));
+    CK(cudaSetDevice(gpu(runsOn(m, g))));
     CK(cudaStreamSynchronize(stream[runsOn(m, g)]));
   }
   for (int g = 0; g < (both ? 2 : 1); g++) {
-    CK(cudaSetDevice(1 - g));
+    CK(cudaSetDevice(gpu(1 - g)));
     CK(cudaMemcpy(host, dst[1 - g], bytes, cudaMemcpyDeviceToHost));
     const unsigned char want = g == 0 ? 0x5a : 0xa5;
     for (size_t i = 0; i < bytes; i++)
@@ -192,22 +198,28 @@ static bool check(const Method& m, size_t bytes, bool both, unsigned char* host)
 }
 
 int main(int argc, char** argv) {
-  const size_t bytes = (size_t)(argc > 1 ? atol(argv[1]) : 256) << 20;
+  size_t bytes = (size_t)256 << 20;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--loopback")) loopback = 1;
+    else bytes = (size_t)atol(argv[i]) << 20;
+  }
   int ndev = 0;
   CK(cudaGetDeviceCount(&ndev));
-  if (ndev < 2) {
+  if (!loopback && ndev < 2) {
     printf("push_bw: needs 2 GPUs, found %d\n", ndev);
     return 0;
   }
   for (int g = 0; g < 2; g++) {
-    CK(cudaSetDevice(g));
-    int can = 0;
-    CK(cudaDeviceCanAccessPeer(&can, g, 1 - g));
-    if (!can) {
-      printf("push_bw: no peer access between GPUs 0 and 1\n");
-      return 0;
+    CK(cudaSetDevice(gpu(g)));
+    if (!loopback) {
+      int can = 0;
+      CK(cudaDeviceCanAccessPeer(&can, g, 1 - g));
+      if (!can) {
+        printf("push_bw: no peer access between GPUs 0 and 1\n");
+        return 0;
+      }
+      CK(cudaDeviceEnablePeerAccess(1 - g, 0));
     }
-    CK(cudaDeviceEnablePeerAccess(1 - g, 0));
     CK(cudaMalloc(&src[g], bytes));
     CK(cudaMalloc(&dst[g], bytes));
     CK(cudaMemset(src[g], g == 0 ? 0x5a : 0xa5, bytes));
@@ -236,7 +248,8 @@ int main(int argc, char** argv) {
   int major = 0;
   CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   unsigned char* host = (unsigned char*)malloc(bytes);
-  printf("# push_bw: %zu MiB per direction, GB/s = bytes / time of the slower direction, median of 10\n",
+  printf("# push_bw%s: %zu MiB per direction, GB/s = bytes / time of the slower direction, median "
+         "of 10\n", loopback ? " --loopback (both on GPU 0: local memory, not a link)" : "",
          bytes >> 20);
   printf("%-12s %6s %7s %6s %6s %4s %9s %9s %s\n", "method", "blocks", "threads", "stages",
          "chunk", "ce%", "one-way", "both", "check");
