@@ -126,31 +126,18 @@ static inline void harnessRecord(int ok, const char* file, int line, const char*
     }                                                                                \
   } while (0)
 
-/* Before any CUDA call in tests that put several ranks on one GPU, two settings that one rank
- * per GPU (every real job) never needs:
- * - CUDA maps streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and two
- *   streams sharing a queue run in one order. Ranks that queue several spinning kernels each then
- *   deadlock: rank A's call k can sit behind rank B's call k+1, which waits for A's call k+1. 32
- *   queues cover the tests' 8 ranks x 2 streams plus internal ones. A lower value in the
- *   environment (Megatron recipes set 1) is raised, with a line saying so.
- * - CUDA loads kernels lazily by default, and a lazy load can wait for the context to go idle.
- *   The library loads its own kernels at setup; a test's own kernel loaded on first use (in a
- *   launch or a graph's instantiation) would wait for the other ranks' kernels on this GPU, which
- *   spin until this rank's call arrives (seen: test_allreduce with 5 ranks on one H200, every
- *   run, in its graph test). So CUDA_MODULE_LOADING=EAGER, with a line where it said otherwise. */
-static inline void harnessSeveralRanksPerGpu(void) {
+/* Before any CUDA call in tests that put several ranks on one GPU: CUDA maps streams onto
+ * CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and two streams sharing a queue
+ * run in one order. Ranks that queue several spinning kernels each then deadlock: rank A's call
+ * k can sit behind rank B's call k+1, which waits for A's call k+1. One rank per GPU (every real
+ * job) cannot meet this; 32 queues cover the tests' 8 ranks x 2 streams plus internal ones. A
+ * lower value in the environment (Megatron recipes set 1) is raised, with a line saying so. */
+static inline void harnessManyStreamsPerGpu(void) {
   const char* set = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  if (set == NULL || atoi(set) < 32) {
-    if (set != NULL)
-      fprintf(stderr, "test: CUDA_DEVICE_MAX_CONNECTIONS=%s raised to 32 (several ranks per GPU)\n",
-              set);
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
-  }
-  const char* loading = getenv("CUDA_MODULE_LOADING");
-  if (loading != NULL && strcmp(loading, "EAGER") != 0)
-    fprintf(stderr, "test: CUDA_MODULE_LOADING=%s replaced by EAGER (several ranks per GPU)\n",
-            loading);
-  setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+  if (set != NULL && atoi(set) >= 32) return;
+  if (set != NULL)
+    fprintf(stderr, "test: CUDA_DEVICE_MAX_CONNECTIONS=%s raised to 32 (several ranks per GPU)\n", set);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
 }
 
 /* Ends main(): prints "N passed, N failed" and returns the exit code. */

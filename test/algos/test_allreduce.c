@@ -150,7 +150,7 @@ static int installTuningFile(void) {
 
 int main(int argc, char** argv) {
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-  harnessSeveralRanksPerGpu();
+  harnessManyStreamsPerGpu();
   /* Logging first: src/core/knobs.c logs under its lock, which deadlocks if the first param read
    * (with the variable set) also has to initialise logging. */
   (void)symmLogLevel();

@@ -601,7 +601,7 @@ static void* rankMain(void* arg) {
 int main(int argc, char** argv) {
   watchdogReport = reportProgress;
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-  harnessSeveralRanksPerGpu();
+  harnessManyStreamsPerGpu();
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
   setenv("NVSHMEM_DISABLE_NVLS", "1", 1);

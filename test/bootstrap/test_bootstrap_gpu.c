@@ -335,7 +335,7 @@ static void* rankMain(void* p) {
 }
 
 int main(void) {
-  harnessSeveralRanksPerGpu();
+  harnessManyStreamsPerGpu();
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     printf("bootstrap_gpu: no GPU, skipped\n");
     return TEST_SKIP_CODE;

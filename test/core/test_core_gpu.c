@@ -94,7 +94,7 @@ void runWorld(rankBody b, int extraParties, void* (*extra)(void*), void* extraAr
 int main(int argc, char** argv) {
   watchdogReport = reportDeviceState;
   watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-  harnessSeveralRanksPerGpu();
+  harnessManyStreamsPerGpu();
   (void)symmLogLevel();
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);

@@ -573,7 +573,7 @@ static PEER_UNUSED int peerUsage(const struct peerTest* t) {
 static PEER_UNUSED int peerMain(const struct peerTest* t, int argc, char** argv) {
   if (!t->ranksOwnWatchdog) {
     watchdogArm(0); /* SYMMCOLL_TEST_WATCHDOG_S: stacks instead of a silent hang */
-    harnessSeveralRanksPerGpu();
+    harnessManyStreamsPerGpu();
   }
   const struct peerMode* m = NULL;
   for (int i = 0; argc > 1 && i < t->nmodes; i++)
