@@ -51,6 +51,11 @@ void graphTest(struct driver* d) {
           CUDA_OR_DIE(cudaStreamSynchronize(c->stream));
           CUDA_OR_DIE(cudaGraphDestroy(graph));
         }
+        /* Ranks as threads on one GPU: no replay starts (its kernels spin until every rank's
+         * replay arrives) before every rank has instantiated. On one H200 with 5 ranks, one
+         * rank's cudaGraphInstantiate waited inside the driver for the GPU while the other
+         * ranks' first replays spun for it, and their next launches waited for its lock. */
+        driverBarrier();
         const long every = opt.replays >= 10 ? opt.replays / 10 : 1;
         for (long k = 1; k <= opt.replays; k++) {
           for (int i = 0; i < d->nlocal; i++) {
