@@ -333,6 +333,10 @@ static void graphTest(struct rank* r, int coll, const char* algo) {
   /* Uploaded first: see test/core/README.md, "Graph uploads". */
   CUDA_OK(cudaGraphUpload(exec, r->stream));
   CUDA_OK(cudaStreamSynchronize(r->stream));
+  /* No replay (its kernels spin until every rank's arrives) before every rank has instantiated:
+   * with ranks sharing one GPU, an instantiation can wait in the driver for that GPU's kernels
+   * (test_allreduce's graph test hung so with 5 ranks on one H200). */
+  pthread_barrier_wait(&barrier);
   const int replays = quick ? 50 : 500;
   for (int it = 0; it < replays; it++) {
     const uint64_t seed = seed0 + 1000 + (uint64_t)it;
