@@ -116,7 +116,7 @@ static void enqueueCall(int r, const Config& c) {
   CK(cudaStreamWaitEvent(me.push, me.fork, 0));
   CK(cudaStreamWaitEvent(me.reduce, me.fork, 0));
   CK(cudaStreamWaitEvent(me.back, me.fork, 0));
-  CK(cudaStreamWaitEvent(me.copyOut, me.fork, 0));
+  if (c.staged) CK(cudaStreamWaitEvent(me.copyOut, me.fork, 0));
   for (int k = 0; k < chunks; k++) {
     const size_t off = (size_t)k * chunk, len = half - off < chunk ? half - off : chunk;
     const int slot = k % c.slots;
@@ -148,10 +148,10 @@ static void enqueueCall(int r, const Config& c) {
   signalPeer(me, back, &peer.words->done, c.signal);
   CK(cudaEventRecord(me.joinPush, me.push));
   CK(cudaEventRecord(me.joinBack, me.back));
-  CK(cudaEventRecord(me.joinCopyOut, me.copyOut));
+  if (c.staged) CK(cudaEventRecord(me.joinCopyOut, me.copyOut));
   CK(cudaStreamWaitEvent(me.main, me.joinPush, 0));
   CK(cudaStreamWaitEvent(me.main, me.joinBack, 0));
-  CK(cudaStreamWaitEvent(me.main, me.joinCopyOut, 0));
+  if (c.staged) CK(cudaStreamWaitEvent(me.main, me.joinCopyOut, 0));
   waitReset(me.main, &me.words->done, c.signal);
 }
 
@@ -397,19 +397,18 @@ int main(int argc, char** argv) {
     for (int ci = 0; ci < nchunks; ci++)
       for (int sl = 0; sl < 3; sl++)
         for (int sig = 0; sig < 3; sig++)
-          for (int bi = 0; bi < 2 * nblocks * nlags; bi++) {
-            const bool staged = bi >= nblocks * nlags;
-            const int b = bi % (nblocks * nlags);
-            Config c = {bytes, chunkList[ci], slotList[sl], blockList[b % nblocks], (SignalKind)sig,
-                        lagList[b / nblocks], staged};
-            if (c.slots == 0) c.slots = c.chunks;
-            const bool listed = strstr(signals, kSignalName[sig]) != NULL &&
-                                c.slots <= c.chunks && c.slots <= kMaxSlots &&
-                                (slotList[sl] == 0 || c.slots < c.chunks) && /* else "no reuse" */
-                                (bytes / 2 / c.chunks) % 16 == 0 &&
-                                strstr(outputs, staged ? "staged" : "direct") != NULL;
-            if (listed) failures += !runConfig(c, hostIn, got, runs, iters);
-          }
+          for (int staged = 0; staged < 2; staged++)
+            for (int bi = 0; bi < nblocks * nlags; bi++) {
+              Config c = {bytes, chunkList[ci], slotList[sl], blockList[bi % nblocks],
+                          (SignalKind)sig, lagList[bi / nblocks], staged != 0};
+              if (c.slots == 0) c.slots = c.chunks;
+              const bool listed = strstr(signals, kSignalName[sig]) != NULL &&
+                                  c.slots <= c.chunks && c.slots <= kMaxSlots &&
+                                  (slotList[sl] == 0 || c.slots < c.chunks) && /* else "no reuse" */
+                                  (bytes / 2 / c.chunks) % 16 == 0 &&
+                                  strstr(outputs, staged ? "staged" : "direct") != NULL;
+              if (listed) failures += !runConfig(c, hostIn, got, runs, iters);
+            }
   }
   for (int r = 0; r < 2; r++) free(hostIn[r]);
   free(got);
