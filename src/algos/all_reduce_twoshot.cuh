@@ -47,12 +47,23 @@ namespace symm {
  *   - B(k) overwrites gather slots the peer read in C(k-2), which precedes the peer's A(k) and
  *     arrive start(k); we wait start(k) before B(k).
  * Across launches the same holds with the rounds of the previous kernel (the double-buffering
- * note in all_reduce.cu: a peer arriving in this kernel has finished its last one). */
+ * note in all_reduce.cu: a peer arriving in this kernel has finished its last one).
+ * Split rounds (SYMMCOLL_TWOSHOT_SPLIT=1; off by default until timed on a pair): each block part is cut in two pieces
+ * (twoShotSplitAt). A(k) pushes the first piece, arrives start(k), pushes the rest, arrives
+ * start-rest(k); B(k) reduces the first piece after wait start(k) and the rest after wait
+ * start-rest(k). Without it the link idled between A(k) and B(k) for a signal's round trip
+ * (about 2 us per round on NVLink); now that wait overlaps the rest's pushes. Every argument
+ * above holds per piece with that piece's start signal: a piece is read (B), and in place
+ * overwritten by its owner's B, only after the signal its writer released after writing
+ * (reading) it; start(k) still precedes everything else B(k) does, and start-rest(k) is
+ * released after start(k), so no other ordering changes. */
 struct TwoShotPlan {
   size_t S;        /* staging stride of one slice (elements, multiple of the vector width) */
   size_t B;        /* elements of a slice per block */
   size_t C;        /* elements per round */
+  size_t unit;     /* S and B are multiples of it (the vector, or a 4 KiB page) */
   uint32_t rounds;
+  bool split;      /* each round pushed in two pieces (twoShotSplitAt) */
 };
 
 __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t esize, int N) {
@@ -71,7 +82,17 @@ __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t e
   p.B = roundUp(divUp(p.S, (size_t)gridDim.x), unit);
   p.C = p.S * (size_t)a.nranks;
   p.rounds = (uint32_t)divUp(a.count, p.C);
+  p.unit = unit;
+  p.split = a.splitRounds != 0 && p.B >= 2 * unit;
   return p;
+}
+
+/* Where block parts of a slice split into the round's two pieces: at half the part, rounded up
+ * to the plan's unit (hi when the plan does not split). The same on every rank for the same
+ * slice and block, so a piece a rank reduces is exactly the piece its writers signalled. */
+__device__ __forceinline__ size_t twoShotSplitAt(const TwoShotPlan& p, size_t lo, size_t hi) {
+  if (!p.split) return hi;
+  return lo + minSize(roundUp(divUp(hi - lo, (size_t)2), p.unit), hi - lo);
 }
 
 /* Slice q of round `round`: first element in the message, and block b's part [lo, hi) of it. */
@@ -161,18 +182,22 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
   for (uint32_t round = 0; round < p.rounds; round++) {
     const uint64_t epoch = epoch0 + round;
     const size_t half = (size_t)(epoch & 1u) * a.halfBytes;
-    /* A: our input slice q into rank q's scatter slot for us. */
-    if (push) {
-      for (int q = 0; q < n; q++) {
-        if (q == me) continue;
-        const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
-        const size_t slot = (size_t)(me - (me > q));
-        copyRange<E>(a.staging[q] + half + slot * p.S * sizeof(T),
-                     (const char*)a.send + s.first * sizeof(T), s.lo, s.hi, aligned16(a.send),
-                     false);
+    /* A: our input slice q into rank q's scatter slot for us; with a split plan the first
+     * piece, start, the rest, start-rest. */
+    for (int piece = 0; piece < (p.split ? 2 : 1); piece++) {
+      if (push) {
+        for (int q = 0; q < n; q++) {
+          if (q == me) continue;
+          const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
+          const size_t at = twoShotSplitAt(p, s.lo, s.hi);
+          const size_t slot = (size_t)(me - (me > q));
+          copyRange<E>(a.staging[q] + half + slot * p.S * sizeof(T),
+                       (const char*)a.send + s.first * sizeof(T), piece == 0 ? s.lo : at,
+                       piece == 0 ? at : s.hi, aligned16(a.send), false);
+        }
       }
+      blockArrive(a, piece == 0 ? kSigStart : kSigStartRest, epoch);
     }
-    blockArrive(a, kSigStart, epoch);
     if (round > 0) {
       if (!blockWait(a, kSigMid, epoch - 1, &failed)) return;
       if (!writeWindows) twoShotGather<E>(a, p, round - 1, epoch - 1);
@@ -213,7 +238,13 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
                                     : a.staging[r] + half +
                                           (peers + (size_t)(me - (me > r))) * p.S * sizeof(T);
     }
-    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, s.hi, vec, a.avg != 0);
+    /* The first piece while the writers' rest may still be in flight, then the rest. */
+    const size_t at = twoShotSplitAt(p, s.lo, s.hi);
+    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, at, vec, a.avg != 0);
+    if (p.split) {
+      if (!blockWait(a, kSigStartRest, epoch, &failed)) return;
+      reduceRange<E, Kind, R>(srcs, n, dsts, ndst, at, s.hi, vec, a.avg != 0);
+    }
     blockArrive(a, kSigMid, epoch);
   }
   if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;

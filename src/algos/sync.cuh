@@ -50,19 +50,23 @@ struct KernelArgs {
   uint64_t inputDesc;
   int exchangeDescs;
   const uint64_t* userRegTable;
+  /* Two-shot: each round's pushes go out in two pieces, each with its start signal
+   * (SYMMCOLL_TWOSHOT_SPLIT; the same on every rank). */
+  int splitRounds;
   /* Host side only (the kernels never read it): launchKernel launches with programmatic stream
    * serialization (symmLaunch.pdl; kernelEntry says why that is safe). */
   int pdl;
 };
 
 /* Signal purposes: one word per (purpose, block, writer) in the reader's pad. The third
- * purpose's rows belong to the copy-engine all-gather (stream memory operations, no kernel). */
-enum { kSigStart = 0, kSigMid = 1, kSigCopyEngine = 2 };
+ * purpose's rows belong to the copy-engine all-gather (stream memory operations, no kernel); the
+ * fourth is the two-shot's second start signal of a round pushed in two pieces. */
+enum { kSigStart = 0, kSigMid = 1, kSigCopyEngine = 2, kSigStartRest = 3 };
 
 /* Pad layout (64-bit words): [0] failure word, [1] the copy-engine barriers' constant 1,
  * [2..7] unused, then the signal words, then one input descriptor per (block, writer). */
 constexpr int kPadSignalBase = 8;
-constexpr int kPadPurposes = 3;
+constexpr int kPadPurposes = 4;
 constexpr int kPadSignalWords = kPadPurposes * SYMM_MAX_BLOCKS * SYMM_MAX_RANKS;
 /* Bytes of the whole pad layout (symmAlgosPadBytes). */
 constexpr size_t kPadBytes =
