@@ -17,10 +17,11 @@ extern "C" {
 }
 
 /* Off until a pair of GPUs has timed it against one signal per round (perf/RESULTS.md). */
-SYMMCOLL_PARAM_FULL(TwoShotSplit, "TWOSHOT_SPLIT", 0, 0, 1, SYMM_PARAM_AGREED,
-                    "two-shot all-reduce: push each round in two pieces, each with its own "
-                    "signal, so the reduction starts on the first while the second is in flight "
-                    "(0: one signal per round)")
+SYMMCOLL_PARAM_FULL(TwoShotSplit, "TWOSHOT_SPLIT", 0, 0, 2, SYMM_PARAM_AGREED,
+                    "two-shot all-reduce: 1 pushes each round in two pieces, each with its own "
+                    "signal, so the reduction starts on the first while the second is in flight; "
+                    "2 also signals the reduced pieces apart, so copying staged results out "
+                    "starts on the first (0: one signal per round and barrier)")
 
 namespace symm {
 
@@ -173,7 +174,7 @@ static ncclResult_t allReduceLaunch(const struct symmLaunch* call, const struct 
   args.exchangeDescs = call->algo == SYMM_ALGO_TWOSHOT && call->exchangeDescs && !args.zeroCopy &&
                        peers->userRegTable != NULL;
   args.inputDesc = args.exchangeDescs ? call->inputDesc : 0;
-  args.splitRounds = call->algo == SYMM_ALGO_TWOSHOT && symmParamTwoShotSplit() != 0;
+  args.splitRounds = call->algo == SYMM_ALGO_TWOSHOT ? (int)symmParamTwoShotSplit() : 0;
   /* Two-shot: a round covers sliceMax, rounded down to the kernel's unit, of each rank's slice
    * (twoShotPlan); at most kMaxRounds rounds per launch (the Lamport refresh's bound). */
   const size_t launchElems =

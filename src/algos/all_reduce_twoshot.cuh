@@ -48,15 +48,22 @@ namespace symm {
  *     arrive start(k); we wait start(k) before B(k).
  * Across launches the same holds with the rounds of the previous kernel (the double-buffering
  * note in all_reduce.cu: a peer arriving in this kernel has finished its last one).
- * Split rounds (SYMMCOLL_TWOSHOT_SPLIT=1; off by default until timed on a pair): each block part is cut in two pieces
- * (twoShotSplitAt). A(k) pushes the first piece, arrives start(k), pushes the rest, arrives
- * start-rest(k); B(k) reduces the first piece after wait start(k) and the rest after wait
- * start-rest(k). Without it the link idled between A(k) and B(k) for a signal's round trip
- * (about 2 us per round on NVLink); now that wait overlaps the rest's pushes. Every argument
+ * Split rounds (SYMMCOLL_TWOSHOT_SPLIT=1 or 2; off by default until timed on a pair): each block
+ * part is cut in two pieces (twoShotSplitAt). A(k) pushes the first piece, arrives start(k), pushes
+ * the rest, arrives start-rest(k); B(k) reduces the first piece after wait start(k) and the rest
+ * after wait start-rest(k). Without it the link idled between A(k) and B(k) for a signal's round
+ * trip (about 2 us per round on NVLink); now that wait overlaps the rest's pushes. Every argument
  * above holds per piece with that piece's start signal: a piece is read (B), and in place
- * overwritten by its owner's B, only after the signal its writer released after writing
- * (reading) it; start(k) still precedes everything else B(k) does, and start-rest(k) is
- * released after start(k), so no other ordering changes. */
+ * overwritten by its owner's B, only after the signal its writer released after writing (reading)
+ * it; start(k) still precedes everything else B(k) does, and start-rest(k) is released after
+ * start(k), so no other ordering changes.
+ * With SYMMCOLL_TWOSHOT_SPLIT=2 and staged outputs (no windowsOut), B(k) also arrives mid-first(k)
+ * between its pieces, and C(k) copies the first pieces after wait mid-first(k), the rest after wait
+ * mid(k): the copy-out after the last barrier shrinks to the second pieces. C(k)'s first pieces
+ * were written by their owners' B(k) before mid-first(k); in place with inputs read where they lie,
+ * C(k) overwrites our slice q's first piece, which q read in its B(k) before mid-first(k), never
+ * the second piece q may still read. Everything that follows C(k) in the reuse arguments still
+ * comes after wait mid(k). */
 struct TwoShotPlan {
   size_t S;        /* staging stride of one slice (elements, multiple of the vector width) */
   size_t B;        /* elements of a slice per block */
@@ -64,6 +71,7 @@ struct TwoShotPlan {
   size_t unit;     /* S and B are multiples of it (the vector, or a 4 KiB page) */
   uint32_t rounds;
   bool split;      /* each round pushed in two pieces (twoShotSplitAt) */
+  bool splitMid;   /* and reduced pieces signalled apart (staged outputs only) */
 };
 
 __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t esize, int N) {
@@ -84,6 +92,7 @@ __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t e
   p.rounds = (uint32_t)divUp(a.count, p.C);
   p.unit = unit;
   p.split = a.splitRounds != 0 && p.B >= 2 * unit;
+  p.splitMid = p.split && a.splitRounds >= 2 && !(a.zeroCopy && a.windowsOut);
   return p;
 }
 
@@ -113,9 +122,11 @@ __device__ __forceinline__ TwoShotSlice twoShotSlice(const KernelArgs& a, const 
   return s;
 }
 
+/* C: the peers' reduced slices of `round`, from our gather slots into the output; piece 0 or
+ * 1 of each block part (twoShotSplitAt), or the whole part (-1). */
 template <typename E>
 __device__ __forceinline__ void twoShotGather(const KernelArgs& a, const TwoShotPlan& p,
-                                              uint32_t round, uint64_t epoch) {
+                                              uint32_t round, uint64_t epoch, int piece) {
   typedef typename E::T T;
   constexpr int N = Vec<E>::N;
   const char* half = a.staging[a.rank] + (size_t)(epoch & 1u) * a.halfBytes;
@@ -124,9 +135,10 @@ __device__ __forceinline__ void twoShotGather(const KernelArgs& a, const TwoShot
   for (int q = 0; q < a.nranks; q++) {
     if (q == a.rank) continue;
     const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
+    const size_t cut = twoShotSplitAt(p, s.lo, s.hi);
     const size_t slot = (size_t)(q - (q > a.rank));
     copyRange<E>((char*)a.recv + s.first * sizeof(T), half + (peers + slot) * p.S * sizeof(T),
-                 s.lo, s.hi, recvVec, true);
+                 piece == 1 ? cut : s.lo, piece == 0 ? cut : s.hi, recvVec, true);
   }
 }
 
@@ -176,6 +188,18 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
     for (int r = 0; r < n; r++) vec = vec && aligned16(a.windows[r]);
   /* Our input reaches the peers through their scatter slots unless they read it in place. */
   const bool push = !readWindows && a.inputDesc == 0;
+  /* Wait mid(k), then C(k) (no C where B stored into the outputs); with p.splitMid the first
+   * pieces after mid-first(k), the rest after mid(k). */
+  auto finishRound = [&](uint32_t k) -> bool {
+    const uint64_t e = epoch0 + k;
+    if (p.splitMid) {
+      if (!blockWait(a, kSigMidFirst, e, &failed)) return false;
+      twoShotGather<E>(a, p, k, e, 0);
+    }
+    if (!blockWait(a, kSigMid, e, &failed)) return false;
+    if (!writeWindows) twoShotGather<E>(a, p, k, e, p.splitMid ? 1 : -1);
+    return true;
+  };
   /* Our descriptor travels ahead of our start signal (same thread, release store after it). */
   if (a.exchangeDescs && threadIdx.x < n && threadIdx.x != me)
     *descSlot(a.signals[threadIdx.x], blockIdx.x, me) = a.inputDesc;
@@ -189,19 +213,16 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
         for (int q = 0; q < n; q++) {
           if (q == me) continue;
           const TwoShotSlice s = twoShotSlice(a, p, round, q, N);
-          const size_t at = twoShotSplitAt(p, s.lo, s.hi);
+          const size_t cut = twoShotSplitAt(p, s.lo, s.hi);
           const size_t slot = (size_t)(me - (me > q));
           copyRange<E>(a.staging[q] + half + slot * p.S * sizeof(T),
-                       (const char*)a.send + s.first * sizeof(T), piece == 0 ? s.lo : at,
-                       piece == 0 ? at : s.hi, aligned16(a.send), false);
+                       (const char*)a.send + s.first * sizeof(T), piece == 0 ? s.lo : cut,
+                       piece == 0 ? cut : s.hi, aligned16(a.send), false);
         }
       }
       blockArrive(a, piece == 0 ? kSigStart : kSigStartRest, epoch);
     }
-    if (round > 0) {
-      if (!blockWait(a, kSigMid, epoch - 1, &failed)) return;
-      if (!writeWindows) twoShotGather<E>(a, p, round - 1, epoch - 1);
-    }
+    if (round > 0 && !finishRound(round - 1)) return;
     if (round == 0 && a.exchangeDescs) {
       /* Each waiting thread resolves its writer's descriptor right after the acquire, so the
        * block's one barrier publishes both. */
@@ -239,16 +260,16 @@ __global__ void __launch_bounds__(kThreads, 1) twoShotKernel(KernelArgs a) {
                                           (peers + (size_t)(me - (me > r))) * p.S * sizeof(T);
     }
     /* The first piece while the writers' rest may still be in flight, then the rest. */
-    const size_t at = twoShotSplitAt(p, s.lo, s.hi);
-    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, at, vec, a.avg != 0);
+    const size_t cut = twoShotSplitAt(p, s.lo, s.hi);
+    reduceRange<E, Kind, R>(srcs, n, dsts, ndst, s.lo, cut, vec, a.avg != 0);
+    if (p.splitMid) blockArrive(a, kSigMidFirst, epoch);
     if (p.split) {
       if (!blockWait(a, kSigStartRest, epoch, &failed)) return;
-      reduceRange<E, Kind, R>(srcs, n, dsts, ndst, at, s.hi, vec, a.avg != 0);
+      reduceRange<E, Kind, R>(srcs, n, dsts, ndst, cut, s.hi, vec, a.avg != 0);
     }
     blockArrive(a, kSigMid, epoch);
   }
-  if (!blockWait(a, kSigMid, epoch0 + p.rounds - 1, &failed)) return;
-  if (!writeWindows) twoShotGather<E>(a, p, p.rounds - 1, epoch0 + p.rounds - 1);
+  if (!finishRound(p.rounds - 1)) return;
   endCall(a, epoch0 + p.rounds - 1, c.ticket);
 }
 

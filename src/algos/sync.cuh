@@ -50,8 +50,8 @@ struct KernelArgs {
   uint64_t inputDesc;
   int exchangeDescs;
   const uint64_t* userRegTable;
-  /* Two-shot: each round's pushes go out in two pieces, each with its start signal
-   * (SYMMCOLL_TWOSHOT_SPLIT; the same on every rank). */
+  /* Two-shot split rounds (SYMMCOLL_TWOSHOT_SPLIT; the same on every rank): 0 off, 1 each
+   * round's pushes in two pieces with a start signal each, 2 also a middle signal per piece. */
   int splitRounds;
   /* Host side only (the kernels never read it): launchKernel launches with programmatic stream
    * serialization (symmLaunch.pdl; kernelEntry says why that is safe). */
@@ -60,13 +60,14 @@ struct KernelArgs {
 
 /* Signal purposes: one word per (purpose, block, writer) in the reader's pad. The third
  * purpose's rows belong to the copy-engine all-gather (stream memory operations, no kernel); the
- * fourth is the two-shot's second start signal of a round pushed in two pieces. */
-enum { kSigStart = 0, kSigMid = 1, kSigCopyEngine = 2, kSigStartRest = 3 };
+ * last two are the two-shot's split rounds: the start signal of a round's second piece, and the
+ * middle signal of its first piece. */
+enum { kSigStart = 0, kSigMid = 1, kSigCopyEngine = 2, kSigStartRest = 3, kSigMidFirst = 4 };
 
 /* Pad layout (64-bit words): [0] failure word, [1] the copy-engine barriers' constant 1,
  * [2..7] unused, then the signal words, then one input descriptor per (block, writer). */
 constexpr int kPadSignalBase = 8;
-constexpr int kPadPurposes = 4;
+constexpr int kPadPurposes = 5;
 constexpr int kPadSignalWords = kPadPurposes * SYMM_MAX_BLOCKS * SYMM_MAX_RANKS;
 /* Bytes of the whole pad layout (symmAlgosPadBytes). */
 constexpr size_t kPadBytes =
