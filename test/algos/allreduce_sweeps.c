@@ -162,6 +162,55 @@ static void checkRefresh(struct driver* d, const struct refreshState* before, co
   }
 }
 
+/* The two-shot's split-round signal rows (purposes 3, start-rest, and 4, mid-first: sync.cuh)
+ * of every local rank's pad, direct mode. Counting which words two-shot calls change shows that
+ * SYMMCOLL_TWOSHOT_SPLIT reaches the kernel: none at 0, start-rest from 1, mid-first at 2. */
+enum { kSplitRowsFirstPurpose = 3, kSplitRowsPurposes = 2 };
+#define SPLIT_ROW_WORDS ((size_t)SYMM_MAX_BLOCKS * SYMM_MAX_RANKS)
+static long splitRowWrites[kSplitRowsPurposes]; /* words changed, per purpose, whole run */
+static long splitRowCalls;                      /* two-shot calls whose rows were compared */
+static uint64_t* readSplitRows(struct driver* d) {
+  const size_t words = kSplitRowsPurposes * SPLIT_ROW_WORDS;
+  uint64_t* rows = malloc((size_t)d->nlocal * words * sizeof(uint64_t));
+  TCHECK(rows != NULL, "out of memory");
+  for (int i = 0; rows != NULL && i < d->nlocal; i++) {
+    CUDA_OR_DIE(cudaSetDevice(d->local[i]->dev));
+    const uint64_t* pad = (const uint64_t*)d->local[i]->signalsMem;
+    CUDA_OR_DIE(cudaMemcpy(rows + (size_t)i * words,
+                           pad + SYMM_PAD_SIGNAL_WORD(kSplitRowsFirstPurpose, 0, 0),
+                           words * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  }
+  return rows;
+}
+static void countSplitRows(struct driver* d, uint64_t* before) {
+  uint64_t* after = readSplitRows(d);
+  if (before != NULL && after != NULL) {
+    for (int i = 0; i < d->nlocal; i++)
+      for (int p = 0; p < kSplitRowsPurposes; p++)
+        for (size_t w = 0; w < SPLIT_ROW_WORDS; w++) {
+          const size_t at = ((size_t)i * kSplitRowsPurposes + (size_t)p) * SPLIT_ROW_WORDS + w;
+          splitRowWrites[p] += before[at] != after[at];
+        }
+    splitRowCalls++;
+  }
+  free(before);
+  free(after);
+}
+
+/* After the sweeps (direct mode, the two-shot among the algorithms): the rows moved exactly as
+ * the split setting says. */
+static void checkSplitRows(void) {
+  if (splitRowCalls == 0) return;
+  const char* env = getenv("SYMMCOLL_TWOSHOT_SPLIT");
+  const int split = env != NULL ? atoi(env) : 0;
+  TCHECK((splitRowWrites[0] > 0) == (split >= 1),
+         "SYMMCOLL_TWOSHOT_SPLIT=%d: %ld start-rest signal words written over %ld two-shot calls",
+         split, splitRowWrites[0], splitRowCalls);
+  TCHECK((splitRowWrites[1] > 0) == (split >= 2),
+         "SYMMCOLL_TWOSHOT_SPLIT=%d: %ld mid-first signal words written over %ld two-shot calls",
+         split, splitRowWrites[1], splitRowCalls);
+}
+
 /* Runs `a` with every wanted algorithm on the same data; in nccl mode also NCCL's own. */
 static void runCase(struct driver* d, struct arCall* a, struct hostCase* h, int tries) {
   const int exactForNccl = !opt.real && a->op != ncclAvg;
@@ -182,15 +231,18 @@ static void runCase(struct driver* d, struct arCall* a, struct hostCase* h, int 
       a->descMask = (uint32_t)rnd();
       uploadInputs(d, a, h);
       struct refreshState before;
+      uint64_t* splitBefore = NULL;
       if (opt.mode == MODE_DIRECT) {
         TCHECK(syncAll(d), "sync before algo=%s", symmAlgoName(a->algo));
         readRefreshState(d, &before);
+        if (a->algo == SYMM_ALGO_TWOSHOT) splitBefore = readSplitRows(d);
       }
       ncclResult_t r = issueAll(d, a, 0);
       TCHECK(r == ncclSuccess, "issue algo=%s: %s", symmAlgoName(a->algo), ncclGetErrorString(r));
       TCHECK(syncAll(d), "sync algo=%s dtype=%s op=%s count=%zu", symmAlgoName(a->algo),
              arTypeName(a->dtype), arOpName(a->op), a->count);
       if (opt.mode == MODE_DIRECT) checkRefresh(d, &before, symmAlgoName(a->algo));
+      if (splitBefore != NULL) countSplitRows(d, splitBefore);
       checkResults(d, a, h, "vs host reference", -1.0);
     }
   }
@@ -273,7 +325,10 @@ void sweepLarge(struct driver* d) {
     TCHECK(refreshChecks > checksBefore, "two-shot of %zu floats: no call of an even number of "
            "epochs, the refresh check did not run", twoRounds);
   }
+  checkSplitRows();
   if (d->isLeader) printf("large sizes (bf16, float sum, up to %zu MiB): %ld cases, %ld refresh "
-                          "checks\n", opt.maxBytes >> 20, cases, refreshChecks);
+                          "checks; split-round rows over %ld two-shot calls: %ld start-rest, %ld "
+                          "mid-first words written\n", opt.maxBytes >> 20, cases, refreshChecks,
+                          splitRowCalls, splitRowWrites[0], splitRowWrites[1]);
   hostCaseFree(&h);
 }
