@@ -82,6 +82,10 @@ static_assert(SYMM_PAD_CE_BASE == signalIndex(kSigCopyEngine, 0, 0) &&
                   SYMM_PAD_CE_BASE + SYMM_CE_KINDS * SYMM_MAX_RANKS <=
                       signalIndex(kSigCopyEngine + 1, 0, 0),
               "the copy-engine words (algos.h) must lie in their purpose's rows");
+static_assert(SYMM_PAD_SPLIT_START_REST_BASE == signalIndex(kSigStartRest, 0, 0) &&
+                  SYMM_PAD_SPLIT_MID_FIRST_BASE == signalIndex(kSigMidFirst, 0, 0) &&
+                  kSigMidFirst == kSigStartRest + 1,
+              "the host's view of the split-round rows (algos.h) must match this layout");
 
 /* The descriptor writer `writer`'s block `block` left in a pad. */
 __device__ __forceinline__ uint64_t* descSlot(uint64_t* pad, int block, int writer) {

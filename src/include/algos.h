@@ -146,6 +146,12 @@ static inline size_t symmPadCeWord(enum symmCeWord kind, int writer) {
   return (size_t)SYMM_PAD_CE_BASE + (size_t)kind * SYMM_MAX_RANKS + (size_t)writer;
 }
 
+/* The two-shot's split-round signals (SYMMCOLL_TWOSHOT_SPLIT): the pad's fourth purpose
+ * (start-rest) and, right after it, the fifth (mid-first); sync.cuh checks both. Host readers:
+ * the tests that check the split reaches the kernel. */
+#define SYMM_PAD_SPLIT_START_REST_BASE SYMM_PAD_SIGNAL_WORD(3, 0, 0)
+#define SYMM_PAD_SPLIT_MID_FIRST_BASE SYMM_PAD_SIGNAL_WORD(4, 0, 0)
+
 /* errorFlag / failure-word values a kernel (or the host) writes; several may be or-ed. */
 #define SYMM_ERR_ABORT 1u    /* ncclCommAbort / ncclCommRevoke seen */
 #define SYMM_ERR_DEADLINE 2u /* SYMMCOLL_SPIN_DEADLINE_MS (debugging, off by default) fired */

@@ -162,10 +162,10 @@ static void checkRefresh(struct driver* d, const struct refreshState* before, co
   }
 }
 
-/* The two-shot's split-round signal rows (purposes 3, start-rest, and 4, mid-first: sync.cuh)
- * of every local rank's pad, direct mode. Counting which words two-shot calls change shows that
+/* The two-shot's split-round signal rows (start-rest, then mid-first: algos.h) of every local
+ * rank's pad, direct mode. Counting which words two-shot calls change shows that
  * SYMMCOLL_TWOSHOT_SPLIT reaches the kernel: none at 0, start-rest from 1, mid-first at 2. */
-enum { kSplitRowsFirstPurpose = 3, kSplitRowsPurposes = 2 };
+enum { kSplitRowsPurposes = 2 };
 #define SPLIT_ROW_WORDS ((size_t)SYMM_MAX_BLOCKS * SYMM_MAX_RANKS)
 static long splitRowWrites[kSplitRowsPurposes]; /* words changed, per purpose, whole run */
 static long splitRowCalls;                      /* two-shot calls whose rows were compared */
@@ -177,7 +177,7 @@ static uint64_t* readSplitRows(struct driver* d) {
     CUDA_OR_DIE(cudaSetDevice(d->local[i]->dev));
     const uint64_t* pad = (const uint64_t*)d->local[i]->signalsMem;
     CUDA_OR_DIE(cudaMemcpy(rows + (size_t)i * words,
-                           pad + SYMM_PAD_SIGNAL_WORD(kSplitRowsFirstPurpose, 0, 0),
+                           pad + SYMM_PAD_SPLIT_START_REST_BASE,
                            words * sizeof(uint64_t), cudaMemcpyDeviceToHost));
   }
   return rows;
