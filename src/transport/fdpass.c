@@ -266,7 +266,15 @@ static void* serverMain(void* arg) {
     }
     if (pfds[1].revents) break; /* cancelled: the setup failed elsewhere */
     int conn = accept4(s->listenFd, NULL, NULL, SOCK_CLOEXEC);
-    if (conn < 0) continue;
+    if (conn < 0) {
+      /* Out of descriptors (EMFILE, ENFILE, ENOBUFS) leaves the connection queued and poll
+       * ready again at once: pause instead of spinning; the member retries until its deadline. */
+      if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN) {
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 2 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+      }
+      continue;
+    }
     int served = serveOne(s, conn, nowMs() + s->rv.timeoutMs);
     close(conn);
     if (served >= 0) s->pending &= ~(1u << served);
@@ -381,7 +389,7 @@ ncclResult_t symmFdFetch(const struct symmFdRendezvous* rv, int fromRank, int* f
   int conn = connectToRank(rv, fromRank, deadline);
   if (conn < 0) return ncclSystemError;
   ncclResult_t res = ncclSystemError;
-  struct ucred cred;
+  struct ucred cred = {.pid = -1, .uid = (uid_t)-1, .gid = (gid_t)-1};
   if (peerCred(conn, &cred) != 0 || cred.uid != rv->uid || cred.pid != rv->pids[fromRank]) {
     WARN("symmetric memory: the socket of rank %d is held by another process (pid %d uid %u); "
          "refusing it", fromRank, (int)cred.pid, (unsigned)cred.uid);

@@ -15,7 +15,7 @@
 
 static atomic_long attempts;
 
-/* "Set" means a value other than empty/0/false/no; NCCL_NVLS_ENABLE is off only at 0. */
+/* "Set" means a value other than empty/0/false/no/n. */
 static int envSet(const char* name) {
   const char* v = getenv(name);
   if (v == NULL || v[0] == '\0') return 0;
@@ -23,10 +23,17 @@ static int envSet(const char* name) {
            strcasecmp(v, "n") == 0);
 }
 
-static int envIsZero(const char* name) {
+/* NCCL reads NCCL_NVLS_ENABLE with strtoll, so any value that is not a number ("off", "false",
+ * " 0", "-0") is 0 there: NVLS off. Fail closed: set and not wholly a non-zero integer (trailing
+ * blanks allowed) means off. */
+static int envNvlsOff(const char* name) {
   const char* v = getenv(name);
   if (v == NULL || v[0] == '\0') return 0;
-  return atol(v) == 0 && (v[0] == '0' || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0);
+  char* end = NULL;
+  const long long n = strtoll(v, &end, 0);
+  if (end == v) return 1;
+  while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+  return n == 0 || *end != '\0';
 }
 
 /* Multicast is opt-in: only an explicit SYMMCOLL_MULTIMEM=1 asks for it. */
@@ -38,7 +45,7 @@ static int envIsOne(const char* name) {
 }
 
 int symmMulticastEnvAllows(void) {
-  if (envIsZero("NCCL_NVLS_ENABLE")) return 0;
+  if (envNvlsOff("NCCL_NVLS_ENABLE")) return 0;
   if (envSet("TORCH_SYMM_MEM_DISABLE_MULTICAST")) return 0;
   if (envSet("NVSHMEM_DISABLE_NVLS")) return 0;
   return envIsOne("SYMMCOLL_MULTIMEM");

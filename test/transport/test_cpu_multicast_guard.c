@@ -68,13 +68,21 @@ int main(void) {
   for (int i = 0; i < NSWITCHES; i++) setOne(switches[i][0], switches[i][1]);
   CHECK_EQ_INT(symmMulticastEnvAllows(), 0);
 
-  /* Values that do not switch it off, and "true", which does. */
+  /* Values that leave it on, and values that switch it off. */
   static const struct {
     const char *name, *value;
     int allows;
   } values[] = {{"NCCL_NVLS_ENABLE", "1", 1},  {"NCCL_NVLS_ENABLE", "2", 1},
                 {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "0", 1}, {"SYMMCOLL_MULTIMEM", "1", 1},
-                {"NVSHMEM_DISABLE_NVLS", "true", 0}};
+                {"NVSHMEM_DISABLE_NVLS", "true", 0},
+                /* NCCL reads these as 0 (strtoll): off here too, and anything unclear. */
+                {"NCCL_NVLS_ENABLE", " 0", 0}, {"NCCL_NVLS_ENABLE", "\t0", 0},
+                {"NCCL_NVLS_ENABLE", "+0", 0}, {"NCCL_NVLS_ENABLE", "-0", 0},
+                {"NCCL_NVLS_ENABLE", "off", 0}, {"NCCL_NVLS_ENABLE", "OFF", 0},
+                {"NCCL_NVLS_ENABLE", "disable", 0}, {"NCCL_NVLS_ENABLE", "0x0", 0},
+                {"NCCL_NVLS_ENABLE", "0 ", 0}, {"NCCL_NVLS_ENABLE", "1x", 0},
+                {"NCCL_NVLS_ENABLE", "1 ", 1}, {"NCCL_NVLS_ENABLE", "0x1", 1},
+                {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "off", 0}};
   for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
     clearAll();
     setOne(values[i].name, values[i].value);
