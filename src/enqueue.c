@@ -202,6 +202,29 @@ static const void* inPlaceBuffer(const struct symmTask* task, int nranks, size_t
   return inPlaceIsOutput(task, nranks) ? task->recvbuff : task->sendbuff;
 }
 
+/* NCCL_CHECK_POINTERS, read once per process as NCCL reads its parameters. */
+static int checkPointersOn(void) {
+  static int cached = -1;
+  int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 0) {
+    const int env = symmNcclEnvInt("NCCL_CHECK_POINTERS");
+    v = env != NCCL_CONFIG_UNDEF_INT && env != 0;
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+/* NCCL's CudaPtrCheck: a pointer CUDA does not know, without a device address, or in another
+ * device's memory is refused. */
+static int pointerRefused(const void* p, int cudaDev) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return a.devicePointer == NULL || (a.type == cudaMemoryTypeDevice && a.device != cudaDev);
+}
+
 static int communicatorFailed(struct symmComm* comm) {
   return symmCommPollHealth(comm) != ncclSuccess;
 }
@@ -254,6 +277,7 @@ static void gatherOne(struct call* c, unsigned need) {
         f->jobRunning = __atomic_load_n(&comm->job, __ATOMIC_ACQUIRE) == SYMM_JOB_RUNNING;
       }
       f->config = comm->config;
+      f->checkPointers = checkPointersOn();
       break;
     case SYMM_NEED_JOB:
       symmCommWaitJob(comm);
@@ -284,6 +308,13 @@ static void gatherOne(struct call* c, unsigned need) {
       break;
     case SYMM_NEED_HEALTH:
       f->health = symmCommHealth(comm);
+      /* A non-blocking communicator keeps the error of a call the real NCCL refused (its
+       * ncclEnqueueCheck sets it as the communicator's) and refuses every later call with it. */
+      if (f->health == ncclSuccess && !comm->config.blocking) {
+        ncclResult_t state = ncclSuccess;
+        if (symmCommRealState(comm, &state) == ncclSuccess && state != ncclInProgress)
+          f->health = state;
+      }
       break;
     case SYMM_NEED_REPEAT:
       repeatKeyOf(comm, task, &c->key);
@@ -303,6 +334,10 @@ static void gatherOne(struct call* c, unsigned need) {
     }
     case SYMM_NEED_GRAPH_PEERS:
       exchangeGraphPeers(c);
+      break;
+    case SYMM_NEED_POINTERS:
+      f->pointersRefused = pointerRefused(task->sendbuff, comm->cudaDev) ||
+                           pointerRefused(task->recvbuff, comm->cudaDev);
       break;
     case SYMM_NEED_GROUP_STREAM:
       f->groupStream = symmGroupUseStream(comm, task->stream);
@@ -423,6 +458,11 @@ static ncclResult_t carryOut(struct call* c, const struct symmRoute* r) {
       if (r->note == SYMM_NOTE_CAPTURED_FIRST)
         INFO(SYMM_INIT, "comm %p: first call given to our kernels is captured; it forwards and "
              "staging waits for an uncaptured one", (void*)comm->real);
+      if (r->note == SYMM_NOTE_NCCL_REFUSES) {
+        const char* problem = symmArgsProblem(task, c->f.arch);
+        WARN("%s on communicator %p: %s; the real NCCL refuses it", symmCollApiName(task->coll),
+             (void*)task->comm, problem != NULL ? problem : "a buffer NCCL_CHECK_POINTERS refuses");
+      }
       if (r->untouched) return symmCallRealUntouched(task);
       if (!r->ordered) return symmCallReal(task);
       return symmForwardOrdered(comm, onAlias ? &plain : task, onAlias);

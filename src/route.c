@@ -32,33 +32,33 @@ static int fp8BelowSm90(const struct symmTask* t, int arch) {
          (t->datatype == ncclFloat8e4m3 || t->datatype == ncclFloat8e5m2);
 }
 
+const char* symmArgsProblem(const struct symmTask* task, int arch) {
+  if (symmTypeSize(task->datatype) == 0) return "invalid datatype";
+  if (opKind(task) < 0) return "invalid reduction operation";
+  /* NCCL discards an empty call before this check: count 0 of fp8 is no error anywhere. */
+  if (arch > 0 && task->count > 0 && fp8BelowSm90(task, arch))
+    return "fp8 reductions need sm_90 or newer on every rank";
+  return NULL;
+}
+
 ncclResult_t symmArgsCheck(const struct symmTask* task, int nranks, int arch, int* ncclDecides) {
-  *ncclDecides = 0;
-  const char* name = symmCollApiName(task->coll);
-  const size_t esize = symmTypeSize(task->datatype);
-  if (esize == 0) {
-    WARN("%s: invalid datatype %d", name, (int)task->datatype);
-    return ncclInvalidArgument;
-  }
-  if (opKind(task) < 0) {
-    WARN("%s: invalid reduction operation %d", name, (int)task->op);
-    return ncclInvalidArgument;
+  *ncclDecides = SYMM_OURS_MAY_RUN;
+  if (symmArgsProblem(task, arch) != NULL) {
+    *ncclDecides = SYMM_NCCL_REFUSES;
+    return ncclSuccess;
   }
   /* nranks * count * esize must fit (all-gather's output, reduce-scatter's input). */
+  const size_t esize = symmTypeSize(task->datatype);
   const size_t scale = task->coll == SYMM_COLL_ALLREDUCE || nranks < 1 ? 1 : (size_t)nranks;
   size_t bytes;
   if (__builtin_mul_overflow(task->count, esize * scale, &bytes)) {
-    WARN("%s: count %zu of %zu-byte elements overflows", name, task->count, esize);
-    return ncclInvalidArgument;
-  }
-  /* NCCL discards an empty call before this check: count 0 of fp8 is no error anywhere. */
-  if (arch > 0 && task->count > 0 && fp8BelowSm90(task, arch)) {
-    WARN("%s: fp8 reductions need sm_90 or newer on every rank", name);
+    WARN("%s: count %zu of %zu-byte elements overflows", symmCollApiName(task->coll),
+         task->count, esize);
     return ncclInvalidArgument;
   }
   /* So do empty calls and NULL buffers (NCCL checks pointers only when asked to). */
   if (opKind(task) > 0 || task->count == 0 || task->sendbuff == NULL || task->recvbuff == NULL)
-    *ncclDecides = 1;
+    *ncclDecides = SYMM_NCCL_RUNS;
   return ncclSuccess;
 }
 
@@ -154,6 +154,13 @@ static struct symmRoute forward(int ordered) {
   return (struct symmRoute){.kind = SYMM_ROUTE_FORWARD, .ordered = ordered};
 }
 
+/* Arguments NCCL's own checks refuse: given to it untouched, with a WARN of ours. */
+static struct symmRoute refusedByNccl(void) {
+  struct symmRoute r = forward(0);
+  r.note = SYMM_NOTE_NCCL_REFUSES;
+  return r;
+}
+
 /* Which algorithm, if any of ours, and its launch: the tuner over what the rules allow. */
 static struct symmRoute pick(const struct symmRouteFacts* f, const struct symmTask* t) {
   const int policy = f->config.ctaPolicy;
@@ -231,9 +238,15 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
   /* A call before a non-blocking communicator's setup job is done waits for it. */
   if (f->jobRunning) return need(SYMM_NEED_JOB);
   if (!(f->have & SYMM_NEED_SETTLED)) return need(SYMM_NEED_SETTLED);
-  int ncclDecides = 0;
+  int ncclDecides = SYMM_OURS_MAY_RUN;
   const ncclResult_t args = symmArgsCheck(t, f->nranks, f->arch, &ncclDecides);
   if (args != ncclSuccess) return refuse(f, args);
+  /* NCCL_CHECK_POINTERS: buffers NCCL's check refuses are its to refuse (NULL ones are NCCL's
+   * anyway). */
+  if (f->checkPointers && ncclDecides == SYMM_OURS_MAY_RUN) {
+    if (!(f->have & SYMM_NEED_POINTERS)) return need(SYMM_NEED_POINTERS);
+    if (f->pointersRefused) ncclDecides = SYMM_NCCL_REFUSES;
+  }
   /* Ours behind a non-blocking group go first, in call order; while NCCL's group is still being
    * launched, this call came too early. */
   if (f->parked) return need(SYMM_NEED_PARKED);
@@ -248,9 +261,10 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
   struct symmRoute stop;
   if (!f->hasTransport) {
     if (f->failure != ncclSuccess) return refuse(f, f->failure);
+    if (ncclDecides == SYMM_NCCL_REFUSES) return refusedByNccl();
     return groupStreamsStop(f, t, &stop) ? stop : forward(0);
   }
-  if (ncclDecides && t->count > 0) return forward(1);
+  if (ncclDecides == SYMM_NCCL_RUNS && t->count > 0) return forward(1);
 
   /* Under the lock: its health first; outside groups, the repeat cache is looked at too (read
    * only; used when the route is repeatable). */
@@ -258,6 +272,13 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
     return need(SYMM_NEED_LOCK | SYMM_NEED_HEALTH | (f->groupDepth == 0 ? SYMM_NEED_REPEAT : 0u));
   if (!(f->have & SYMM_NEED_HEALTH)) return need(SYMM_NEED_HEALTH);
   if (f->health != ncclSuccess) return refuse(f, f->health);
+  /* After the communicator's own failure, as NCCL checks its state before the arguments; NCCL
+   * never puts the call on the stream, so it needs no order. */
+  if (ncclDecides == SYMM_NCCL_REFUSES) return refusedByNccl();
+  /* Aborted or revoked (staging was built, our kernels cannot run): inside a group the real NCCL
+   * is given the call now, which refuses it itself (a revoked communicator: ncclInvalidUsage)
+   * and fails its group, as without us. Outside groups the launch is issued and forwards. */
+  if (f->groupDepth > 0 && f->stillOurs && !f->peersLive && !f->needsStaging) return forward(0);
   /* NCCL checks an empty call's arguments and then discards it (nothing reaches the stream), so
    * it needs no order against ours: in a graph that order would be two nodes for nothing. A
    * failed communicator still refuses it, as every call on it. */

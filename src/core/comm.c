@@ -142,7 +142,7 @@ int symmCommCount(void) {
  * parameters (NCCL_PARAM): strtoll in base 0 with what follows the number ignored ("0 " is 0), a
  * range error keeps the default, and the 64-bit value is stored into an int. Ours must be the
  * value the real NCCL uses. */
-static int envInt(const char* name) {
+int symmNcclEnvInt(const char* name) {
   const char* env = getenv(name);
   if (env == NULL || env[0] == '\0') return NCCL_CONFIG_UNDEF_INT;
   errno = 0;
@@ -152,7 +152,7 @@ static int envInt(const char* name) {
 }
 
 int symmConfigBlocking(const ncclConfig_t* config, int inherited) {
-  const int env = envInt("NCCL_COMM_BLOCKING");
+  const int env = symmNcclEnvInt("NCCL_COMM_BLOCKING");
   if (env == 0 || env == 1) return env;
   if (config == NULL) return inherited != 0;
   if (config->blocking == NCCL_CONFIG_UNDEF_INT) return 1;
@@ -180,8 +180,8 @@ void symmConfigRead(const ncclConfig_t* config, const struct symmCommConfig* par
   }
   out->blocking = symmConfigBlocking(config, parent != NULL ? parent->blocking : 1);
   /* The environment wins over the config, as in NCCL's parseCommConfig. */
-  const int envMax = envInt("NCCL_MAX_CTAS"), envMin = envInt("NCCL_MIN_CTAS");
-  const int envPolicy = envInt("NCCL_CTA_POLICY");
+  const int envMax = symmNcclEnvInt("NCCL_MAX_CTAS"), envMin = symmNcclEnvInt("NCCL_MIN_CTAS");
+  const int envPolicy = symmNcclEnvInt("NCCL_CTA_POLICY");
   if (envMax != NCCL_CONFIG_UNDEF_INT && envMax > 0) maxCTAs = envMax;
   if (envMin != NCCL_CONFIG_UNDEF_INT && envMin > 0) minCTAs = envMin;
   if (envPolicy != NCCL_CONFIG_UNDEF_INT) policy = envPolicy;

@@ -139,6 +139,10 @@ int symmConfigBlocking(const ncclConfig_t* config, int inherited);
 /* The whole config as NCCL reads it: fields of versions the caller's struct has, NCCL_MAX_CTAS,
  * NCCL_MIN_CTAS and NCCL_CTA_POLICY from the environment, NCCL's clamps. `parent` (or NULL) is
  * inherited when `config` is NULL (ncclCommSplit/Shrink). */
+/* An NCCL_* integer from the environment as NCCL 2.28 reads its parameters (strtoll, base 0,
+ * what follows the number ignored), or NCCL_CONFIG_UNDEF_INT when unset or out of range. */
+int symmNcclEnvInt(const char* name);
+
 void symmConfigRead(const ncclConfig_t* config, const struct symmCommConfig* parent,
                     struct symmCommConfig* out);
 

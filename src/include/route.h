@@ -44,6 +44,7 @@ enum symmRouteNeed {
    * return, with the lock's facts read again) */
   SYMM_NEED_GRAPH_PEERS = 1u << 9,
   SYMM_NEED_GROUP_STREAM = 1u << 10, /* inside a group: the stream against the group's others */
+  SYMM_NEED_POINTERS = 1u << 11, /* NCCL_CHECK_POINTERS: NCCL's pointer check of the buffers */
 };
 
 struct symmRoute;
@@ -65,6 +66,7 @@ struct symmRouteFacts {
                              lock, with SYMM_NEED_LOCK) */
   int jobRunning;         /* its non-blocking setup job runs (0 once waited for) */
   struct symmCommConfig config;
+  int checkPointers;      /* NCCL_CHECK_POINTERS is on */
   /* SYMM_NEED_SETTLED (after the job) */
   int nranks, arch, link;
   const struct symmTuneFile* table;
@@ -90,6 +92,8 @@ struct symmRouteFacts {
   /* SYMM_NEED_GROUP_STREAM */
   ncclResult_t groupStream; /* symmGroupUseStream: the communicator's streams in the group all
                                uncaptured or all in one capture, this one included */
+  /* SYMM_NEED_POINTERS */
+  int pointersRefused;    /* NCCL's CudaPtrCheck would refuse sendbuff or recvbuff */
   /* SYMM_NEED_GRAPH_PEERS */
   int graphPeers;         /* every rank agreed: the peers' buffers are mapped (windowPeers) */
 };
@@ -115,6 +119,7 @@ enum symmRouteNote {
   SYMM_NOTE_NONE,
   SYMM_NOTE_CAPTURED_FIRST, /* INFO: the first call given to our kernels is captured */
   SYMM_NOTE_PARKED_BUSY,    /* WARN: a call before the previous operation returned ncclSuccess */
+  SYMM_NOTE_NCCL_REFUSES,   /* WARN: arguments NCCL refuses (symmArgsProblem, or pointers) */
 };
 
 struct symmRoute {
@@ -154,10 +159,23 @@ size_t symmRouteLargestStaged(const struct symmTuneInput* comm, int ctaPolicy);
 
 /* The route's rules that tests also check one by one. */
 
-/* NCCL's argument checks (ArgsCheck, taskAppend) that must happen before we launch: invalid
- * datatype, invalid op (negative), a count whose byte size overflows, fp8 reductions below sm_90
- * (`arch`, 0 when unknown or mixed) -> ncclInvalidArgument. *ncclDecides = 1 for calls the real
- * NCCL must judge and run (user-defined ops, count 0, NULL buffers). */
+/* What symmArgsCheck leaves to the real NCCL. */
+enum symmNcclDecides {
+  SYMM_OURS_MAY_RUN = 0,
+  SYMM_NCCL_RUNS = 1,    /* NCCL judges and runs it: user-defined ops, count 0, NULL buffers */
+  SYMM_NCCL_REFUSES = 2, /* NCCL's own checks refuse it (invalid datatype, negative op, fp8
+                            below sm_90): given to NCCL untouched, which returns its error,
+                            fails its group and, on a non-blocking communicator, keeps the error
+                            as the communicator's (ncclCommGetAsyncError), as without us */
+};
+
+/* What NCCL's own argument checks refuse in this call (invalid datatype, negative op, fp8
+ * below sm_90 with `arch` known), in words for the log, or NULL. */
+const char* symmArgsProblem(const struct symmTask* task, int arch);
+
+/* NCCL's argument checks (ArgsCheck, taskAppend) before we launch. A count whose byte size
+ * overflows -> ncclInvalidArgument (ours: NCCL does not check it); otherwise ncclSuccess with
+ * *ncclDecides one of enum symmNcclDecides (fp8 below sm_90: `arch` known, not 0). */
 ncclResult_t symmArgsCheck(const struct symmTask* task, int nranks, int arch, int* ncclDecides);
 
 /* The `ncclplain` choice: `task` with each buffer that lies in a symmetric window with an alias

@@ -106,12 +106,19 @@ static void testArgumentErrors(void) {
   struct symmComm* c = known(0x200000);
   if (c == NULL) return;
   ncclComm_t h = c->real;
+  /* What NCCL's own checks refuse reaches the real NCCL untouched, and its answer comes back
+   * (this fake accepts everything; the real one says ncclInvalidArgument). */
   const int before = callCount();
-  CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, (ncclDataType_t)99, ncclSum, h, NULL), ncclInvalidArgument);
+  CHECK_EQ_INT(ncclAllReduce(buf, buf, 4, (ncclDataType_t)99, ncclSum, h, NULL), ncclSuccess);
+  CHECK_EQ_INT(callCount(), before + 1);
+  CHECK_EQ_INT(lastDatatype(), 99);
+  CHECK_EQ_INT(ncclAllGather(buf, buf, 1, (ncclDataType_t)-3, h, NULL), ncclSuccess);
+  CHECK_EQ_INT(callCount(), before + 2);
+  CHECK_EQ_INT(lastDatatype(), -3);
+  /* What NCCL does not check (a byte size that overflows) is ours to refuse: nothing forwarded. */
   CHECK_EQ_INT(ncclReduceScatter(buf, buf, SIZE_MAX / 2, ncclFloat32, ncclSum, h, NULL),
                ncclInvalidArgument);
-  CHECK_EQ_INT(ncclAllGather(buf, buf, 1, (ncclDataType_t)-3, h, NULL), ncclInvalidArgument);
-  CHECK_EQ_INT(callCount(), before);
+  CHECK_EQ_INT(callCount(), before + 2);
   CHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   CHECK_EQ_INT(ncclAllReduce(buf, buf, SIZE_MAX / 2, ncclFloat32, ncclSum, h, NULL),
                ncclInvalidArgument);
@@ -780,6 +787,36 @@ static void testBlockedLaunch(void) {
   CHECK_EQ_INT(ncclCommDestroy(c->real), ncclSuccess);
 }
 
+/* A non-blocking communicator whose real NCCL keeps an error (a call it refused) refuses our
+ * calls with it too, as NCCL refuses every later call; a blocking one does not ask. */
+static void testStickyError(void) {
+  for (int blocking = 0; blocking <= 1; blocking++) {
+    struct symmComm* c = knownComm(blocking ? 0x5500000 : 0x5600000, blocking);
+    struct symmTransport* t = calloc(1, sizeof(*t));
+    static uint32_t hostWords[SYMM_HOST_SLOT_BYTES / sizeof(uint32_t)];
+    CHECK(c != NULL && t != NULL);
+    if (c == NULL || t == NULL) return;
+    memset(hostWords, 0, sizeof(hostWords));
+    t->flags.host = hostWords;
+    c->transport = t;
+    setAsyncError(ncclInvalidArgument);
+    float buf[4] = {0};
+    const int before = callCount();
+    const ncclResult_t res = ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, c->real, NULL);
+    if (!blocking) {
+      CHECK_EQ_INT(res, ncclInvalidArgument);
+      CHECK_EQ_INT(callCount(), before + 1); /* the state, nothing else */
+      CHECK_EQ_STR(lastName(), "ncclCommGetAsyncError");
+    } else {
+      CHECK(callCount() == before || strcmp(lastName(), "ncclCommGetAsyncError") != 0);
+    }
+    c->transport = NULL; /* not a real one: nothing to tear down */
+    free(t);
+    setAsyncError(FAKE_ASYNC_ERROR);
+    symmCommRemove(c->real);
+  }
+}
+
 /* ---- SYMMCOLL_DISABLE on this rank: its peers' setup exchange needs it ----------------------- */
 
 /* An entry that went through setup (as a disabled rank: nothing of ours loaded or built). */
@@ -936,6 +973,7 @@ int main(int argc, char** argv) {
   testShrinkAbort();
   testAbortRace(argc > 2 ? atoi(argv[2]) : 1000);
   testBlockedLaunch();
+  testStickyError();
   testNonBlockingInGroup();
   testDisabledRank();
   CHECK_EQ_INT(symmCommCount(), 0);

@@ -76,6 +76,7 @@ static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, uns
       if (!f->issuing) f->gone = w->gone;
       f->jobRunning = w->jobRunning;
       f->config = w->config;
+      f->checkPointers = w->checkPointers;
       break;
     case SYMM_NEED_JOB:
       asked[(*n)++] = 'J';
@@ -117,6 +118,10 @@ static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, uns
       asked[(*n)++] = 'K';
       f->captured = w->captured;
       break;
+    case SYMM_NEED_POINTERS:
+      asked[(*n)++] = 'Q';
+      f->pointersRefused = w->pointersRefused;
+      break;
     case SYMM_NEED_GROUP_STREAM:
       asked[(*n)++] = 'Y';
       f->groupStream = w->groupStream;
@@ -141,7 +146,7 @@ static void reveal(struct symmRouteFacts* f, const struct symmRouteFacts* w, uns
 
 /* Hands the route the facts it asks for, from `w`, as src/enqueue.c gathers them; `asked`
  * spells the groups in order (C comm, J job, S settled, P parked, L lock, H health, R repeat,
- * W window, K capture, G graph peers, Y the group's streams; '-' a group with no communicator to
+ * W window, K capture, G graph peers, Y the group's streams, Q NCCL's pointer check; '-' a group with no communicator to
  * read it from). */
 static struct symmRoute drive(const struct symmRouteFacts* w, const struct symmTask* t,
                               char* asked) {
@@ -210,6 +215,17 @@ static void expectRoute(const char* name, const struct symmRouteFacts* w, const 
 #define FWD_PLAIN(asked) {K_FWD, X, X, 0, X, 0, X, asked}
 #define REFUSED(res, group, asked) {K_REFUSE, res, group, X, X, X, X, asked}
 
+/* Arguments NCCL's own checks refuse: given to it untouched (it answers, fails its group, keeps
+ * the error on a non-blocking communicator), with our WARN's note. */
+static void expectNcclRefuses(const char* name, const struct symmRouteFacts* w,
+                              const struct symmTask* t, const char* asked) {
+  expectRoute(name, w, t, (struct expect)FWD_PLAIN(asked));
+  char got[32];
+  const struct symmRoute r = drive(w, t, got);
+  CHECK_EQ_INT(r.untouched, 0);
+  CHECK_EQ_INT(r.note, SYMM_NOTE_NCCL_REFUSES);
+}
+
 static void testEntryAndCommunicator(void) {
   struct symmRouteFacts w = world();
   struct symmTask t = allReduce(1024);
@@ -263,13 +279,22 @@ static void testArguments(void) {
   struct symmRouteFacts w = world();
   struct symmTask t = allReduce(1024);
   t.datatype = (ncclDataType_t)ncclNumTypes;
-  expectRoute("datatype", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+  expectNcclRefuses("datatype", &w, &t, "CSLHR");
   w.groupDepth = 1;
-  expectRoute("datatype in a group", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 1, "CS"));
+  expectNcclRefuses("datatype in a group", &w, &t, "CSLH");
+  w.groupDepth = 0;
+  /* NCCL looks at the communicator's state before the arguments. */
+  w.health = ncclRemoteError;
+  expectRoute("datatype, failed", &w, &t, (struct expect)REFUSED(ncclRemoteError, 0, "CSLHR"));
+  w = world();
+  w.hasTransport = 0;
+  expectNcclRefuses("datatype, never ours", &w, &t, "CS");
+  w.failure = ncclSystemError;
+  expectRoute("datatype, never ours, failed", &w, &t, (struct expect)REFUSED(ncclSystemError, 0, "CS"));
   w = world();
   /* Operator range: negative invalid; user-defined (PreMulSum) the real NCCL's, ordered. */
   t = task(SYMM_COLL_REDUCESCATTER, 4, ncclFloat32, (ncclRedOp_t)-1);
-  expectRoute("negative op", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+  expectNcclRefuses("negative op", &w, &t, "CSLHR");
   t = task(SYMM_COLL_ALLREDUCE, 4, ncclFloat32, (ncclRedOp_t)(ncclNumOps + 1));
   expectRoute("user-defined op", &w, &t, (struct expect)FWD_ORDERED("CS"));
   t = task(SYMM_COLL_ALLGATHER, 4, ncclFloat32, (ncclRedOp_t)-1); /* all-gather has no op */
@@ -295,14 +320,14 @@ static void testArguments(void) {
   w = world();
   t = task(SYMM_COLL_ALLREDUCE, 1024, ncclFloat8e4m3, ncclSum);
   w.arch = 80;
-  expectRoute("fp8 sm_80", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+  expectNcclRefuses("fp8 sm_80", &w, &t, "CSLHR");
   w.arch = 0;
   expectRoute("fp8 mixed", &w, &t, (struct expect){K_FWD, X, X, 1, X, 1, SYMM_ALGO_NCCL, "CSLHRW"});
   w.arch = 90;
   expectRoute("fp8 sm_90", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
   t = task(SYMM_COLL_REDUCESCATTER, 1024, ncclFloat8e5m2, ncclMax);
   w.arch = 86;
-  expectRoute("fp8 reduce-scatter sm_86", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 0, "CS"));
+  expectNcclRefuses("fp8 reduce-scatter sm_86", &w, &t, "CSLHR");
   t = task(SYMM_COLL_ALLGATHER, 1024, ncclFloat8e4m3, ncclSum);
   w.arch = 80;
   expectRoute("fp8 all-gather sm_80", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
@@ -325,9 +350,32 @@ static void testParked(void) {
   w.parkedResult = ncclUnhandledCudaError;
   w.groupDepth = 1;
   expectRoute("parked failed", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 1, "CSP"));
-  /* Arguments are judged before anything parked runs. */
+  /* What ran before (NCCL's state) is reported before arguments NCCL refuses; our own refusal
+   * (an overflowing count) comes first. */
   t.datatype = (ncclDataType_t)-1;
-  expectRoute("arguments first", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 1, "CS"));
+  expectRoute("state before arguments", &w, &t, (struct expect)REFUSED(ncclUnhandledCudaError, 1, "CSP"));
+  t = task(SYMM_COLL_ALLGATHER, SIZE_MAX / 4, ncclInt8, ncclSum);
+  w.nranks = 8;
+  expectRoute("overflow first", &w, &t, (struct expect)REFUSED(ncclInvalidArgument, 1, "CS"));
+}
+
+/* NCCL_CHECK_POINTERS: NCCL's pointer check asked only when it is on, and only for calls ours
+ * could run; a refused buffer goes to NCCL untouched, which refuses it. */
+static void testCheckPointers(void) {
+  struct symmRouteFacts w = world();
+  struct symmTask t = allReduce(1024);
+  w.checkPointers = 1;
+  expectRoute("pointers fine", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSQLHRW"));
+  w.pointersRefused = 1;
+  expectNcclRefuses("pointer refused", &w, &t, "CSQLHR");
+  w.groupDepth = 1;
+  expectNcclRefuses("pointer refused in a group", &w, &t, "CSQLH");
+  w = world();
+  w.pointersRefused = 1; /* never asked while the check is off */
+  expectRoute("check off", &w, &t, (struct expect)LAUNCH_NOW(SYMM_ALGO_LAMPORT, "CSLHRW"));
+  w.checkPointers = 1;
+  t.recvbuff = NULL; /* NCCL's anyway */
+  expectRoute("NULL buffer", &w, &t, (struct expect)FWD_ORDERED("CS"));
 }
 
 static void testRepeatsAndGroups(void) {
@@ -361,6 +409,10 @@ static void testRepeatsAndGroups(void) {
   t = allReduce(1024);
   expectRoute("not live", &w, &t, (struct expect){K_LAUNCH, X, X, X, SYMM_WHEN_ISSUE, 0,
                                                   SYMM_ALGO_LAMPORT, "CSLHRW"});
+  /* Inside a group the real NCCL is given it now: a revoked communicator's call is refused by
+   * the call itself (ncclInvalidUsage), and NCCL's group fails with it. */
+  w.groupDepth = 1;
+  expectRoute("not live, group", &w, &t, (struct expect)FWD_PLAIN("CSLH"));
   /* Forwards outside the table's range are remembered where ours could run. */
   w = world();
   w.nranks = 6;
@@ -871,6 +923,7 @@ int main(void) {
   testEntryAndCommunicator();
   testArguments();
   testParked();
+  testCheckPointers();
   testRepeatsAndGroups();
   testStaging();
   testPolicies();
