@@ -91,7 +91,9 @@ __device__ __forceinline__ TwoShotPlan twoShotPlan(const KernelArgs& a, size_t e
   p.C = p.S * (size_t)a.nranks;
   p.rounds = (uint32_t)divUp(a.count, p.C);
   p.unit = unit;
-  p.split = a.splitRounds != 0 && p.B >= 2 * unit;
+  /* Only where the round pushes (inputs read from the peers' windows leave nothing in flight
+   * to overlap: a split would only add a signal's trip). */
+  p.split = a.splitRounds != 0 && p.B >= 2 * unit && !(a.zeroCopy && !a.windowsOut);
   p.splitMid = p.split && a.splitRounds >= 2 && !(a.zeroCopy && a.windowsOut);
   return p;
 }
