@@ -16,7 +16,8 @@ extern "C" {
 #include "param.h"
 }
 
-/* Off until a pair of GPUs has timed it against one signal per round (perf/RESULTS.md). */
+/* Off: timed on the H200 pair against one signal per round, 1 gains 1.3 us at 16 MiB and loses
+ * 0.8 us at 64 MiB, 2 loses eager (perf/RESULTS.md, session 29, S2). */
 SYMMCOLL_PARAM_FULL(TwoShotSplit, "TWOSHOT_SPLIT", 0, 0, 2, SYMM_PARAM_AGREED,
                     "two-shot all-reduce: 1 pushes each round in two pieces, each with its own "
                     "signal, so the reduction starts on the first while the second is in flight; "
