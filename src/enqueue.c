@@ -460,8 +460,10 @@ static ncclResult_t carryOut(struct call* c, const struct symmRoute* r) {
              "staging waits for an uncaptured one", (void*)comm->real);
       if (r->note == SYMM_NOTE_NCCL_REFUSES) {
         const char* problem = symmArgsProblem(task, c->f.arch);
-        WARN("%s on communicator %p: %s; the real NCCL refuses it", symmCollApiName(task->coll),
-             (void*)task->comm, problem != NULL ? problem : "a buffer NCCL_CHECK_POINTERS refuses");
+        WARN("%s on communicator %p: %s (datatype %d, op %d, sendbuff %p, recvbuff %p); the real "
+             "NCCL refuses it", symmCollApiName(task->coll), (void*)task->comm,
+             problem != NULL ? problem : "a buffer NCCL_CHECK_POINTERS refuses",
+             (int)task->datatype, (int)task->op, task->sendbuff, (void*)task->recvbuff);
       }
       if (r->untouched) return symmCallRealUntouched(task);
       if (!r->ordered) return symmCallReal(task);
