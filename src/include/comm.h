@@ -136,13 +136,14 @@ ncclResult_t symmCommRealState(struct symmComm* comm, ncclResult_t* state);
  * NCCL_COMM_BLOCKING environment variable (0 or 1) wins, then config->blocking, then
  * `inherited` when there is no config (a split's parent; 1 for new communicators), else 1. */
 int symmConfigBlocking(const ncclConfig_t* config, int inherited);
-/* The whole config as NCCL reads it: fields of versions the caller's struct has, NCCL_MAX_CTAS,
- * NCCL_MIN_CTAS and NCCL_CTA_POLICY from the environment, NCCL's clamps. `parent` (or NULL) is
- * inherited when `config` is NULL (ncclCommSplit/Shrink). */
+
 /* An NCCL_* integer from the environment as NCCL 2.28 reads its parameters (strtoll, base 0,
  * what follows the number ignored), or NCCL_CONFIG_UNDEF_INT when unset or out of range. */
 int symmNcclEnvInt(const char* name);
 
+/* The whole config as NCCL reads it: fields of versions the caller's struct has, NCCL_MAX_CTAS,
+ * NCCL_MIN_CTAS and NCCL_CTA_POLICY from the environment, NCCL's clamps. `parent` (or NULL) is
+ * inherited when `config` is NULL (ncclCommSplit/Shrink). */
 void symmConfigRead(const ncclConfig_t* config, const struct symmCommConfig* parent,
                     struct symmCommConfig* out);
 
