@@ -87,12 +87,14 @@ void streamsRank(struct rank* r);
 void repeatRank(struct rank* r);
 void soakRank(struct rank* r);
 
-/* Communicators (core_gpu_comms.c): groups, non-blocking, split, shrink, config, mismatch. */
+/* Communicators (core_gpu_comms.c): groups, non-blocking, split, shrink, config, mismatch,
+ * NCCL_CHECK_POINTERS. */
 void groupRank(struct rank* r);
 void nonBlockingRank(struct rank* r);
 void splitRank(struct rank* r);
 void shrinkRank(struct rank* r);
 void ctaRank(struct rank* r);
 void mismatchRank(struct rank* r);
+void checkPointersRank(struct rank* r);
 
 #endif

@@ -206,3 +206,65 @@ void mismatchRank(struct rank* r) {
   }
   TCHECK_EQ_INT(ours(r->comm), 0);
 }
+
+/* ---- NCCL_CHECK_POINTERS=1: buffers NCCL's pointer check refuses never reach our kernels ----
+ * A pageable host buffer has no device address: the real NCCL refuses it (ncclInvalidArgument),
+ * so the call must go to it untouched; a kernel of ours would read or write memory it cannot
+ * reach. The test bootstrap has no pointer check and computes the call from host memory, so
+ * here the forwarded call succeeds and its result can be checked. Pinned host memory has a
+ * device address: NCCL accepts it, and so may ours. Sizes of every kernel of the tuner's table
+ * (meson also forces each all-reduce kernel). */
+static void pointerCase(struct rank* r, float* in, float* out, size_t count, int salt,
+                        int oursMayRun) {
+  const uint64_t before = ours(r->comm);
+  for (size_t i = 0; i < count; i++) r->host[i] = pattern(r->rank, i, salt);
+  CUDA_OK(cudaMemcpy(in, r->host, count * sizeof(float), cudaMemcpyDefault));
+  for (size_t i = 0; i < count; i++) r->host[i] = -1.0f; /* poison */
+  CUDA_OK(cudaMemcpy(out, r->host, count * sizeof(float), cudaMemcpyDefault));
+  TCHECK_EQ_INT(allReduce(r, in, out, count, r->s1), ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  CUDA_OK(cudaMemcpy(r->host, out, count * sizeof(float), cudaMemcpyDefault));
+  int wrong = 0;
+  for (size_t i = 0; i < count; i++) wrong += r->host[i] != expected(i, salt);
+  TCHECK_EQ_INT(wrong, 0);
+  if (!oursMayRun) TCHECK_EQ_INT(ours(r->comm), before);
+}
+
+void checkPointersRank(struct rank* r) {
+  static const size_t counts[] = {7, 4099, 65537, 1000003};
+  float* pageable = malloc(MAX_COUNT * sizeof(float));
+  float* pinned = NULL;
+  CUDA_OK(cudaMallocHost((void**)&pinned, MAX_COUNT * sizeof(float)));
+  TCHECK(pageable != NULL && pinned != NULL);
+  if (pageable == NULL || pinned == NULL) goto done;
+  for (int k = 0; k < 4; k++) {
+    const uint64_t before = ours(r->comm);
+    checkedAllReduce(r, counts[k], k); /* device buffers: NCCL's check passes */
+    if (k == 0) TCHECK_EQ_INT(ours(r->comm), before + 1); /* ours at the smallest size */
+    pointerCase(r, pageable, r->out, counts[k], k, 0);
+    pointerCase(r, r->in, pageable, counts[k], k, 0);
+    pointerCase(r, pageable, pageable, counts[k], k, 0); /* in place */
+    pointerCase(r, pinned, r->out, counts[k], k, 1);
+  }
+  /* All-gather and reduce-scatter take the same check: a pageable input is forwarded. */
+  const size_t each = 4099;
+  for (size_t i = 0; i < each; i++) pageable[i] = pattern(r->rank, i, 9);
+  const uint64_t before = ours(r->comm);
+  TCHECK_EQ_INT(ncclAllGather(pageable, r->out, each, ncclFloat32, r->comm, r->s1), ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  int wrong = 0;
+  for (int q = 0; q < nranks; q++) wrong += wrongAt(r, r->out + (size_t)q * each, each, 9, q);
+  TCHECK_EQ_INT(wrong, 0);
+  for (size_t i = 0; i < each * (size_t)nranks; i++) pageable[i] = pattern(r->rank, i, 10);
+  TCHECK_EQ_INT(ncclReduceScatter(pageable, r->out, each, ncclFloat32, ncclSum, r->comm, r->s1),
+                ncclSuccess);
+  CUDA_OK(cudaStreamSynchronize(r->s1));
+  CUDA_OK(cudaMemcpy(r->host, r->out, each * sizeof(float), cudaMemcpyDeviceToHost));
+  wrong = 0;
+  for (size_t i = 0; i < each; i++) wrong += r->host[i] != expected((size_t)r->rank * each + i, 10);
+  TCHECK_EQ_INT(wrong, 0);
+  TCHECK_EQ_INT(ours(r->comm), before);
+done:
+  free(pageable);
+  if (pinned != NULL) CUDA_OK(cudaFreeHost(pinned));
+}
