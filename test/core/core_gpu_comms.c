@@ -219,8 +219,10 @@ static void pointerCase(struct rank* r, float* in, float* out, size_t count, int
   const uint64_t before = ours(r->comm);
   for (size_t i = 0; i < count; i++) r->host[i] = pattern(r->rank, i, salt);
   CUDA_OK(cudaMemcpy(in, r->host, count * sizeof(float), cudaMemcpyDefault));
-  for (size_t i = 0; i < count; i++) r->host[i] = -1.0f; /* poison */
-  CUDA_OK(cudaMemcpy(out, r->host, count * sizeof(float), cudaMemcpyDefault));
+  if (out != in) { /* poison */
+    for (size_t i = 0; i < count; i++) r->host[i] = -1.0f;
+    CUDA_OK(cudaMemcpy(out, r->host, count * sizeof(float), cudaMemcpyDefault));
+  }
   TCHECK_EQ_INT(allReduce(r, in, out, count, r->s1), ncclSuccess);
   CUDA_OK(cudaStreamSynchronize(r->s1));
   CUDA_OK(cudaMemcpy(r->host, out, count * sizeof(float), cudaMemcpyDefault));
