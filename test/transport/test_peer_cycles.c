@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GPU test of setup's life cycle: thousands of create/destroy cycles leave fds, mappings and GPU
  * memory where they were; a rank that cannot stage its setup exchange leaves every rank
- * forwarding with right results. Usage: test_peer_cycles bootstrap|procs|setup <count>,
- * test_peer_cycles fault (white-box, see peer_common.h). */
+ * forwarding with right results; a peer process killed or stopped while our kernel waits for it
+ * leaves the survivor able to abort. Usage: test_peer_cycles bootstrap|procs|setup <count>,
+ * test_peer_cycles fault | fault_readback | peer_gone kill|stop (white-box, see peer_common.h). */
 #include "peer_common.h"
 #include "setup.h"
 
@@ -232,6 +233,129 @@ static void cyclesSetupBody(struct rankCtx* local, int n, void* arg) {
   runCycles(local, *(int*)arg, setupCycle, "setup/teardown");
 }
 
+/* ---- a peer process killed (SIGKILL) or stopped (SIGSTOP) while our kernel waits for it ------ */
+
+static double monoSeconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Both ranks: ten checked all-reduces of ours, then a 256 MiB one (several two-shot rounds).
+ * Rank 1 signals itself right after launching it: killed, its context goes with the call perhaps
+ * half done; stopped, its GPU work goes on but it issues nothing more. Rank 0 issues one more
+ * call, which no peer will meet: its stream must be stuck, and then ncclCommAbort (as PyTorch's
+ * watchdog calls it) must return and the stream drain within seconds, leaving the GPU usable.
+ * Nothing of ours may wait for the gone peer: no exchange in teardown, no deadline. */
+static void peerGoneBody(int rank, ncclComm_t comm, int sig) {
+  enum { SMALL = 4099 };
+  const size_t big = (size_t)64 << 20; /* int32 elements: 256 MiB */
+  struct symmComm* entry = symmCommFind(comm);
+  const struct symmPeers* peers = entry != NULL ? symmTransportPeers(entry) : NULL;
+  CHECK(peers != NULL);
+  int32_t* host = malloc(SMALL * sizeof(int32_t));
+  int32_t* dev = NULL;
+  cudaStream_t stream = NULL;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void**)&dev, big * sizeof(int32_t)));
+  CHECK(host != NULL);
+  if (peers == NULL || host == NULL || dev == NULL) _exit(3);
+  for (int k = 0; k < 10; k++) checkOurAllReduce(comm, peers, rank, 2, host, dev, SMALL, stream);
+  CHECK_EQ_INT(ncclAllReduce(dev, dev, big, ncclInt32, ncclSum, comm, stream), ncclSuccess);
+  if (rank == 1) {
+    raise(sig);
+    for (;;) pause(); /* stopped: the parent kills it once rank 0 is done */
+  }
+  CHECK_EQ_INT(ncclAllReduce(dev, dev, SMALL, ncclInt32, ncclSum, comm, stream), ncclSuccess);
+  usleep(500 * 1000);
+  CHECK_EQ_INT(cudaStreamQuery(stream), cudaErrorNotReady); /* waiting for the gone peer */
+  const double t0 = monoSeconds();
+  CHECK_EQ_INT(ncclCommAbort(comm), ncclSuccess);
+  const double aborted = monoSeconds() - t0;
+  const cudaError_t drained = cudaStreamSynchronize(stream);
+  const double drainedAt = monoSeconds() - t0;
+  printf("peer_gone %s: ncclCommAbort returned after %.2f s, the stream drained (%s) after "
+         "%.2f s\n", sig == SIGKILL ? "kill" : "stop", aborted, cudaGetErrorName(drained), drainedAt);
+  CHECK(aborted < 20.0);
+  CHECK_EQ_INT(drained, cudaSuccess);
+  CHECK(drainedAt < 30.0);
+  /* The GPU still works for this process. */
+  CUDA_OK(cudaMemsetAsync(dev, 0, SMALL * sizeof(int32_t), stream));
+  CUDA_OK(cudaMemcpyAsync(host, dev, SMALL * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CHECK_EQ_INT(host[SMALL - 1], 0);
+  CUDA_OK(cudaFree(dev));
+  CUDA_OK(cudaStreamDestroy(stream));
+  free(host);
+}
+
+/* Two rank processes as runProcesses makes them, but rank 1 never reports (it dies or stops):
+ * only rank 0's counts come back; then rank 1 is killed if it is still there and reaped. */
+static void runPeerGone(int sig) {
+  int idPipe[2], resultPipe[2];
+  if (pipe(idPipe) != 0 || pipe(resultPipe) != 0) {
+    CHECK(0);
+    return;
+  }
+  pid_t pids[2];
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    if (pids[r] < 0) {
+      CHECK(0);
+      return;
+    }
+    if (pids[r] == 0) {
+      close(resultPipe[0]);
+      if (r == 1) close(resultPipe[1]); /* so a rank 0 that dies early ends the parent's read */
+      ncclUniqueId id;
+      int ok;
+      if (r == 0) {
+        close(idPipe[0]);
+        ok = ncclGetUniqueId(&id) == ncclSuccess && procsWriteAll(idPipe[1], &id, sizeof(id)) == 0;
+        close(idPipe[1]);
+      } else {
+        close(idPipe[1]);
+        ok = procsReadAll(idPipe[0], &id, sizeof(id)) == 0;
+        close(idPipe[0]);
+      }
+      CHECK(ok);
+      ncclComm_t comm = NULL;
+      if (ok) {
+        CUDA_OK(cudaSetDevice(r));
+        CUDA_OK(testPrewarmKernels());
+        ncclResult_t res = ncclCommInitRank(&comm, 2, id, r);
+        CHECK_EQ_INT(res, ncclSuccess);
+        CHECK_EQ_INT(usingBootstrap(), 0);
+        if (res == ncclSuccess) peerGoneBody(r, comm, sig);
+      }
+      if (r == 0) {
+        int counts[2] = {harnessChecks, harnessFailures};
+        (void)procsWriteAll(resultPipe[1], counts, sizeof(counts));
+        close(resultPipe[1]);
+      }
+      _exit(0);
+    }
+  }
+  close(idPipe[0]);
+  close(idPipe[1]);
+  close(resultPipe[1]);
+  int counts[2];
+  if (procsReadAll(resultPipe[0], counts, sizeof(counts)) == 0) {
+    harnessChecks += counts[0];
+    harnessFailures += counts[1];
+  } else {
+    CHECK(!"rank 0 died before reporting");
+  }
+  close(resultPipe[0]);
+  kill(pids[1], SIGKILL);
+  for (int r = 0; r < 2; r++) {
+    int status = 0;
+    CHECK_EQ_INT(waitpid(pids[r], &status, 0), pids[r]);
+    if (r == 0) CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    else CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  }
+}
+
 /* ---- main -------------------------------------------------------------------------------- */
 
 static int faultMode(const char* arg) {
@@ -252,6 +376,12 @@ static int faultReadbackMode(const char* arg) {
   setenv("SYMMCOLL_SPIN_DEADLINE_MS", "3000", 1);
   symmParamResetAll();
   runProcesses(faultReadbackBody, NULL);
+  return 0;
+}
+
+static int peerGoneMode(const char* arg) {
+  if (arg == NULL || (strcmp(arg, "kill") != 0 && strcmp(arg, "stop") != 0)) return -1;
+  runPeerGone(strcmp(arg, "kill") == 0 ? SIGKILL : SIGSTOP);
   return 0;
 }
 
@@ -286,9 +416,11 @@ int main(int argc, char** argv) {
   static const struct peerMode modes[] = {
       {"bootstrap", 1, PEER_BOOTSTRAP, bootstrapMode}, {"procs", 2, PEER_FORKED, procsMode},
       {"setup", 2, PEER_FORKED, setupMode},            {"fault", 2, PEER_FORKED, faultMode},
-      {"fault_readback", 2, PEER_FORKED, faultReadbackMode}};
+      {"fault_readback", 2, PEER_FORKED, faultReadbackMode},
+      {"peer_gone", 2, PEER_FORKED, peerGoneMode}};
   static const struct peerTest test = {"peer_cycles",
-                                       "bootstrap|procs|setup <count> | fault | fault_readback", 0,
+                                       "bootstrap|procs|setup <count> | fault | fault_readback | "
+                                       "peer_gone kill|stop", 0,
                                        modes, sizeof(modes) / sizeof(modes[0])};
   return peerMain(&test, argc, argv);
 }
