@@ -83,7 +83,8 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   const struct symmWindowReg reg = {.comm = ours, .buff = buff, .size = size,
                                     .win = win, .winFlags = winFlags};
   /* Inside a group the peers' registrations (maybe issued by this same thread) come later.
-   * Windows that are not ours to map (not symmetric, foreign communicator) are skipped there. */
+   * Every window of a communicator of ours takes part in the mapping's exchange, whatever its
+   * flags; only windows symmetric on every rank are mapped (src/transport/window.c). */
   if (symmGroupDepth() > 0)
     (void)symmGroupDeferWindow(&reg);
   else

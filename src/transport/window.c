@@ -146,7 +146,7 @@ ncclResult_t symmTransportMemFree(void* ptr, int* handled) {
 
 struct windowRecord {
   uint32_t ok;
-  uint32_t pad;
+  uint32_t winFlags; /* as this rank registered it: ranks that differ get a warning */
   uint64_t allocBytes, offset, bytes;
 };
 
@@ -212,6 +212,22 @@ static void prepareJob(struct windowJob* j) {
   const struct symmWindowReg* r = j->reg;
   CUdeviceptr base = 0;
   size_t allocBytes = 0;
+  j->ours.winFlags = (uint32_t)r->winFlags;
+  if (!(r->winFlags & NCCL_WIN_COLL_SYMMETRIC)) return; /* not symmetric: NCCL's alone */
+  /* Deregistration finds the window by the handle NCCL gave: none (some NCCL settings leave it
+   * NULL), or one a mapped window already has (NCCL shares handles between overlapping
+   * registrations when its windows are off), could unmap the wrong one. */
+  const ncclWindow_t handle = *r->win;
+  int handleTaken = handle == NULL;
+  pthread_mutex_lock(&j->t->lock);
+  for (const struct symmWindow* w = j->t->windows; w != NULL && !handleTaken; w = w->next)
+    handleTaken = w->win == handle;
+  pthread_mutex_unlock(&j->t->lock);
+  if (handleTaken) {
+    INFO(SYMM_TRANSPORT, "window %p: NCCL's handle %s; not peer-mapped", r->buff,
+         handle == NULL ? "is NULL" : "names a window mapped already");
+    return;
+  }
   if (j->w == NULL || r->buff == NULL || r->size == 0 ||
       CU_CALL(SYMM_LOG_INFO, cuMemRetainAllocationHandle, (&j->handle, r->buff)) != CUDA_SUCCESS) {
     INFO(SYMM_TRANSPORT, "window %p is not VMM memory we can share (use ncclMemAlloc)", r->buff);
@@ -329,8 +345,10 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
     const struct symmWindowReg* r = &regs[i];
     j->reg = r;
     comms[i] = r->comm;
-    if (r->comm == NULL || r->comm->transport == NULL || !(r->winFlags & NCCL_WIN_COLL_SYMMETRIC))
-      continue;
+    /* Every window of a communicator with a transport takes part, whatever its flags: the
+     * flags are the user's per rank, and a rank skipping the exchange would meet its peers'
+     * all-gather with its next real collective. Only symmetric ones on every rank are mapped. */
+    if (r->comm == NULL || r->comm->transport == NULL) continue;
     j->t = r->comm->transport;
     j->inExchange = 1;
     any = 1;
@@ -354,7 +372,15 @@ void symmTransportWindowsRegistered(const struct symmWindowReg* regs, int n) {
     struct windowJob* j = &jobs[i];
     if (!j->inExchange) continue;
     int ok = inExchange[i];
-    for (int r = 0; ok && r < comms[i]->nranks; r++) ok = j->all[r].ok && j->all[r].bytes == j->reg->size;
+    int flagsDiffer = 0;
+    for (int r = 0; inExchange[i] && r < comms[i]->nranks; r++) {
+      flagsDiffer |= j->all[r].winFlags != j->ours.winFlags;
+      ok = ok && j->all[r].ok && j->all[r].bytes == j->reg->size;
+    }
+    if (flagsDiffer)
+      WARN("window %p registered with flags 0x%x on rank %d, other flags on another rank: NCCL "
+           "requires the same on every rank; not peer-mapped", j->reg->buff, j->ours.winFlags,
+           comms[i]->rank);
     j->inExchange = ok;
   }
   /* 2. Publish ours; 3. map the peers' and our alias. Each step ends in an agreement; whether

@@ -81,11 +81,12 @@ void* abortSetupHelper(void* arg);
 void ceAbortRank(struct rank* r);
 void gaveUpRank(struct rank* r);
 
-/* Order and replays (core_gpu_order.c): streams, repeat, soak. */
+/* Order and replays (core_gpu_order.c): streams, repeat, soak, window flags. */
 extern int streamsReplay;
 void streamsRank(struct rank* r);
 void repeatRank(struct rank* r);
 void soakRank(struct rank* r);
+void windowFlagsRank(struct rank* r);
 
 /* Communicators (core_gpu_comms.c): groups, non-blocking, split, shrink, config, mismatch,
  * NCCL_CHECK_POINTERS. */

@@ -211,3 +211,36 @@ void soakRank(struct rank* r) {
   }
   TCHECK(ours(r->comm) > 0);
 }
+
+/* ---- a window registered with different flags on different ranks ---------------------------
+ * Run with SYMMCOLL_ALLREDUCE_ALGO=twoshot. Rank 0 registers the window as symmetric, the others
+ * without the flag: every rank must still take part in the mapping's exchange (else rank 0's
+ * all-gather meets the others' next collective) and none may map it, so nothing reads it in
+ * place and every result is right. Then symmetric on every rank: the two-shot reads it in place,
+ * so the ranks' window sequence stayed in step. */
+static int windowRound(struct rank* r, float* in, float* out, size_t count, int flags, int salt) {
+  ncclWindow_t win = NULL;
+  TCHECK_EQ_INT(ncclCommWindowRegister(r->comm, in, 2 * count * sizeof(float), &win, flags),
+                ncclSuccess);
+  const uint64_t zeroCopied = zeroCopies(r->comm);
+  for (int i = 0; i < 2; i++) sameCall(r, in, out, count, salt + i);
+  checkedAllGather(r, count / (size_t)nranks, salt, r->s1);
+  const int inPlace = (int)(zeroCopies(r->comm) - zeroCopied);
+  pthread_barrier_wait(&barrier);
+  TCHECK_EQ_INT(ncclCommWindowDeregister(r->comm, win), ncclSuccess);
+  return inPlace;
+}
+
+void windowFlagsRank(struct rank* r) {
+  const size_t count = 65536;
+  void* buf = NULL;
+  TCHECK_EQ_INT(ncclMemAlloc(&buf, 2 * count * sizeof(float)), ncclSuccess);
+  if (buf == NULL) return;
+  float *in = buf, *out = in + count;
+  sameCall(r, in, out, count, 1); /* staging first */
+  const int mixed = r->rank == 0 ? NCCL_WIN_COLL_SYMMETRIC : NCCL_WIN_DEFAULT;
+  TCHECK_EQ_INT(windowRound(r, in, out, count, mixed, 2), 0);
+  TCHECK_EQ_INT(windowRound(r, in, out, count, NCCL_WIN_DEFAULT, 5), 0);
+  TCHECK_EQ_INT(windowRound(r, in, out, count, NCCL_WIN_COLL_SYMMETRIC, 8), 2);
+  TCHECK_EQ_INT(ncclMemFree(buf), ncclSuccess);
+}

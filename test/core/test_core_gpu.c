@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_core_gpu late|fault|streams|streams-eager|abort|abort-setup[-norevoke]|group|"
             "nonblocking|split|shrink|mismatch|soak|cta-zero|ce-abort|gave-up|cta-efficiency|"
-            "max-ctas|repeat|check-pointers N [number]\n");
+            "max-ctas|repeat|check-pointers|window-flags N [number]\n");
     return 2;
   }
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(mode, "soak")) runWorld(soakRank, 0, NULL, NULL);
   else if (!strcmp(mode, "repeat")) runWorld(repeatRank, 0, NULL, NULL);
   else if (!strcmp(mode, "check-pointers")) runWorld(checkPointersRank, 0, NULL, NULL);
+  else if (!strcmp(mode, "window-flags")) runWorld(windowFlagsRank, 0, NULL, NULL);
   else if (!strcmp(mode, "cta-zero")) {
     ctaPolicy = NCCL_CTA_POLICY_ZERO;
     runWorld(ctaRank, 0, NULL, NULL);
