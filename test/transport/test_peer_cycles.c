@@ -328,6 +328,7 @@ static void runPeerGone(int sig) {
         CHECK_EQ_INT(usingBootstrap(), 0);
         if (res == ncclSuccess) peerGoneBody(r, comm, sig);
       }
+      fflush(stdout); /* _exit does not flush: the timing line */
       if (r == 0) {
         int counts[2] = {harnessChecks, harnessFailures};
         (void)procsWriteAll(resultPipe[1], counts, sizeof(counts));
