@@ -240,8 +240,10 @@ static void exchangeGraphPeers(struct call* c) {
   struct symmTransport* t = symmTransportHold(comm);
   if (t == NULL) return; /* detached: the route sees it (stillOurs) */
   struct symmCapture cap;
+  /* Buffers in a window: this rank says no (the route asks every rank alike, route.c). */
   const int join = symmCaptureOf(task->stream, &cap) == ncclSuccess && cap.active &&
-                   f->groupDepth == 0 && f->peersLive && f->health == ncclSuccess;
+                   f->groupDepth == 0 && f->peersLive && f->health == ncclSuccess &&
+                   !f->registered;
   size_t bytes;
   const void* inPlace = inPlaceBuffer(task, comm->nranks, &bytes);
   unlockCall(c);
@@ -323,7 +325,8 @@ static void gatherOne(struct call* c, unsigned need) {
       break;
     case SYMM_NEED_WINDOW: {
       /* Symmetric windows sit at the same offset on every rank (NCCL's contract), so
-       * "registered" is the same on all ranks. */
+       * "registered" is the same on all ranks of a correct program; what must agree even when
+       * it is not (the graph exchange, route.c) does not rest on it. */
       size_t bytes;
       const void* inPlace = inPlaceBuffer(task, comm->nranks, &bytes);
       f->registered = symmTransportFindWindow(comm, inPlace, bytes, c->windowPeers) != 0;

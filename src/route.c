@@ -121,22 +121,6 @@ static struct symmTuneInput tuneInput(const struct symmRouteFacts* f, const stru
                   (fp8BelowSm90(t, f->arch) ? ~SYMM_ALGOS_FORWARDED : 0u)};
 }
 
-/* Captured all-gather push, reduce-scatter pull and the all-reduce two-shot writing outputs on
- * plain buffers run in place, as on symmetric windows, where the tuner would run them so on a
- * window (large enough) and the buffers can be exchanged (src/transport/graphpeers.c); the
- * two-shot reading inputs in place (small calls) gains nothing worth an exchange. Inputs agreed
- * on every rank, capture aside (ranks capture the same calls): so every rank asks for the same
- * exchanges. Such routes are never remembered: whether a call is captured is not part of the
- * repeat cache's key. */
-static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct symmTask* t,
-                                  const struct symmRoute* r) {
-  if (!f->graphPeersReady || f->registered || r->algo == SYMM_ALGO_COPYENGINE) return 0;
-  struct symmTuneInput windowed = tuneInput(f, t);
-  if (t->coll == SYMM_COLL_ALLREDUCE && !symmTunerAllReduceWritesOutputs(windowed.bytes)) return 0;
-  windowed.registered = 1;
-  return symmTunerZeroCopy(&windowed, r->algo);
-}
-
 /* ---- the route ------------------------------------------------------------------------------ */
 
 static struct symmRoute need(unsigned what) {
@@ -189,6 +173,28 @@ static struct symmRoute pick(const struct symmRouteFacts* f, const struct symmTa
                         .pdl = symmParamPdl() != 0 && f->arch >= 90};
   symmGridBounds(&f->config, &r.maxBlocks, &r.minBlocks);
   return r;
+}
+
+/* Captured all-gather push, reduce-scatter pull and the all-reduce two-shot writing outputs on
+ * plain buffers run in place, as on symmetric windows, where the tuner would run them so on a
+ * window (large enough) and the buffers can be exchanged (src/transport/graphpeers.c); the
+ * two-shot reading inputs in place (small calls) gains nothing worth an exchange. Decided from
+ * agreed facts alone, the call's plain-buffer pick (whether its buffers lie in a window is each
+ * rank's own fact): so every rank takes part in the same exchanges, capture aside (ranks capture
+ * the same calls), and a rank whose buffers are in a window takes part saying no (enqueue.c). A
+ * rank that skipped one would leave a peer waiting, or meeting its next call's offer. Such
+ * routes are never remembered: whether a call is captured is not part of the repeat cache's
+ * key. */
+static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct symmTask* t) {
+  if (!f->graphPeersReady) return 0;
+  struct symmRouteFacts plain = *f;
+  plain.registered = 0;
+  const struct symmRoute r = pick(&plain, t);
+  if (symmAlgoForwards(r.algo) || r.algo == SYMM_ALGO_COPYENGINE) return 0;
+  struct symmTuneInput windowed = tuneInput(&plain, t);
+  if (t->coll == SYMM_COLL_ALLREDUCE && !symmTunerAllReduceWritesOutputs(windowed.bytes)) return 0;
+  windowed.registered = 1;
+  return symmTunerZeroCopy(&windowed, r.algo);
 }
 
 /* A launch decided earlier, issued now: it runs unless the communicator went away or failed
@@ -299,36 +305,38 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
     if (!(f->have & SYMM_NEED_WINDOW)) return need(SYMM_NEED_WINDOW);
     r = pick(f, t);
   }
+  /* Before this rank's own pick may forward: the exchange is every rank's (above). */
+  const int graphCandidate = f->stillOurs && !f->needsStaging && graphZeroCopyCandidate(f, t);
+  if (graphCandidate) {
+    if (!(f->have & SYMM_NEED_CAPTURE)) return need(SYMM_NEED_CAPTURE);
+    if (f->captured) {
+      if (!(f->have & SYMM_NEED_GRAPH_PEERS)) return need(SYMM_NEED_GRAPH_PEERS);
+      /* The exchange waited without the lock: what the lock guards is read again. */
+      if (f->gone) return refuse(f, ncclInvalidUsage);
+      if (f->health != ncclSuccess) return refuse(f, f->health);
+      if (!f->stillOurs) return forward(1);
+      if (f->graphPeers) {
+        /* Every rank offered plain buffers (r is their pick). The peers' buffers are mapped as
+         * a window's would be: the windows' table decides (above 512 MiB on the pair it gives
+         * the all-gather to the copy engine). */
+        struct symmRouteFacts windowed = *f;
+        windowed.registered = 1;
+        const struct symmRoute w = pick(&windowed, t);
+        if (w.zeroCopy) r = w;
+        r.zeroCopy = 1;
+      }
+    }
+  }
   if (symmAlgoForwards(r.algo)) {
     /* Remembered too: an identical call forwards again without the tuner. `ncclplain` gives the
      * real NCCL windows' aliases, and is ordered as any forwarded call. */
     struct symmRoute fwd = forward(1);
     fwd.tuned = r.tuned;
     fwd.algo = r.algo;
-    fwd.remember = repeatable(f);
+    fwd.remember = repeatable(f) && !graphCandidate;
     return fwd;
   }
   if (!f->needsStaging) {
-    const int graphCandidate = graphZeroCopyCandidate(f, t, &r);
-    if (graphCandidate) {
-      if (!(f->have & SYMM_NEED_CAPTURE)) return need(SYMM_NEED_CAPTURE);
-      if (f->captured) {
-        if (!(f->have & SYMM_NEED_GRAPH_PEERS)) return need(SYMM_NEED_GRAPH_PEERS);
-        /* The exchange waited without the lock: what the lock guards is read again. */
-        if (f->gone) return refuse(f, ncclInvalidUsage);
-        if (f->health != ncclSuccess) return refuse(f, f->health);
-        if (!f->stillOurs) return forward(1);
-        if (f->graphPeers) {
-          /* The peers' buffers are mapped as a window's would be: the windows' table decides
-           * (above 512 MiB on the pair it gives the all-gather to the copy engine). */
-          struct symmRouteFacts windowed = *f;
-          windowed.registered = 1;
-          const struct symmRoute w = pick(&windowed, t);
-          if (w.zeroCopy) r = w;
-          r.zeroCopy = 1;
-        }
-      }
-    }
     r.when = f->groupDepth > 0 ? SYMM_WHEN_GROUP_END
              : f->peersLive    ? SYMM_WHEN_NOW
                                : SYMM_WHEN_ISSUE;
