@@ -149,10 +149,13 @@ struct symmFdServer;
  * servers); returns 1 when serving (0: off, e.g. SYMMCOLL_USER_REG=0). */
 int symmUserRegServe(struct symmTransport* t, struct symmFdServer** server);
 /* Stage 4, when every rank serves (agreed): fetches every peer's sending end, starts the
- * receiver thread and sets peers.userRegTable, then offers the registrations made before.
+ * receiver thread and sets peers.userRegTable.
  * Any failure turns the feature off on this rank only (it then never acknowledges, so no peer
  * publishes a region to it). */
 void symmUserRegConnect(struct symmTransport* t, int everyoneServes);
+/* Offers the regions registered before staging existed; with launchLock held, right after
+ * t->staged is set (registrations from then on are offered by symmTransportUserRegister). */
+void symmUserRegOfferPending(struct symmTransport* t);
 /* Teardown, before windows, peer mappings and localState go: stops the thread, unmaps the
  * peers' regions, releases our retained handles, closes the sockets. */
 void symmUserRegTeardown(struct symmTransport* t);

@@ -293,6 +293,7 @@ ncclResult_t symmTransportStage(struct symmComm** comms, int n) {
         t->peers.signals[r] = (uint64_t*)(t->maps[r]->base + t->plannedBuffer);
       }
       t->staged = 1;
+      symmUserRegOfferPending(t);
       pthread_mutex_unlock(&c->launchLock);
       INFO(SYMM_INIT, "comm %p rank %d/%d: staging ready (%zu KiB, multicast %s)", (void*)c->real,
            c->rank, c->nranks, t->plannedBuffer >> 10, t->peers.multicastBuffer ? "on" : "off");

@@ -133,7 +133,6 @@ fail:
 }
 
 static void* receiverMain(void* arg);
-static void offerPending(struct symmTransport* t);
 
 void symmUserRegConnect(struct symmTransport* t, int everyoneServes) {
   struct symmUserReg* u = t->userReg;
@@ -174,8 +173,7 @@ void symmUserRegConnect(struct symmTransport* t, int everyoneServes) {
   }
   u->threadStarted = 1;
   t->peers.userRegTable = u->table;
-  offerPending(t);
-  return;
+  return; /* registrations made so far: symmUserRegOfferPending, once staged */
 off:
   /* Only this rank is affected: it never acknowledges, so peers never publish regions to it. */
   INFO(SYMM_TRANSPORT, "user registration off on rank %d (ncclCommRegister buffers go through "
@@ -318,7 +316,7 @@ int symmUserRegSendTo(struct symmTransport* t, int peer, struct symmRegMsg* m, i
 
 /* ---- teardown ---------------------------------------------------------------------------- */
 
-/* Registrations made before staging existed (offered by symmUserRegConnect). */
+/* Registrations made before staging existed (offered by symmUserRegOfferPending). */
 struct symmPendingReg {
   void* buff;
   size_t size;
@@ -456,7 +454,7 @@ restore:
   if (prevDev >= 0) (void)cudaSetDevice(prevDev);
 }
 
-static void offerPending(struct symmTransport* t) {
+void symmUserRegOfferPending(struct symmTransport* t) {
   pthread_mutex_lock(&t->lock);
   struct symmPendingReg* list = t->pendingRegs;
   t->pendingRegs = NULL;
@@ -481,9 +479,12 @@ void symmTransportUserRegister(struct symmComm* comm, void* buff, size_t size, v
   if (comm == NULL || buff == NULL || size == 0 || realHandle == NULL) return;
   pthread_mutex_lock(&comm->launchLock);
   struct symmTransport* t = comm->transport;
-  if (t != NULL && t->userReg != NULL) {
-    offerRegion(t, t->userReg, buff, size, realHandle);
-  } else if (t != NULL && !t->staged) {
+  /* t->userReg is read only once staged (under launchLock, as staging sets it): while staging
+   * is built (a non-blocking communicator's job) the channel may not be connected yet, or be
+   * freed when connecting fails. */
+  if (t != NULL && t->staged) {
+    if (t->userReg != NULL) offerRegion(t, t->userReg, buff, size, realHandle);
+  } else if (t != NULL) {
     /* Staging (and the channel) come with the first call given to our kernels. */
     struct symmPendingReg* p = malloc(sizeof(*p));
     if (p != NULL) {
@@ -501,7 +502,7 @@ void symmTransportUserDeregister(struct symmComm* comm, void* realHandle) {
   if (comm == NULL || realHandle == NULL) return;
   pthread_mutex_lock(&comm->launchLock);
   struct symmTransport* t = comm->transport;
-  struct symmUserReg* u = t != NULL ? t->userReg : NULL;
+  struct symmUserReg* u = t != NULL && t->staged ? t->userReg : NULL; /* as above */
   if (t != NULL) {
     pthread_mutex_lock(&t->lock);
     for (struct symmPendingReg** it = &t->pendingRegs; *it; it = &(*it)->next) {
