@@ -14,11 +14,12 @@
  * real NCCL's when we cannot provide it. */
 SYMM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   SYMM_FORWARD_IF_PASSTHROUGH(ncclMemAlloc, (ptr, size), ncclSystemError);
-  if (ptr == NULL) {
-    WARN("ncclMemAlloc: ptr is NULL");
-    return ncclInvalidArgument;
-  }
   int handled = 0;
+  /* NULL ptr: the real NCCL's answer (its cudaMalloc fallback fails: ncclUnhandledCudaError). */
+  if (ptr == NULL) {
+    WARN("ncclMemAlloc: ptr is NULL (the real NCCL answers)");
+    SYMM_FORWARD(ncclMemAlloc, (ptr, size), ncclSystemError);
+  }
   ncclResult_t res = symmTransportMemAlloc(ptr, size, &handled);
   if (handled) return res;
   SYMM_FORWARD(ncclMemAlloc, (ptr, size), ncclSystemError);

@@ -271,6 +271,10 @@ static void checkValues(void) {
   void* mem = NULL;
   CHECK_EQ_INT(ncclMemAlloc(&mem, 4096), ncclSuccess);
   CHECK(mem == FAKE_MEM_ALLOC_PTR);
+  /* A NULL ptr is the real NCCL's to answer (its cudaMalloc fallback refuses it). */
+  const int beforeNull = fakeCount();
+  CHECK_EQ_INT(ncclMemAlloc(NULL, 4096), ncclSuccess); /* the fake's answer */
+  CHECK_EQ_INT(countCalls(beforeNull, "ncclMemAlloc", NULL), 1);
   void* handle = NULL;
   CHECK_EQ_INT(ncclCommRegister(comm, mem, 4096, &handle), ncclSuccess);
   CHECK(handle == FAKE_REG_HANDLE);
