@@ -207,8 +207,8 @@ static int checkPointersOn(void) {
   static int cached = -1;
   int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (v < 0) {
-    const int env = symmNcclEnvInt("NCCL_CHECK_POINTERS");
-    v = env != NCCL_CONFIG_UNDEF_INT && env != 0;
+    /* NCCL checks only when the value is 1 (64-bit, NCCL_PARAM). */
+    v = symmNcclParam("NCCL_CHECK_POINTERS", 0) == 1;
     __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
   }
   return v;

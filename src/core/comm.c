@@ -12,6 +12,7 @@
 #include "checks.h"
 #include "forward.h"
 #include "order.h"
+#include "param.h"
 
 #define TABLE_BUCKETS 256
 
@@ -143,7 +144,7 @@ int symmCommCount(void) {
  * range error keeps the default, and the 64-bit value is stored into an int. Ours must be the
  * value the real NCCL uses. */
 int symmNcclEnvInt(const char* name) {
-  const char* env = getenv(name);
+  const char* env = symmNcclGetEnv(name);
   if (env == NULL || env[0] == '\0') return NCCL_CONFIG_UNDEF_INT;
   errno = 0;
   const long long v = strtoll(env, NULL, 0);

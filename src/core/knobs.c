@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,11 +387,68 @@ static FILE* openLogFile(const char* pattern) {
   return f;
 }
 
+/* ---- NCCL's configuration files ----------------------------------------------------------- */
+
+/* NAME=VALUE lines into the environment, an existing variable kept, as NCCL reads them: a line
+ * starting with '#' is skipped, its newline dropped, split at the first '=', name and value
+ * each cut at 1023 characters; a line without '=' is skipped. */
+static void loadNcclConfFile(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return;
+  char* line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  while ((len = getline(&line, &cap, f)) != -1) {
+    if (len == 0 || line[0] == '#') continue;
+    if (line[len - 1] == '\n') line[len - 1] = '\0';
+    char* eq = strchr(line, '=');
+    if (eq == NULL) continue;
+    char name[1024], value[1024];
+    const size_t n = (size_t)(eq - line) < sizeof(name) - 1 ? (size_t)(eq - line) : sizeof(name) - 1;
+    memcpy(name, line, n);
+    name[n] = '\0';
+    snprintf(value, sizeof(value), "%s", eq + 1);
+    if (name[0] != '\0') (void)setenv(name, value, 0);
+  }
+  free(line);
+  fclose(f);
+}
+
+static void loadNcclConfFiles(void) {
+  char path[1024];
+  const char* userFile = getenv("NCCL_CONF_FILE");
+  if (userFile != NULL && userFile[0] != '\0') {
+    snprintf(path, sizeof(path), "%s", userFile);
+    loadNcclConfFile(path);
+  } else {
+    const struct passwd* pw = getpwuid(getuid());
+    if (pw != NULL && pw->pw_dir != NULL) {
+      snprintf(path, sizeof(path), "%s/.nccl.conf", pw->pw_dir);
+      loadNcclConfFile(path);
+    }
+  }
+  loadNcclConfFile("/etc/nccl.conf");
+}
+
+const char* symmNcclGetEnv(const char* name) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  (void)pthread_once(&once, loadNcclConfFiles);
+  return getenv(name);
+}
+
+int64_t symmNcclParam(const char* name, int64_t deflt) {
+  const char* v = symmNcclGetEnv(name);
+  if (v == NULL || v[0] == '\0') return deflt;
+  errno = 0;
+  const long long n = strtoll(v, NULL, 0);
+  return errno != 0 ? deflt : (int64_t)n;
+}
+
 /* Our knob when set, else NCCL's (so NCCL_DEBUG=INFO recipes show our lines too). */
 static const char* knobOrNccl(const char* ours, const char* ncclName, int* fromNccl) {
   *fromNccl = 0;
   if (ours != NULL) return ours;
-  const char* v = getenv(ncclName);
+  const char* v = symmNcclGetEnv(ncclName);
   if (v != NULL && v[0] != '\0') *fromNccl = 1;
   return v;
 }
@@ -470,7 +528,10 @@ void symmLog(enum symmLogLevel lvl, unsigned subsys, const char* file, int line,
     va_end(ap);
   }
   pthread_mutex_lock(&logLock);
-  fprintf(logFile, "%s\n", msg);
-  fflush(logFile);
+  /* A reset (ncclResetDebugInit on another thread) may have closed the file since ensureInit:
+   * the line goes to stdout, NCCL's default, rather than through a NULL stream. */
+  FILE* out = logFile != NULL ? logFile : stdout;
+  fprintf(out, "%s\n", msg);
+  fflush(out);
   pthread_mutex_unlock(&logLock);
 }

@@ -8,6 +8,7 @@
 #include "checks.h"
 #include "cudart.h"
 #include "cudriver.h"
+#include "param.h"
 
 /* CUDA 13 gave the edge-data forms the plain names; 12.3-12.9 call them _v3/_v2. */
 #if CUDART_VERSION < 13000
@@ -36,12 +37,9 @@ struct symmCaptureState {
 };
 
 int symmOrderMixingOff(void) {
-  /* NCCL reads NCCL_GRAPH_MIXING_SUPPORT as an integer, default 1; 0 turns mixing off. */
-  const char* v = getenv("NCCL_GRAPH_MIXING_SUPPORT");
-  if (v == NULL || v[0] == '\0') return 0;
-  char* end = NULL;
-  const long n = strtol(v, &end, 0);
-  return end != v && n == 0;
+  /* NCCL reads NCCL_GRAPH_MIXING_SUPPORT as an integer (NCCL_PARAM), default 1; 0 turns mixing
+   * off, also where strtoll reads no number ("false", "off"). */
+  return symmNcclParam("NCCL_GRAPH_MIXING_SUPPORT", 1) == 0;
 }
 
 /* The launch path asks the driver directly where it can: the driver takes these calls (with

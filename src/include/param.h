@@ -25,6 +25,14 @@ struct symmParam {
   const char* strValue;
 };
 
+/* NCCL_* variables as the real NCCL sees them: its configuration files (NCCL_CONF_FILE, else
+ * ~/.nccl.conf; then /etc/nccl.conf) are loaded into the environment first, once per process and
+ * without overwriting what is set, as NCCL does at its first call; we may read before that. */
+const char* symmNcclGetEnv(const char* name);
+/* An NCCL_* integer as NCCL_PARAM reads it: strtoll in base 0, text after the number ignored, a
+ * range error or an unset/empty variable gives `deflt`. */
+int64_t symmNcclParam(const char* name, int64_t deflt);
+
 int64_t symmParamInt(struct symmParam* p);
 const char* symmParamStr(struct symmParam* p); /* NULL when unset and no default */
 /* 1 when SYMMCOLL_<name> is in the environment (its value is then read and checked). */

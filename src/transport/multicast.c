@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "param.h"
 #include "vmm.h"
 
 static atomic_long attempts;
@@ -27,7 +28,7 @@ static int envSet(const char* name) {
  * " 0", "-0") is 0 there: NVLS off. Fail closed: set and not wholly a non-zero integer (trailing
  * blanks allowed) means off. */
 static int envNvlsOff(const char* name) {
-  const char* v = getenv(name);
+  const char* v = symmNcclGetEnv(name); /* NCCL's configuration files too */
   if (v == NULL || v[0] == '\0') return 0;
   char* end = NULL;
   const long long n = strtoll(v, &end, 0);

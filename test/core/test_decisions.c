@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "algos.h"
 #include "cudriver.h"
@@ -18,6 +19,7 @@
 #include "fdpass.h"
 #include "harness.h"
 #include "order.h"
+#include "param.h"
 
 static struct symmCapture eager(unsigned long long streamId) {
   return (struct symmCapture){.streamId = streamId};
@@ -119,6 +121,11 @@ static void testOrder(void) {
   setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 1);
   CHECK_EQ_INT(symmOrderMixingOff(), 1);
   setenv("NCCL_GRAPH_MIXING_SUPPORT", "1", 1);
+  CHECK_EQ_INT(symmOrderMixingOff(), 0);
+  /* As NCCL_PARAM reads it: no number is 0 (off), text after a number is ignored. */
+  setenv("NCCL_GRAPH_MIXING_SUPPORT", "false", 1);
+  CHECK_EQ_INT(symmOrderMixingOff(), 1);
+  setenv("NCCL_GRAPH_MIXING_SUPPORT", "0x1 on", 1);
   CHECK_EQ_INT(symmOrderMixingOff(), 0);
   unsetenv("NCCL_GRAPH_MIXING_SUPPORT");
 }
@@ -429,8 +436,42 @@ static void testStreamQueries(void) {
   symmCu = saved;
 }
 
+/* NCCL's configuration file, loaded before our first read of an NCCL_* variable (main() names
+ * it before anything reads one): NAME=VALUE lines, '#' lines and lines without '=' skipped,
+ * variables already set kept, values read as NCCL_PARAM reads them. */
+static char confPath[64];
+static void writeConfFile(void) {
+  snprintf(confPath, sizeof(confPath), "/tmp/symmcoll_conf_XXXXXX");
+  const int fd = mkstemp(confPath);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  static const char text[] =
+      "NCCL_SYMMCOLL_TEST_CONF=7\n"
+      "#NCCL_SYMMCOLL_TEST_COMMENT=1\n"
+      "NCCL_SYMMCOLL_TEST_NOVALUE\n"
+      "NCCL_SYMMCOLL_TEST_KEEP=2\n"
+      "NCCL_SYMMCOLL_TEST_HEX=0x10 and text\n"
+      "NCCL_SYMMCOLL_TEST_LAST=3";
+  CHECK_EQ_INT((int)write(fd, text, sizeof(text) - 1), (int)sizeof(text) - 1);
+  close(fd);
+  setenv("NCCL_CONF_FILE", confPath, 1);
+  setenv("NCCL_SYMMCOLL_TEST_KEEP", "5", 1);
+}
+static void testConfFile(void) {
+  CHECK_EQ_INT((int)symmNcclParam("NCCL_SYMMCOLL_TEST_CONF", -1), 7);
+  CHECK(symmNcclGetEnv("NCCL_SYMMCOLL_TEST_COMMENT") == NULL);
+  CHECK(symmNcclGetEnv("NCCL_SYMMCOLL_TEST_NOVALUE") == NULL);
+  CHECK_EQ_INT((int)symmNcclParam("NCCL_SYMMCOLL_TEST_KEEP", -1), 5);
+  CHECK_EQ_INT((int)symmNcclParam("NCCL_SYMMCOLL_TEST_HEX", -1), 16);
+  CHECK_EQ_INT((int)symmNcclParam("NCCL_SYMMCOLL_TEST_LAST", -1), 3);
+  CHECK_EQ_INT((int)symmNcclParam("NCCL_SYMMCOLL_TEST_UNSET", -1), -1);
+  unlink(confPath);
+}
+
 int main(void) {
+  writeConfFile();
   (void)symmLogLevel();
+  testConfFile();
   testOrder();
   testStreamQueries();
   testFailure();
