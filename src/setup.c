@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "algos.h"
@@ -52,12 +53,22 @@ static uint64_t tuningFileHash(void) {
   const char* path = symmTunerFilePath();
   if (path == NULL || path[0] == '\0') return 0;
   uint64_t h = 0xcbf29ce484222325ull;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Non-blocking open: a FIFO must not hold setup. Only regular files are read, and no more of
+   * them than the tuner reads (it refuses larger ones on every rank alike). */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return h ^ 1; /* unreadable: differs from any readable file's hash */
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return h ^ 2; /* not a regular file: the tuner refuses it */
+  }
   unsigned char buf[4096];
   ssize_t got;
-  while ((got = read(fd, buf, sizeof(buf))) > 0)
+  size_t total = 0;
+  while (total <= SYMM_TUNE_MAX_FILE_BYTES && (got = read(fd, buf, sizeof(buf))) > 0) {
     for (ssize_t i = 0; i < got; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    total += (size_t)got;
+  }
   close(fd);
   return h ? h : 1;
 }

@@ -25,6 +25,8 @@ struct symmTuneMachine {
   int nccl;     /* the real NCCL's ncclGetVersion code, e.g. 22809 */
 };
 
+/* Tuning files larger than this are refused (setup hashes no more of one). */
+#define SYMM_TUNE_MAX_FILE_BYTES ((size_t)1 << 20)
 /* A parsed tuning file (src/tuner/tune_table.h); NULL stands for the built-in table. */
 struct symmTuneFile;
 

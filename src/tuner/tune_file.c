@@ -3,12 +3,15 @@
  * SYMMCOLL_TUNING_FILE once per process. Format: src/tuner/README.md. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "debug.h"
 #include "param.h"
@@ -404,9 +407,19 @@ static void readFileLocked(void) {
   const char* path = symmParamTuningFile();
   if (path == NULL || path[0] == '\0') return;
   snprintf(thePath, sizeof(thePath), "%s", path);
-  FILE* f = fopen(path, "rb");
+  /* Non-blocking open and regular files only: a FIFO or a device must not hold a call. */
+  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    WARN("tuning file %s: %s; using the built-in table", path,
+         fd < 0 ? strerror(errno) : "not a regular file");
+    if (fd >= 0) close(fd);
+    return;
+  }
+  FILE* f = fdopen(fd, "rb");
   if (f == NULL) {
     WARN("tuning file %s: cannot open (%s); using the built-in table", path, strerror(errno));
+    close(fd);
     return;
   }
   char* text = malloc(SYMM_TUNE_MAX_FILE_BYTES + 1);

@@ -18,7 +18,6 @@ extern "C" {
 #define SYMM_TUNE_MAX_STEPS 12 /* steps per row */
 #define SYMM_TUNE_MAX_ROWS 256 /* rows per file */
 #define SYMM_TUNE_MAX_LINE 1024
-#define SYMM_TUNE_MAX_FILE_BYTES ((size_t)1 << 20)
 #define SYMM_TUNE_VERSION 1
 
 /* Messages of at most `upTo` bytes (symmCollBytes) may run `algo`. */

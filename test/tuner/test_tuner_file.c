@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "harness.h"
 #include "tuner_test_util.h"
@@ -384,6 +385,19 @@ static void testSelect(void) {
   CHECK(symmTunerSelect(&h200, &hash) == NULL);
   CHECK(symmTunerSelect(&h200, &hash) == NULL);
   CHECK_EQ_INT(tunerCountLines(logPath, "WARN", "/nonexistent/tuning.txt"), 1);
+  /* Not a regular file: a FIFO no one writes must not block the call, a device is not read. */
+  char fifo[64];
+  snprintf(fifo, sizeof(fifo), "/tmp/symmcoll_tune_fifo_%d", (int)getpid());
+  CHECK_EQ_INT(mkfifo(fifo, 0600), 0);
+  const char* const odd[2] = {fifo, "/dev/zero"};
+  for (int i = 0; i < 2; i++) {
+    tunerCleanEnv();
+    tunerLogTo(logPath, "WARN");
+    tunerSetEnv("SYMMCOLL_TUNING_FILE", odd[i]);
+    CHECK(symmTunerSelect(&h200, &hash) == NULL);
+    CHECK_EQ_INT(tunerCountLines(logPath, "WARN", "not a regular file"), 1);
+  }
+  unlink(fifo);
   tunerCleanEnv();
   unlink(path);
   free(path);
