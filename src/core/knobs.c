@@ -13,7 +13,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -321,10 +320,10 @@ static char setupNote[256];
 
 static enum symmLogLevel parseLevel(const char* s, const char* knob) {
   if (s == NULL || s[0] == '\0') return SYMM_LOG_WARN;
-  if (strcasecmp(s, "NONE") == 0) return SYMM_LOG_NONE;
-  if (strcasecmp(s, "WARN") == 0 || strcasecmp(s, "VERSION") == 0) return SYMM_LOG_WARN;
-  if (strcasecmp(s, "INFO") == 0) return SYMM_LOG_INFO;
-  if (strcasecmp(s, "TRACE") == 0) return SYMM_LOG_TRACE;
+  if (symmAsciiCaseEqual(s, "NONE")) return SYMM_LOG_NONE;
+  if (symmAsciiCaseEqual(s, "WARN") || symmAsciiCaseEqual(s, "VERSION")) return SYMM_LOG_WARN;
+  if (symmAsciiCaseEqual(s, "INFO")) return SYMM_LOG_INFO;
+  if (symmAsciiCaseEqual(s, "TRACE")) return SYMM_LOG_TRACE;
   if (knob != NULL)
     snprintf(setupNote, sizeof(setupNote), "%s=%s is not one of NONE, WARN, INFO, TRACE; using WARN",
              knob, s);
@@ -339,7 +338,7 @@ static unsigned ncclSubsys(const char* tok) {
   } map[] = {{"TUNING", SYMM_TUNER}, {"P2P", SYMM_TRANSPORT}, {"NVLS", SYMM_TRANSPORT},
              {"REG", SYMM_TRANSPORT}, {"CALL", SYMM_COLL}};
   for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-    if (strcasecmp(tok, map[i].name) == 0) return map[i].bit;
+    if (symmAsciiCaseEqual(tok, map[i].name)) return map[i].bit;
   return 0;
 }
 
@@ -354,7 +353,7 @@ static unsigned parseSubsys(const char* s, int fromNccl) {
   for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     unsigned bit = 0;
     for (size_t i = 0; i < sizeof(subsysNames) / sizeof(subsysNames[0]); i++)
-      if (strcasecmp(tok, subsysNames[i].name) == 0) bit = subsysNames[i].bit;
+      if (symmAsciiCaseEqual(tok, subsysNames[i].name)) bit = subsysNames[i].bit;
     if (bit == 0 && fromNccl) bit = ncclSubsys(tok);
     if (bit == 0 && !fromNccl && setupNote[0] == '\0')
       snprintf(setupNote, sizeof(setupNote),
@@ -385,6 +384,16 @@ static FILE* openLogFile(const char* pattern) {
   FILE* f = fopen(path, "a");
   if (f) setvbuf(f, NULL, _IOLBF, 0);
   return f;
+}
+
+int symmAsciiCaseEqual(const char* a, const char* b) {
+  for (;; a++, b++) {
+    const unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
+    const unsigned char lx = x >= 'A' && x <= 'Z' ? (unsigned char)(x + 32) : x;
+    const unsigned char ly = y >= 'A' && y <= 'Z' ? (unsigned char)(y + 32) : y;
+    if (lx != ly) return 0;
+    if (x == '\0') return 1;
+  }
 }
 
 /* ---- NCCL's configuration files ----------------------------------------------------------- */

@@ -2,7 +2,7 @@
 /* Names of the collectives and algorithms (logs, knobs, tuning files). */
 #include "coll.h"
 
-#include <strings.h>
+#include "param.h"
 
 static const char* const collNames[SYMM_NCOLLS] = {"allreduce", "allgather", "reducescatter"};
 static const char* const collApiNames[SYMM_NCOLLS] = {"ncclAllReduce", "ncclAllGather",
@@ -23,8 +23,8 @@ const char* symmAlgoName(enum symmAlgo algo) {
 }
 
 int symmAlgoParse(const char* name) {
-  if (name == NULL || name[0] == '\0' || strcasecmp(name, "auto") == 0) return -1;
+  if (name == NULL || name[0] == '\0' || symmAsciiCaseEqual(name, "auto")) return -1;
   for (int a = 0; a < SYMM_NALGOS; a++)
-    if (strcasecmp(name, algoNames[a]) == 0) return a;
+    if (symmAsciiCaseEqual(name, algoNames[a])) return a;
   return -2;
 }

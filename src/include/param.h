@@ -25,6 +25,9 @@ struct symmParam {
   const char* strValue;
 };
 
+/* Names compared case-insensitively in ASCII only: the process's locale (tr_TR folds 'I' to a
+ * dotless i) must not make ranks read the same text differently. */
+int symmAsciiCaseEqual(const char* a, const char* b);
 /* NCCL_* variables as the real NCCL sees them: its configuration files (NCCL_CONF_FILE, else
  * ~/.nccl.conf; then /etc/nccl.conf) are loaded into the environment first, once per process and
  * without overwriting what is set, as NCCL does at its first call; we may read before that. */

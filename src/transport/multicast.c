@@ -8,7 +8,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "param.h"
@@ -20,8 +19,8 @@ static atomic_long attempts;
 static int envSet(const char* name) {
   const char* v = getenv(name);
   if (v == NULL || v[0] == '\0') return 0;
-  return !(strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0 ||
-           strcasecmp(v, "n") == 0);
+  return !(strcmp(v, "0") == 0 || symmAsciiCaseEqual(v, "false") || symmAsciiCaseEqual(v, "no") ||
+           symmAsciiCaseEqual(v, "n"));
 }
 
 /* NCCL reads NCCL_NVLS_ENABLE with strtoll, so any value that is not a number ("off", "false",

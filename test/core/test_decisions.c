@@ -466,6 +466,15 @@ static void testConfFile(void) {
   CHECK_EQ_INT((int)symmNcclParam("NCCL_SYMMCOLL_TEST_LAST", -1), 3);
   CHECK_EQ_INT((int)symmNcclParam("NCCL_SYMMCOLL_TEST_UNSET", -1), -1);
   unlink(confPath);
+  /* Names fold case in ASCII only, whatever the locale. */
+  CHECK_EQ_INT(symmAsciiCaseEqual("NCCLPLAIN", "ncclplain"), 1);
+  CHECK_EQ_INT(symmAsciiCaseEqual("MultiMem", "multimem"), 1);
+  CHECK_EQ_INT(symmAsciiCaseEqual("ncclplai", "ncclplain"), 0);
+  CHECK_EQ_INT(symmAsciiCaseEqual("ncclplain", "ncclplai"), 0);
+  CHECK_EQ_INT(symmAsciiCaseEqual("", ""), 1);
+  CHECK_EQ_INT(symmAsciiCaseEqual("\xc4\xb0", "\xc4\xb1"), 0); /* not ASCII: compared as is */
+  CHECK_EQ_INT(symmAlgoParse("NCCLPLAIN"), SYMM_ALGO_NCCLPLAIN);
+  CHECK_EQ_INT(symmAlgoParse("AUTO"), -1);
 }
 
 int main(void) {
