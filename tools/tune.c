@@ -579,9 +579,15 @@ int main(int argc, char** argv) {
               rowsText ? rowsText : "");
       fclose(mem);
     }
-    FILE* out = text && selfCheck(text, len) == 0 ? fopen(o.out, "w") : NULL;
+    /* Written beside it and renamed over it: a library reading the file meanwhile sees the old
+     * file or the new one, never a part. */
+    char part[4200];
+    snprintf(part, sizeof(part), "%s.part.%d", o.out, (int)getpid());
+    FILE* out = text && selfCheck(text, len) == 0 ? fopen(part, "w") : NULL;
     int written = out != NULL && fwrite(text, 1, len, out) == len;
     if (out != NULL && fclose(out) != 0) written = 0;
+    if (written && rename(part, o.out) != 0) written = 0;
+    if (out != NULL && !written) remove(part);
     if (!written) {
       fprintf(stderr, "symmcoll-tune: %s not written\n", o.out);
       rc = PERF_EXIT_FAILURE;

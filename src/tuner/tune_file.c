@@ -290,6 +290,10 @@ static int parseRow(struct parser* p, char** tok, int ntok, struct symmTuneRow* 
       case 0: {
         if (strcmp(v, "any") == 0) break;
         char buf[32];
+        if (strlen(v) >= sizeof(buf)) {
+          bad = 1; /* never cut: "2-0000...8junk" must not read as 2-8 */
+          break;
+        }
         snprintf(buf, sizeof(buf), "%s", v);
         char* dash = strchr(buf, '-');
         if (dash) *dash = '\0';
@@ -321,6 +325,8 @@ int symmTuneParse(const char* text, size_t len, struct symmTuneFile* out, int* e
   if (len > SYMM_TUNE_MAX_FILE_BYTES)
     return fail(&p, "larger than %zu bytes", SYMM_TUNE_MAX_FILE_BYTES);
   if (memchr(text, '\0', len) != NULL) return fail(&p, "not a text file (NUL byte)");
+  /* A file cut short (written while read) most often ends inside its last line. */
+  if (len > 0 && text[len - 1] != '\n') return fail(&p, "its last line has no newline (cut short?)");
   int haveVersion = 0, haveMachine = 0;
   size_t pos = 0;
   char line[SYMM_TUNE_MAX_LINE + 1];

@@ -192,6 +192,7 @@ static const struct {
     {HEAD "allreduce ranks=1 nccl<=1\n", 3, "for ranks"},
     {HEAD "allreduce ranks=5-3 nccl<=1\n", 3, "for ranks"},
     {HEAD "allreduce ranks=2-99 nccl<=1\n", 3, "for ranks"},
+    {HEAD "allreduce ranks=2-00000000000000000000000000008junk nccl<=1\n", 3, "for ranks"},
     {HEAD "allreduce dtype=3 nccl<=1\n", 3, "for dtype"},
     {HEAD "allreduce dtype=bf16 nccl<=1\n", 3, "for dtype"},
     {HEAD "allreduce reg=2 nccl<=1\n", 3, "for reg"},
@@ -223,6 +224,11 @@ static void testBadFiles(void) {
   char err[256];
   CHECK_EQ_INT(symmTuneParse("symmcoll-tuning 1\n\0", 19, f, &line, err, sizeof(err)), -1);
   CHECK(strstr(err, "NUL") != NULL);
+  /* A file cut short inside its last line ("256K" cut to "25"). */
+  static const char cut[] = "symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n"
+                            "allreduce lamport<=25";
+  CHECK_EQ_INT(symmTuneParse(cut, sizeof(cut) - 1, f, &line, err, sizeof(err)), -1);
+  CHECK(strstr(err, "newline") != NULL);
   char* big = malloc(SYMM_TUNE_MAX_FILE_BYTES + 2);
   size_t n = (size_t)sprintf(big, "symmcoll-tuning 1\nmachine gpu=* arch=* link=* gpus=* driver=* nccl=*\n#");
   memset(big + n, 'x', SYMM_TUNE_MAX_LINE);
