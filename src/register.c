@@ -7,7 +7,6 @@
 #include "comm.h"
 #include "forward.h"
 #include "group.h"
-#include "init.h"
 #include "transport.h"
 
 /* Our VMM memory (shareable by POSIX fd, reachable from every peer-accessible device), or the
@@ -74,18 +73,10 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommWindowRegister, (comm, buff, size, win, winFlags));
   struct symmComm* ours = symmCommAcquire(comm);
-  /* Non-blocking: every rank maps (collectively) once its registration is complete, in a job,
-   * and this call returns ncclInProgress as NCCL's did: the caller may have other ranks to
-   * register before NCCL's own barrier completes. Without a job, waiting here. */
-  if (res == ncclInProgress && ours != NULL && symmGroupDepth() == 0 && win != NULL) {
-    const struct symmWindowReg reg = {.comm = ours, .buff = buff, .size = size, .win = win,
-                                      .winFlags = winFlags};
-    if (symmCommStartWindowJob(ours, &reg)) {
-      symmCommRelease(ours);
-      return res;
-    }
-    if (symmCommWaitIdle(ours, -1) == ncclSuccess) res = ncclSuccess;
-  }
+  /* Non-blocking: every rank maps (collectively) once its registration is complete. */
+  if (res == ncclInProgress && ours != NULL && symmGroupDepth() == 0 &&
+      symmCommWaitIdle(ours, -1) == ncclSuccess)
+    res = ncclSuccess;
   if (res != ncclSuccess || win == NULL) {
     symmCommRelease(ours);
     return res;
@@ -115,8 +106,6 @@ struct deferredDeregister {
 
 /* Unmaps a window (win) or an ncclCommRegister region (userHandle) on the peers. */
 static void unmapNow(struct symmComm* comm, ncclWindow_t win, void* userHandle) {
-  if (comm == NULL) return;
-  symmCommWaitJob(comm); /* a window job may be mapping it still */
   if (userHandle != NULL)
     symmTransportUserDeregister(comm, userHandle);
   else
