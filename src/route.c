@@ -185,11 +185,13 @@ static struct symmRoute pick(const struct symmRouteFacts* f, const struct symmTa
  * rank that skipped one would leave a peer waiting, or meeting its next call's offer. Such
  * routes are never remembered: whether a call is captured is not part of the repeat cache's
  * key. */
-static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct symmTask* t) {
+static int graphZeroCopyCandidate(const struct symmRouteFacts* f, const struct symmTask* t,
+                                  const struct symmRoute* own) {
   if (!f->graphPeersReady) return 0;
   struct symmRouteFacts plain = *f;
   plain.registered = 0;
-  const struct symmRoute r = pick(&plain, t);
+  /* `own` is this rank's pick: already the plain buffers' one unless they lie in a window. */
+  const struct symmRoute r = f->registered ? pick(&plain, t) : *own;
   if (symmAlgoForwards(r.algo) || r.algo == SYMM_ALGO_COPYENGINE) return 0;
   struct symmTuneInput windowed = tuneInput(&plain, t);
   if (t->coll == SYMM_COLL_ALLREDUCE && !symmTunerAllReduceWritesOutputs(windowed.bytes)) return 0;
@@ -306,7 +308,7 @@ struct symmRoute symmRoute(const struct symmRouteFacts* f, const struct symmTask
     r = pick(f, t);
   }
   /* Before this rank's own pick may forward: the exchange is every rank's (above). */
-  const int graphCandidate = f->stillOurs && !f->needsStaging && graphZeroCopyCandidate(f, t);
+  const int graphCandidate = f->stillOurs && !f->needsStaging && graphZeroCopyCandidate(f, t, &r);
   if (graphCandidate) {
     if (!(f->have & SYMM_NEED_CAPTURE)) return need(SYMM_NEED_CAPTURE);
     if (f->captured) {

@@ -3,7 +3,6 @@
  * counted entries so that an abort on one thread never frees an entry another thread uses. */
 #include "comm.h"
 
-#include <errno.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -144,12 +143,7 @@ int symmCommCount(void) {
  * range error keeps the default, and the 64-bit value is stored into an int. Ours must be the
  * value the real NCCL uses. */
 int symmNcclEnvInt(const char* name) {
-  const char* env = symmNcclGetEnv(name);
-  if (env == NULL || env[0] == '\0') return NCCL_CONFIG_UNDEF_INT;
-  errno = 0;
-  const long long v = strtoll(env, NULL, 0);
-  if (errno != 0) return NCCL_CONFIG_UNDEF_INT;
-  return (int)v;
+  return (int)symmNcclParam(name, NCCL_CONFIG_UNDEF_INT);
 }
 
 int symmConfigBlocking(const ncclConfig_t* config, int inherited) {

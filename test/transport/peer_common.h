@@ -483,6 +483,22 @@ static PEER_UNUSED void (*beforeRankInit)(int rank);
 static PEER_UNUSED void (*afterRankDestroy)(int rank);
 static PEER_UNUSED int ranksExitClean = 1;
 
+/* In rank process r of two: rank 0 makes the id and pipes it to rank 1, which reads it; each
+ * closes its ends of the pipe. 1 when this rank has the id. */
+static PEER_UNUSED int rankProcessId(int r, int idPipe[2], ncclUniqueId* id) {
+  int ok;
+  if (r == 0) {
+    close(idPipe[0]);
+    ok = ncclGetUniqueId(id) == ncclSuccess && procsWriteAll(idPipe[1], id, sizeof(*id)) == 0;
+    close(idPipe[1]);
+  } else {
+    close(idPipe[1]);
+    ok = procsReadAll(idPipe[0], id, sizeof(*id)) == 0;
+    close(idPipe[0]);
+  }
+  return ok;
+}
+
 /* Two processes, one GPU each, the real NCCL: rank 0 makes the id and pipes it to rank 1. Each
  * child sends back its check counts. The parent never touches CUDA. */
 static PEER_UNUSED void runProcesses(rankBody body, void* arg) {
@@ -502,16 +518,7 @@ static PEER_UNUSED void runProcesses(rankBody body, void* arg) {
       close(resultPipe[0]);
       if (beforeRankInit != NULL) beforeRankInit(r);
       ncclUniqueId id;
-      int ok = 1;
-      if (r == 0) {
-        close(idPipe[0]);
-        ok = ncclGetUniqueId(&id) == ncclSuccess && procsWriteAll(idPipe[1], &id, sizeof(id)) == 0;
-        close(idPipe[1]);
-      } else {
-        close(idPipe[1]);
-        ok = procsReadAll(idPipe[0], &id, sizeof(id)) == 0;
-        close(idPipe[0]);
-      }
+      const int ok = rankProcessId(r, idPipe, &id);
       CHECK(ok);
       if (ok) {
         struct rankCtx c = {.rank = r, .nranks = 2, .dev = r};

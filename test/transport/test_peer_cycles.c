@@ -308,16 +308,7 @@ static void runPeerGone(int sig) {
       close(resultPipe[0]);
       if (r == 1) close(resultPipe[1]); /* so a rank 0 that dies early ends the parent's read */
       ncclUniqueId id;
-      int ok;
-      if (r == 0) {
-        close(idPipe[0]);
-        ok = ncclGetUniqueId(&id) == ncclSuccess && procsWriteAll(idPipe[1], &id, sizeof(id)) == 0;
-        close(idPipe[1]);
-      } else {
-        close(idPipe[1]);
-        ok = procsReadAll(idPipe[0], &id, sizeof(id)) == 0;
-        close(idPipe[0]);
-      }
+      const int ok = rankProcessId(r, idPipe, &id);
       CHECK(ok);
       ncclComm_t comm = NULL;
       if (ok) {
