@@ -29,7 +29,7 @@ static inline int discardedByNccl(const char* name, size_t count) {
   SYMM_EXPORT ret name params;                                             \
   ret name params {                                                        \
     if (symmRealLoad() != ncclSuccess || symmReal.name == NULL) return fail; \
-    if (symmPassthrough()) return symmReal.name args;                      \
+    if (SYMM_PASSTHROUGH()) return symmReal.name args;                     \
     struct symmForwardScope scope;                                         \
     ret res = symmForwardBegin(comm, stream, discardedByNccl(#name, count), &scope); \
     if (res == ncclSuccess) res = symmReal.name args;                      \

@@ -16,11 +16,12 @@
 
 /* ---- background jobs (non-blocking communicators) ----------------------------------------- */
 
-enum jobKind { JOB_SETUP, JOB_STAGING, JOB_CHILD };
+enum jobKind { JOB_SETUP, JOB_STAGING, JOB_CHILD, JOB_WINDOW };
 
 struct commJob {
   struct symmComm* comm; /* one reference, dropped when the job ends */
   enum jobKind kind;
+  struct symmWindowReg window; /* JOB_WINDOW: its comm is the job's */
 };
 
 static int harvestChild(struct symmComm* parent);
@@ -33,6 +34,11 @@ static void* jobMain(void* arg) {
   if (job->kind == JOB_CHILD) {
     /* Left to the teardown of the parent if that began first (harvestChild returns 0). */
     if (harvestChild(comm)) publishChild(takeChild(comm), 1);
+  } else if (job->kind == JOB_WINDOW) {
+    /* The real registration is complete on every rank once it is on ours (a barrier): then
+     * the mapping, collective too. Not when it failed or the communicator went: NCCL's peers
+     * fail alike, or the teardown ends theirs. */
+    if (symmCommWaitIdle(comm, -1) == ncclSuccess) symmTransportWindowsRegistered(&job->window, 1);
   } else if (symmCommWaitIdle(comm, -1) == ncclSuccess) {
     /* The real NCCL may still be creating the communicator or launching its last operation. */
     if (job->kind == JOB_STAGING) {
@@ -53,11 +59,12 @@ static void* jobMain(void* arg) {
 
 /* 1 when started, 0 when the job could not start, -1 when the communicator's teardown began (no
  * job: its real communicator may be gone already). */
-static int startJob(struct symmComm* comm, enum jobKind kind) {
+static int startJob(struct symmComm* comm, enum jobKind kind, const struct symmWindowReg* window) {
   struct commJob* job = malloc(sizeof(*job));
   pthread_attr_t attr;
   if (job == NULL) return 0;
   *job = (struct commJob){.comm = comm, .kind = kind};
+  if (window != NULL) job->window = *window;
   symmCommRetain(comm);
   /* A teardown raises `gone`, then waits while a job runs (both sequentially consistent): it
    * sees this job, or this sees `gone`. */
@@ -80,13 +87,20 @@ static int startJob(struct symmComm* comm, enum jobKind kind) {
 }
 
 void symmCommStartJob(struct symmComm* comm, int staging) {
-  const int started = startJob(comm, staging ? JOB_STAGING : JOB_SETUP);
+  const int started = startJob(comm, staging ? JOB_STAGING : JOB_SETUP, NULL);
   if (started < 0 && !staging) comm->setupDone = 1;
   if (started != 0) return;
   /* Every rank could fail to start it for different reasons: it is then the setup that stays
    * undone, which forwards without disagreement only if nobody starts; so say it loudly. */
   WARN("comm %p: cannot start the setup job of a non-blocking communicator", (void*)comm->real);
   if (!staging) comm->setupDone = 1;
+}
+
+int symmCommStartWindowJob(struct symmComm* comm, const struct symmWindowReg* reg) {
+  if (symmCommJobState(comm) == ncclInProgress) return 0; /* one job at a time */
+  struct symmWindowReg window = *reg;
+  window.comm = comm;
+  return startJob(comm, JOB_WINDOW, &window) > 0;
 }
 
 ncclResult_t symmCommJobState(const struct symmComm* comm) {
@@ -320,7 +334,7 @@ static void childEnd(struct symmComm* parent, struct symmChildWait* w, ncclResul
   }
   __atomic_store_n(newcomm, NULL, __ATOMIC_RELEASE);
   parent->pendingChild = w;
-  if (startJob(parent, JOB_CHILD)) return;
+  if (startJob(parent, JOB_CHILD, NULL)) return;
   /* No thread: this call waits for the child itself (never leave the caller without it). */
   WARN("comm %p: cannot start the job of a non-blocking split or shrink; waiting for it here",
        (void*)parent->real);
@@ -404,7 +418,7 @@ static struct symmChildWait* leftChild(ncclComm_t real) {
 
 SYMM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   struct symmChildWait* child = NULL;
-  if (symmRealDepth == 0) {
+  if (!SYMM_CALLED_BY_REAL()) {
     struct symmComm* ours = beginTeardown(comm);
     if (ours != NULL) {
       symmCommWaitJob(ours);
@@ -429,7 +443,7 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
 
 /* After finalize no collective may run: our memory goes now (the entry stays until destroy). */
 SYMM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  if (symmRealDepth == 0) {
+  if (!SYMM_CALLED_BY_REAL()) {
     struct symmComm* ours = beginTeardown(comm);
     if (ours != NULL) {
       symmCommWaitJob(ours);
@@ -482,7 +496,7 @@ static void stopStaging(struct symmComm* ours) {
 SYMM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   struct symmComm* ours = NULL;
   struct symmChildWait* child = NULL;
-  if (symmRealDepth == 0) {
+  if (!SYMM_CALLED_BY_REAL()) {
     ours = beginTeardown(comm);
     if (ours != NULL) {
       symmTransportSetAbort(ours);
@@ -510,7 +524,7 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
 /* Revoke stops our spinning kernels too; later calls go to the real NCCL, which refuses them
  * (the communicator stays until destroy/abort). */
 SYMM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  if (symmRealDepth == 0) {
+  if (!SYMM_CALLED_BY_REAL()) {
     struct symmComm* ours = symmCommAcquire(comm);
     symmTransportSetAbort(ours);
     symmCommRelease(ours);

@@ -7,6 +7,7 @@
 #include "comm.h"
 #include "forward.h"
 #include "group.h"
+#include "init.h"
 #include "transport.h"
 
 /* Our VMM memory (shareable by POSIX fd, reachable from every peer-accessible device), or the
@@ -58,7 +59,7 @@ static void withdraw(ncclComm_t comm, ncclWindow_t win, void* userHandle);
 
 /* Peers unmap the region (after our eager kernels; inside a group at GroupEnd), then forward. */
 SYMM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
-  if (symmRealDepth == 0 && handle != NULL) withdraw(comm, NULL, handle);
+  if (!SYMM_CALLED_BY_REAL() && handle != NULL) withdraw(comm, NULL, handle);
   SYMM_FORWARD(ncclCommDeregister, (comm, handle), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
@@ -73,10 +74,22 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommWindowRegister, (comm, buff, size, win, winFlags));
   struct symmComm* ours = symmCommAcquire(comm);
-  /* Non-blocking: every rank maps (collectively) once its registration is complete. */
-  if (res == ncclInProgress && ours != NULL && symmGroupDepth() == 0 &&
-      symmCommWaitIdle(ours, -1) == ncclSuccess)
-    res = ncclSuccess;
+  /* Non-blocking, outside a group: NCCL's registration may still run in its own thread, the
+   * handle written when it completes (2.28 returns ncclSuccess then, the communicator saying
+   * ncclInProgress; other versions ncclInProgress). It ends in a barrier over every rank, which
+   * one thread driving several ranks reaches only after this call returns: so a job of ours
+   * waits for it, then maps the peers' windows (collective), and the call returns NCCL's
+   * answer at once. Without a job, waiting here. */
+  if ((res == ncclSuccess || res == ncclInProgress) && ours != NULL && !ours->config.blocking &&
+      symmGroupDepth() == 0 && win != NULL) {
+    const struct symmWindowReg reg = {.comm = ours, .buff = buff, .size = size, .win = win,
+                                      .winFlags = winFlags};
+    if (symmCommStartWindowJob(ours, &reg)) {
+      symmCommRelease(ours);
+      return res;
+    }
+    if (symmCommWaitIdle(ours, -1) == ncclSuccess) res = ncclSuccess;
+  }
   if (res != ncclSuccess || win == NULL) {
     symmCommRelease(ours);
     return res;
@@ -106,6 +119,8 @@ struct deferredDeregister {
 
 /* Unmaps a window (win) or an ncclCommRegister region (userHandle) on the peers. */
 static void unmapNow(struct symmComm* comm, ncclWindow_t win, void* userHandle) {
+  if (comm == NULL) return;
+  symmCommWaitJob(comm); /* a window job may be mapping it still */
   if (userHandle != NULL)
     symmTransportUserDeregister(comm, userHandle);
   else
@@ -145,7 +160,7 @@ static void withdraw(ncclComm_t comm, ncclWindow_t win, void* userHandle) {
 }
 
 SYMM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  if (symmRealDepth == 0) withdraw(comm, win, NULL);
+  if (!SYMM_CALLED_BY_REAL()) withdraw(comm, win, NULL);
   SYMM_FORWARD(ncclCommWindowDeregister, (comm, win), ncclSystemError);
 }
 SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))

@@ -30,6 +30,7 @@ struct symmRealNccl symmReal;
 static pthread_once_t loadOnce = PTHREAD_ONCE_INIT;
 static ncclResult_t loadResult = ncclSystemError; /* its address also identifies our object */
 __thread int symmRealDepth;
+uintptr_t symmRealLo, symmRealHi;
 
 int symmDisabled(void) { return symmParamDisable() != 0; }
 
@@ -43,6 +44,30 @@ static void* objectBase(const void* addr, const char** fname) {
 
 static int isOurself(const void* fn) {
   return fn != NULL && objectBase(fn, NULL) == objectBase(&loadResult, NULL);
+}
+
+/* The loaded segments of the object based at `base`: [symmRealLo, symmRealHi). */
+static int segmentsOf(struct dl_phdr_info* info, size_t size, void* arg) {
+  (void)size;
+  const uintptr_t base = (uintptr_t)arg;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    const uintptr_t start = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+    if (start < lo) lo = start;
+    if (start + ph->p_memsz > hi) hi = start + ph->p_memsz;
+  }
+  if (lo > base || base >= hi) return 0; /* not this object */
+  symmRealLo = lo;
+  symmRealHi = hi;
+  return 1;
+}
+
+static void recordRange(void* base) {
+  if (base != NULL) (void)dl_iterate_phdr(segmentsOf, base);
+  TRACE(SYMM_INIT, "real NCCL mapped at [%#lx, %#lx)", (unsigned long)symmRealLo,
+        (unsigned long)symmRealHi);
 }
 
 /* Why the last candidate was refused (only touched inside loadOnceFn, under pthread_once). */
@@ -65,6 +90,7 @@ static int adoptHandle(void* handle, const char* how) {
     return 0;
   }
   symmReal.handle = handle;
+  recordRange(objectBase(probe, NULL));
   snprintf(symmReal.path, sizeof(symmReal.path), "%s", fname ? fname : "?");
   INFO(SYMM_INIT, "libsymmcoll %d.%d.%d: real NCCL %s (%s)", SYMMCOLL_VERSION_MAJOR,
        SYMMCOLL_VERSION_MINOR, SYMMCOLL_VERSION_PATCH, symmReal.path, how);

@@ -3,6 +3,8 @@
 #ifndef SYMMCOLL_FORWARD_H
 #define SYMMCOLL_FORWARD_H
 
+#include <stdint.h>
+
 #include "nccl_api.h"
 
 struct symmRealNccl {
@@ -26,9 +28,21 @@ ncclResult_t symmRealLoad(void);
   } while (0)
 
 /* Depth of calls from libsymmcoll into the real NCCL on this thread. The real NCCL calls some of
- * its own exported functions through the PLT (ncclMemAlloc, ncclCommRegister, ...); under
- * LD_PRELOAD those land in our entry points, which must then forward untouched. */
+ * its own exported functions through the PLT (ncclMemAlloc, ncclCommRegister, ...); when we
+ * are linked or preloaded those land in our entry points, which must then forward untouched. */
 extern __thread int symmRealDepth;
+/* Where the real NCCL's object is mapped, [symmRealLo, symmRealHi) (0, 0 until it is loaded).
+ * Its own threads make such calls too (a non-blocking communicator's group job calls
+ * ncclCommRegister and ncclMemAlloc; its teardown ncclMemFree), with symmRealDepth 0 there:
+ * the call's return address tells. */
+extern uintptr_t symmRealLo, symmRealHi;
+
+/* 1 when the real NCCL called the entry point this expands in: on this thread under a call of
+ * ours, or from its own code on any thread. A macro: the return address must be that of the
+ * exported function's own frame. */
+#define SYMM_CALLED_BY_REAL()                                                                 \
+  (symmRealDepth > 0 ||                                                                       \
+   (uintptr_t)__builtin_return_address(0) - symmRealLo < symmRealHi - symmRealLo)
 
 /* Call the real NCCL from an intercepted entry point (the real library must be loaded). */
 #define SYMM_CALL_REAL(result, name, args) \
@@ -42,13 +56,15 @@ extern __thread int symmRealDepth;
  * SYMMCOLL_DISABLE (but see SYMM_FORWARD_IF_CALLBACK). */
 int symmDisabled(void);
 static inline int symmPassthrough(void) { return symmRealDepth > 0 || symmDisabled(); }
+/* The same in an exported function, with the real NCCL's calls from its own threads. */
+#define SYMM_PASSTHROUGH() (SYMM_CALLED_BY_REAL() || symmDisabled())
 
 /* At the top of an intercepted entry point (the collectives' route asks symmPassthrough
  * itself): forward untouched as above; fail with `fail` when there is no real NCCL or it lacks
  * `name`, so that the code below may call SYMM_CALL_REAL(name) safely. */
 #define SYMM_FORWARD_IF_PASSTHROUGH(name, args, fail)                                         \
   do {                                                                                        \
-    if (symmPassthrough() || symmRealLoad() != ncclSuccess || symmReal.name == NULL)          \
+    if (SYMM_PASSTHROUGH() || symmRealLoad() != ncclSuccess || symmReal.name == NULL)         \
       SYMM_FORWARD(name, args, fail);                                                         \
   } while (0)
 
@@ -59,7 +75,7 @@ static inline int symmPassthrough(void) { return symmRealDepth > 0 || symmDisabl
  * its first real collective. */
 #define SYMM_FORWARD_IF_CALLBACK(name, args, fail)                                            \
   do {                                                                                        \
-    if (symmRealDepth > 0 || symmRealLoad() != ncclSuccess || symmReal.name == NULL)          \
+    if (SYMM_CALLED_BY_REAL() || symmRealLoad() != ncclSuccess || symmReal.name == NULL)      \
       SYMM_FORWARD(name, args, fail);                                                         \
   } while (0)
 #endif

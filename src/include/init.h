@@ -12,6 +12,12 @@
  * ncclCommGetAsyncError says ncclSuccess, so the job has it to itself; nothing blocks the
  * caller. */
 void symmCommStartJob(struct symmComm* comm, int staging);
+struct symmWindowReg;
+/* A non-blocking communicator's window registration that the real NCCL left in progress: a job
+ * waits until it is complete (a barrier over every rank, which one thread driving several ranks
+ * reaches only after this call returns), then maps the peers' windows (collective). 1 when
+ * started; 0 when not (another job runs, or none could start): the caller then waits itself. */
+int symmCommStartWindowJob(struct symmComm* comm, const struct symmWindowReg* reg);
 /* ncclInProgress while a job runs, else ncclSuccess. */
 ncclResult_t symmCommJobState(const struct symmComm* comm);
 /* Waits for a running job (a call that came before ncclCommGetAsyncError said ncclSuccess, or

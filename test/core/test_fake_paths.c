@@ -5,8 +5,9 @@
  * communicator's setup job is the only caller of the real NCCL while it runs, an abort from
  * another thread during a stream of calls neither crashes nor leaks (run it under ASan), and a
  * rank with SYMMCOLL_DISABLE=1 still takes part in every communicator's setup, a launch blocked
- * under its lock keeps neither the health poll nor the abort flag waiting, and a
- * non-blocking communicator created inside a group is set up only after the group's end. */
+ * under its lock keeps neither the health poll nor the abort flag waiting, a non-blocking
+ * communicator created inside a group is set up only after the group's end, and a non-blocking
+ * window registration left in progress returns at once, its mapping in a job. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -942,6 +943,63 @@ static void testNonBlockingInGroup(void) {
   symmParamResetAll();
 }
 
+/* ---- a non-blocking window registration the real NCCL leaves in progress -------------------
+ * NCCL completes it in its own thread with a barrier over every rank, which one thread driving
+ * several ranks reaches only after this call returns; 2.28 answers ncclSuccess meanwhile (the
+ * handle is written at the end, the communicator says ncclInProgress), other versions
+ * ncclInProgress. The call must return NCCL's answer at once, and the communicator say
+ * ncclInProgress until the registration and our mapping job are done. */
+struct windowCall {
+  ncclComm_t comm;
+  ncclWindow_t win;
+  ncclResult_t res;
+  int done;
+};
+static void* registerWindow(void* arg) {
+  struct windowCall* w = arg;
+  static float buf[64];
+  w->res = ncclCommWindowRegister(w->comm, buf, sizeof(buf), &w->win, NCCL_WIN_COLL_SYMMETRIC);
+  __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static void testNonBlockingWindow(ncclResult_t realAnswer) {
+  struct symmComm* c = knownComm(0x5700000, 0);
+  if (c == NULL) return;
+  setAsyncError(ncclInProgress);
+  setResultFor("ncclCommWindowRegister", realAnswer);
+  struct windowCall w = {.comm = c->real};
+  pthread_t th;
+  CHECK_EQ_INT(pthread_create(&th, NULL, registerWindow, &w), 0);
+  for (int i = 0; i < 2000 && !__atomic_load_n(&w.done, __ATOMIC_ACQUIRE); i++) {
+    struct timespec pause = {0, 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  /* Before: the call waited for the real registration, which here never completes meanwhile
+   * (ncclInProgress), or read the handle before NCCL wrote it (ncclSuccess). */
+  CHECK_EQ_INT(__atomic_load_n(&w.done, __ATOMIC_ACQUIRE), 1);
+  ncclResult_t state = ncclSuccess;
+  if (__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) {
+    CHECK_EQ_INT(w.res, realAnswer);
+    CHECK_EQ_INT(ncclCommGetAsyncError(c->real, &state), ncclSuccess);
+    CHECK_EQ_INT(state, ncclInProgress);
+    CHECK_EQ_INT(symmCommJobState(c), ncclInProgress); /* our mapping waits in its job */
+  }
+  setAsyncError(ncclSuccess); /* the real registration completes */
+  for (int i = 0; i < 5000; i++) {
+    CHECK_EQ_INT(ncclCommGetAsyncError(c->real, &state), ncclSuccess);
+    if (state != ncclInProgress) break;
+    struct timespec pause = {0, 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  CHECK_EQ_INT(state, ncclSuccess);
+  CHECK_EQ_INT(pthread_join(th, NULL), 0);
+  CHECK_EQ_INT(symmCommJobState(c), ncclSuccess);
+  setResultFor(NULL, ncclSuccess);
+  setAsyncError(FAKE_ASYNC_ERROR);
+  symmCommRemove(c->real);
+}
+
 int main(int argc, char** argv) {
   (void)symmLogLevel();
   void* fake = harnessUseFakeNccl(argc, argv, "test_fake_paths /path/fake/libnccl.so.2 [abort cycles]");
@@ -975,6 +1033,8 @@ int main(int argc, char** argv) {
   testBlockedLaunch();
   testStickyError();
   testNonBlockingInGroup();
+  testNonBlockingWindow(ncclSuccess); /* NCCL 2.28 */
+  testNonBlockingWindow(ncclInProgress);
   testDisabledRank();
   CHECK_EQ_INT(symmCommCount(), 0);
   return harnessReport("core_fake_paths");

@@ -151,6 +151,11 @@ static void windowPhase(struct rankCtx* local, int n) {
     TCHECK_EQ_INT(symmTransportFindWindow(c->entry, c->peers->buffers[c->rank], 64, ptrs), 0);
   }
   worldBarrier(local, n);
+  /* NCCL registers a window's buffer by calling its own ncclCommRegister, which lands in ours;
+   * on a non-blocking communicator it does so from its own thread. That call is NCCL's, not the
+   * user's: no region may have been offered to the peers (they would have mapped it by now,
+   * and nothing would withdraw it, as NCCL's deregistration of it is its own call too). */
+  for (int i = 0; i < n; i++) TCHECK_EQ_INT(symmTransportUserRegMappedCount(local[i].entry), 0);
   if (n > 1) TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++) {
     void* ptrs[SYMM_MAX_RANKS];
