@@ -20,7 +20,10 @@
  *                                 of the eager calls
  *   test_one_thread capture-mix   a group mixing an uncaptured forwarded call and a captured one
  *                                 of ours on each communicator: ncclInvalidUsage, nothing runs,
- *                                 the communicators work afterwards */
+ *                                 the communicators work afterwards
+ *   test_one_thread nonblocking-windows   non-blocking communicators, each rank's window
+ *                                 registered without a group: no call waits for the next rank,
+ *                                 the windows are mapped, all-reduces in place on them right */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -479,6 +482,112 @@ static void runReregister(void) {
     NCCL_OK(ncclMemFree(c.in[r]));
     NCCL_OK(ncclMemFree(other[r]));
     CUDA_OK(cudaFree(c.out[r]));
+  }
+}
+
+/* ---- non-blocking windows -------------------------------------------------------------------- */
+
+/* Polls every communicator until none says ncclInProgress (at most 60 s): ncclSuccess or the
+ * first other state. */
+static ncclResult_t settleAll(const ncclComm_t* cs) {
+  for (int polls = 0; polls < 600000; polls++) {
+    ncclResult_t worst = ncclSuccess;
+    for (int r = 0; r < nranks; r++) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t res = ncclCommGetAsyncError(cs[r], &state);
+      if (res != ncclSuccess) return res;
+      if (state != ncclSuccess && worst != ncclInProgress) worst = state;
+      if (state == ncclInProgress) worst = ncclInProgress;
+    }
+    if (worst != ncclInProgress) return worst;
+    usleep(100);
+  }
+  fprintf(stderr, "non-blocking communicators still ncclInProgress after 60 s\n");
+  return ncclInProgress;
+}
+
+/* Non-blocking communicators of every GPU, driven by this one thread: each rank's window is
+ * registered without a group, one call after the other. NCCL returns at once (its registration
+ * completes in its own thread with a barrier over every rank); ours must too, else the first
+ * call waits for ranks this thread has not reached yet. Then the windows are mapped on every
+ * rank and all-reduces in place on them come back right. */
+/* issueAll on non-blocking communicators: the group's end may say ncclInProgress. */
+static void issueAllNonBlocking(const struct call* c) {
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < nranks; r++) NCCL_OK(issue(c, r));
+  const ncclResult_t end = ncclGroupEnd();
+  CHECK(end == ncclSuccess || end == ncclInProgress);
+}
+
+static void runNonBlockingWindows(void) {
+  ncclComm_t nb[MAX_GPUS] = {0};
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    const ncclResult_t res = ncclCommInitRankConfig(&nb[r], nranks, id, r, &config);
+    CHECK(res == ncclSuccess || res == ncclInProgress);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  CHECK(end == ncclSuccess || end == ncclInProgress);
+  NCCL_OK(settleAll(nb));
+  const size_t count = (1u << 20) + 7;
+  struct call c;
+  memset(&c, 0, sizeof(c));
+  c.coll = AR;
+  c.count = count;
+  c.inPlace = 1;
+  ncclWindow_t win[MAX_GPUS] = {0};
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    NCCL_OK(ncclMemAlloc((void**)&c.out[r], count * sizeof(float)));
+    c.in[r] = c.out[r];
+  }
+  /* A first call staged our kernels (the first call given to them builds staging). */
+  ncclComm_t saved[MAX_GPUS];
+  memcpy(saved, comms, sizeof(saved));
+  memcpy(comms, nb, sizeof(comms));
+  c.salt = 1;
+  prepare(&c);
+  issueAllNonBlocking(&c);
+  NCCL_OK(settleAll(nb));
+  CHECK_EQ_INT(wrongOf(&c), 0);
+  NCCL_OK(settleAll(nb));
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    const ncclResult_t res = ncclCommWindowRegister(nb[r], c.out[r], count * sizeof(float), &win[r],
+                                                    NCCL_WIN_COLL_SYMMETRIC);
+    CHECK(res == ncclSuccess || res == ncclInProgress);
+  }
+  NCCL_OK(settleAll(nb));
+  for (int r = 0; r < nranks; r++) {
+    void* ptrs[SYMM_MAX_RANKS] = {0};
+    CHECK(win[r] != NULL);
+    CHECK_EQ_INT(symmTransportFindWindow(symmCommFind(nb[r]), c.out[r], count * sizeof(float), ptrs), 1);
+    CHECK_EQ_INT(symmTransportUserRegMappedCount(symmCommFind(nb[r])), 0);
+  }
+  for (int i = 0; i < 3; i++) {
+    c.salt = 2 + i;
+    prepare(&c);
+    issueAllNonBlocking(&c);
+    NCCL_OK(settleAll(nb));
+    CHECK_EQ_INT(wrongOf(&c), 0);
+  }
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    const ncclResult_t res = ncclCommWindowDeregister(nb[r], win[r]);
+    CHECK(res == ncclSuccess || res == ncclInProgress);
+  }
+  NCCL_OK(settleAll(nb));
+  memcpy(comms, saved, sizeof(comms));
+  for (int r = 0; r < nranks; r++) {
+    CUDA_OK(cudaSetDevice(r));
+    NCCL_OK(ncclMemFree(c.out[r]));
+    const ncclResult_t res = ncclCommDestroy(nb[r]);
+    CHECK(res == ncclSuccess || res == ncclInProgress);
   }
 }
 
@@ -1060,6 +1169,7 @@ int main(int argc, char** argv) {
   else if (strcmp(mode, "streams") == 0) runStreams();
   else if (strcmp(mode, "ce-captures") == 0) runCeCaptures();
   else if (strcmp(mode, "capture-mix") == 0) runCaptureMix();
+  else if (strcmp(mode, "nonblocking-windows") == 0) runNonBlockingWindows();
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     CHECK(0);
