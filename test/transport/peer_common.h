@@ -143,6 +143,13 @@ static PEER_UNUSED ncclResult_t settle(ncclComm_t comm, ncclResult_t res) {
   return res == ncclInProgress ? waitReady(comm) : res;
 }
 
+/* The same for calls NCCL may leave running in its own thread while it answers ncclSuccess (a
+ * window registration on a non-blocking communicator, NCCL 2.28): the communicator is polled
+ * until ready either way, as NCCL requires before its next call. */
+static PEER_UNUSED ncclResult_t settleAlways(ncclComm_t comm, ncclResult_t res) {
+  return res == ncclInProgress || (res == ncclSuccess && nonBlockingComms) ? waitReady(comm) : res;
+}
+
 /* Waits until every rank of the world got here with its stream drained. Uses the real NCCL
  * (SYMM_CALL_REAL), never our kernels: those could write the staging buffers under test. */
 static PEER_UNUSED void worldBarrier(struct rankCtx* local, int n) {

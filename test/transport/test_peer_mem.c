@@ -120,7 +120,7 @@ static void windowPhase(struct rankCtx* local, int n) {
   if (n > 1) TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++) {
     CUDA_OK(cudaSetDevice(local[i].dev));
-    TCHECK_EQ_INT(settle(local[i].comm, ncclCommWindowRegister(local[i].comm, buf[i], bytes,
+    TCHECK_EQ_INT(settleAlways(local[i].comm, ncclCommWindowRegister(local[i].comm, buf[i], bytes,
                                                                 &win[i], NCCL_WIN_COLL_SYMMETRIC)),
                   ncclSuccess);
     /* Inside the group nothing is mapped yet. */
@@ -159,7 +159,8 @@ static void windowPhase(struct rankCtx* local, int n) {
   if (n > 1) TCHECK_EQ_INT(ncclGroupStart(), ncclSuccess);
   for (int i = 0; i < n; i++) {
     void* ptrs[SYMM_MAX_RANKS];
-    TCHECK_EQ_INT(settle(local[i].comm, ncclCommWindowDeregister(local[i].comm, win[i])), ncclSuccess);
+    TCHECK_EQ_INT(settleAlways(local[i].comm, ncclCommWindowDeregister(local[i].comm, win[i])),
+                  ncclSuccess);
     /* Inside a group the mapping stays until the group's end (deferred operations may use it). */
     TCHECK_EQ_INT(symmTransportFindWindow(local[i].entry, buf[i], 64, ptrs), n > 1 ? 1 : 0);
   }
