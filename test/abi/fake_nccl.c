@@ -94,6 +94,26 @@ void fakeNcclDeferChildren(int on) {
   pthread_mutex_unlock(&logLock);
 }
 
+struct ownThreadCall {
+  int (*fn)(void);
+  int answer;
+};
+
+static void* runOwnThreadCall(void* arg) {
+  struct ownThreadCall* call = arg;
+  call->answer = call->fn();
+  return NULL;
+}
+
+SYMM_EXPORT int fakeNcclRunOnOwnThread(int (*fn)(void));
+int fakeNcclRunOnOwnThread(int (*fn)(void)) {
+  struct ownThreadCall call = {.fn = fn, .answer = -1};
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, runOwnThreadCall, &call) != 0) return -1;
+  pthread_join(thread, NULL);
+  return call.answer;
+}
+
 /* The log lock is held from fakeBegin to fakeEnd: one call is recorded at a time. */
 static struct fakeCall* fakeBegin(const char* name) {
   pthread_mutex_lock(&logLock);

@@ -82,5 +82,8 @@ typedef void (*fakeNcclSetAsyncErrorFn)(ncclResult_t result);
  * leaves ncclInProgress, or at ncclCommAbort/Destroy (NCCL 2.28's non-blocking split); 0: at
  * once (default). */
 typedef void (*fakeNcclDeferChildrenFn)(int on);
+/* Runs fn on a thread of the fake's own and returns its answer, as NCCL's group job calls its
+ * exported functions from its own threads (where they land in libsymmcoll's). */
+typedef int (*fakeNcclRunOnOwnThreadFn)(int (*fn)(void));
 
 #endif

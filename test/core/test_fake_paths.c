@@ -1000,6 +1000,30 @@ static void testNonBlockingWindow(ncclResult_t realAnswer) {
   symmCommRemove(c->real);
 }
 
+/* ---- the real NCCL's own calls from its own threads ------------------------------------------
+ * NCCL's group job (a non-blocking communicator's window registration) calls ncclCommRegister
+ * and ncclMemAlloc from a thread of its own, where symmRealDepth is 0: our entry points must
+ * still see the real NCCL as the caller (its return address lies in its object) and forward. */
+static __attribute__((noinline)) int calledByReal(void) {
+  const int answer = SYMM_CALLED_BY_REAL();
+  __asm__ volatile("" ::: "memory"); /* no tail call: the return address is this frame's */
+  return answer;
+}
+
+static void testCalledByReal(void* fake, fakeNcclRunOnOwnThreadFn runOnOwnThread) {
+  CHECK_EQ_INT(symmRealLoad(), ncclSuccess);
+  const uintptr_t fakeFn = (uintptr_t)dlsym(fake, "ncclGetVersion");
+  CHECK(symmRealLo <= fakeFn && fakeFn < symmRealHi);
+  CHECK(!(symmRealLo <= (uintptr_t)&symmRealLoad && (uintptr_t)&symmRealLoad < symmRealHi));
+  CHECK_EQ_INT(calledByReal(), 0);             /* the application */
+  CHECK_EQ_INT(runOnOwnThread(calledByReal), 1); /* NCCL's own thread */
+  int viaReal;
+  symmRealDepth++; /* under SYMM_CALL_REAL on this thread */
+  viaReal = calledByReal();
+  symmRealDepth--;
+  CHECK_EQ_INT(viaReal, 1);
+}
+
 int main(int argc, char** argv) {
   (void)symmLogLevel();
   void* fake = harnessUseFakeNccl(argc, argv, "test_fake_paths /path/fake/libnccl.so.2 [abort cycles]");
@@ -1010,6 +1034,10 @@ int main(int argc, char** argv) {
   *(void**)&setResultFor = dlsym(fake, "fakeNcclSetResultFor");
   *(void**)&setAsyncError = dlsym(fake, "fakeNcclSetAsyncError");
   *(void**)&deferChildren = dlsym(fake, "fakeNcclDeferChildren");
+  fakeNcclRunOnOwnThreadFn runOnOwnThread;
+  *(void**)&runOnOwnThread = dlsym(fake, "fakeNcclRunOnOwnThread");
+  CHECK(runOnOwnThread != NULL);
+  if (runOnOwnThread != NULL) testCalledByReal(fake, runOnOwnThread);
   CHECK(callCount != NULL && callAt != NULL && setResult != NULL && setResultFor != NULL &&
         setAsyncError != NULL && deferChildren != NULL);
   if (callCount == NULL || callAt == NULL || setResult == NULL || setResultFor == NULL ||
