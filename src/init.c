@@ -22,6 +22,7 @@ struct commJob {
   struct symmComm* comm; /* one reference, dropped when the job ends */
   enum jobKind kind;
   struct symmWindowReg window; /* JOB_WINDOW: its comm is the job's */
+  ncclWindow_t handle;         /* JOB_WINDOW: NCCL's handle, read once it is written */
 };
 
 static int harvestChild(struct symmComm* parent);
@@ -38,7 +39,13 @@ static void* jobMain(void* arg) {
     /* The real registration is complete on every rank once it is on ours (a barrier): then
      * the mapping, collective too. Not when it failed or the communicator went: NCCL's peers
      * fail alike, or the teardown ends theirs. */
-    if (symmCommWaitIdle(comm, -1) == ncclSuccess) symmTransportWindowsRegistered(&job->window, 1);
+    if (symmCommWaitIdle(comm, -1) == ncclSuccess) {
+      /* NCCL wrote the handle as it completed: read the user's variable once, now (it must live
+       * until then for NCCL too), and map from the job's copy. */
+      job->handle = *job->window.win;
+      job->window.win = &job->handle;
+      symmTransportWindowsRegistered(&job->window, 1);
+    }
   } else if (symmCommWaitIdle(comm, -1) == ncclSuccess) {
     /* The real NCCL may still be creating the communicator or launching its last operation. */
     if (job->kind == JOB_STAGING) {
@@ -542,7 +549,11 @@ SYMM_PROFILING_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeF
  * threads seeing the same finished operation both drop its reference, and the second frees it
  * under the first (NCCL 2.28.9, src/init.cc and src/group.cc). */
 SYMM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  SYMM_FORWARD_IF_CALLBACK(ncclCommGetAsyncError, (comm, asyncError), ncclSystemError);
+  /* Only this thread's depth, not the caller's address: NCCL's own readiness checks
+   * (ncclCommEnsureReady, reached from calls forwarded as they are and from NCCL's threads)
+   * must see our job as in progress, and poll the real state under pollLock as the job does. */
+  if (symmRealDepth > 0 || symmRealLoad() != ncclSuccess || symmReal.ncclCommGetAsyncError == NULL)
+    SYMM_FORWARD(ncclCommGetAsyncError, (comm, asyncError), ncclSystemError);
   struct symmComm* ours = asyncError != NULL ? symmCommAcquire(comm) : NULL;
   if (ours != NULL && symmCommJobState(ours) == ncclInProgress) {
     *asyncError = symmFailureCombine(ncclInProgress, symmCommPollHealth(ours));

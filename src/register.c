@@ -71,15 +71,24 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   SYMM_FORWARD_IF_PASSTHROUGH(ncclCommWindowRegister, (comm, buff, size, win, winFlags),
                               ncclSystemError);
   if (symmRealLoad() != ncclSuccess) return ncclSystemError;
+  struct symmComm* ours = symmCommAcquire(comm);
+  /* Our job on a non-blocking communicator (its setup, or the mapping of the last window) is its
+   * previous operation still in progress, as ncclCommGetAsyncError says; NCCL refuses a call
+   * then, and so do we: a second mapping beside the job's would pair different exchanges. */
+  if (ours != NULL && symmCommJobState(ours) == ncclInProgress) {
+    WARN("ncclCommWindowRegister on communicator %p before its previous operation returned "
+         "ncclSuccess (poll ncclCommGetAsyncError until it does)", (void*)comm);
+    symmCommRelease(ours);
+    return ncclInvalidArgument;
+  }
   ncclResult_t res;
   SYMM_CALL_REAL(res, ncclCommWindowRegister, (comm, buff, size, win, winFlags));
-  struct symmComm* ours = symmCommAcquire(comm);
   /* Non-blocking, outside a group: NCCL's registration may still run in its own thread, the
    * handle written when it completes (2.28 returns ncclSuccess then, the communicator saying
    * ncclInProgress; other versions ncclInProgress). It ends in a barrier over every rank, which
    * one thread driving several ranks reaches only after this call returns: so a job of ours
    * waits for it, then maps the peers' windows (collective), and the call returns NCCL's
-   * answer at once. Without a job, waiting here. */
+   * answer at once. Without a job (no thread), waiting here; no mapping if that fails. */
   if ((res == ncclSuccess || res == ncclInProgress) && ours != NULL && !ours->config.blocking &&
       symmGroupDepth() == 0 && win != NULL) {
     const struct symmWindowReg reg = {.comm = ours, .buff = buff, .size = size, .win = win,
@@ -88,7 +97,11 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
       symmCommRelease(ours);
       return res;
     }
-    if (symmCommWaitIdle(ours, -1) == ncclSuccess) res = ncclSuccess;
+    if (symmCommWaitIdle(ours, -1) != ncclSuccess) {
+      symmCommRelease(ours);
+      return res;
+    }
+    res = ncclSuccess;
   }
   if (res != ncclSuccess || win == NULL) {
     symmCommRelease(ours);
@@ -120,7 +133,7 @@ struct deferredDeregister {
 /* Unmaps a window (win) or an ncclCommRegister region (userHandle) on the peers. */
 static void unmapNow(struct symmComm* comm, ncclWindow_t win, void* userHandle) {
   if (comm == NULL) return;
-  symmCommWaitJob(comm); /* a window job may be mapping it still */
+  if (win != NULL) symmCommWaitJob(comm); /* a window job may be mapping it still */
   if (userHandle != NULL)
     symmTransportUserDeregister(comm, userHandle);
   else

@@ -46,28 +46,34 @@ static int isOurself(const void* fn) {
   return fn != NULL && objectBase(fn, NULL) == objectBase(&loadResult, NULL);
 }
 
-/* The loaded segments of the object based at `base`: [symmRealLo, symmRealHi). */
-static int segmentsOf(struct dl_phdr_info* info, size_t size, void* arg) {
+/* The executable segments of the object that holds the code at `arg` (the real NCCL's
+ * ncclGetVersion): where its calls of its own exported functions come from. */
+static int codeSegmentsOf(struct dl_phdr_info* info, size_t size, void* arg) {
   (void)size;
-  const uintptr_t base = (uintptr_t)arg;
+  const uintptr_t probe = (uintptr_t)arg;
   uintptr_t lo = UINTPTR_MAX, hi = 0;
+  int holds = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr)* ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD) continue;
-    const uintptr_t start = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    const uintptr_t start = (uintptr_t)info->dlpi_addr + ph->p_vaddr, end = start + ph->p_memsz;
+    holds |= start <= probe && probe < end;
     if (start < lo) lo = start;
-    if (start + ph->p_memsz > hi) hi = start + ph->p_memsz;
+    if (end > hi) hi = end;
   }
-  if (lo > base || base >= hi) return 0; /* not this object */
+  if (!holds) return 0; /* another object */
   symmRealLo = lo;
-  symmRealHi = hi;
+  __atomic_store_n(&symmRealHi, hi, __ATOMIC_RELEASE); /* Hi last: readers load it first */
   return 1;
 }
 
-static void recordRange(void* base) {
-  if (base != NULL) (void)dl_iterate_phdr(segmentsOf, base);
-  TRACE(SYMM_INIT, "real NCCL mapped at [%#lx, %#lx)", (unsigned long)symmRealLo,
-        (unsigned long)symmRealHi);
+static void recordRange(void* probe) {
+  if (probe != NULL && dl_iterate_phdr(codeSegmentsOf, probe))
+    TRACE(SYMM_INIT, "real NCCL's code at [%#lx, %#lx)", (unsigned long)symmRealLo,
+          (unsigned long)symmRealHi);
+  else
+    INFO(SYMM_INIT, "the real NCCL's code segments were not found: its calls of its own "
+         "functions from its own threads are taken for the application's");
 }
 
 /* Why the last candidate was refused (only touched inside loadOnceFn, under pthread_once). */
@@ -90,7 +96,7 @@ static int adoptHandle(void* handle, const char* how) {
     return 0;
   }
   symmReal.handle = handle;
-  recordRange(objectBase(probe, NULL));
+  recordRange(probe);
   snprintf(symmReal.path, sizeof(symmReal.path), "%s", fname ? fname : "?");
   INFO(SYMM_INIT, "libsymmcoll %d.%d.%d: real NCCL %s (%s)", SYMMCOLL_VERSION_MAJOR,
        SYMMCOLL_VERSION_MINOR, SYMMCOLL_VERSION_PATCH, symmReal.path, how);

@@ -31,18 +31,23 @@ ncclResult_t symmRealLoad(void);
  * its own exported functions through the PLT (ncclMemAlloc, ncclCommRegister, ...); when we
  * are linked or preloaded those land in our entry points, which must then forward untouched. */
 extern __thread int symmRealDepth;
-/* Where the real NCCL's object is mapped, [symmRealLo, symmRealHi) (0, 0 until it is loaded).
+/* Where the real NCCL's code is mapped, [symmRealLo, symmRealHi) (0, 0 until it is loaded).
  * Its own threads make such calls too (a non-blocking communicator's group job calls
  * ncclCommRegister and ncclMemAlloc; its teardown ncclMemFree), with symmRealDepth 0 there:
  * the call's return address tells. */
 extern uintptr_t symmRealLo, symmRealHi;
 
+/* `addr` lies in the real NCCL's code (Hi is stored last, with release, once per process). */
+static inline int symmAddressInReal(const void* addr) {
+  const uintptr_t a = (uintptr_t)addr, hi = __atomic_load_n(&symmRealHi, __ATOMIC_ACQUIRE);
+  return a < hi && a >= symmRealLo;
+}
+
 /* 1 when the real NCCL called the entry point this expands in: on this thread under a call of
  * ours, or from its own code on any thread. A macro: the return address must be that of the
  * exported function's own frame. */
-#define SYMM_CALLED_BY_REAL()                                                                 \
-  (symmRealDepth > 0 ||                                                                       \
-   (uintptr_t)__builtin_return_address(0) - symmRealLo < symmRealHi - symmRealLo)
+#define SYMM_CALLED_BY_REAL() \
+  (symmRealDepth > 0 || symmAddressInReal(__builtin_return_address(0)))
 
 /* Call the real NCCL from an intercepted entry point (the real library must be loaded). */
 #define SYMM_CALL_REAL(result, name, args) \

@@ -984,6 +984,13 @@ static void testNonBlockingWindow(ncclResult_t realAnswer) {
     CHECK_EQ_INT(ncclCommGetAsyncError(c->real, &state), ncclSuccess);
     CHECK_EQ_INT(state, ncclInProgress);
     CHECK_EQ_INT(symmCommJobState(c), ncclInProgress); /* our mapping waits in its job */
+    /* A second registration meanwhile is refused, as NCCL refuses a call on a communicator
+     * whose previous operation is in progress (it would map beside the job). */
+    static float other[16];
+    ncclWindow_t second = NULL;
+    CHECK_EQ_INT(ncclCommWindowRegister(c->real, other, sizeof(other), &second,
+                                        NCCL_WIN_COLL_SYMMETRIC),
+                 ncclInvalidArgument);
   }
   setAsyncError(ncclSuccess); /* the real registration completes */
   for (int i = 0; i < 5000; i++) {
