@@ -78,6 +78,7 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
   if (ours != NULL && symmCommJobState(ours) == ncclInProgress) {
     WARN("ncclCommWindowRegister on communicator %p before its previous operation returned "
          "ncclSuccess (poll ncclCommGetAsyncError until it does)", (void*)comm);
+    if (symmGroupDepth() > 0) symmGroupPoison(comm, ncclInvalidArgument); /* as NCCL's group */
     symmCommRelease(ours);
     return ncclInvalidArgument;
   }
