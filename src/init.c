@@ -571,7 +571,12 @@ SYMM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* as
     return res;
   }
   ncclResult_t mine = symmCommJobState(ours);
-  if (mine == ncclSuccess && *asyncError != ncclInProgress) mine = symmGroupRunParked(ours);
+  if (mine == ncclSuccess && *asyncError != ncclInProgress) {
+    mine = symmGroupRunParked(ours);
+    /* What it ran may have started our staging job: in progress until that ends (a call of the
+     * application's meanwhile would meet the job; ncclCommWindowRegister refuses it). */
+    if (mine == ncclSuccess) mine = symmCommJobState(ours);
+  }
   const ncclResult_t health = symmCommPollHealth(ours);
   if (health != ncclSuccess) mine = health;
   *asyncError = symmFailureCombine(*asyncError, mine);

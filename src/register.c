@@ -72,13 +72,16 @@ SYMM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
                               ncclSystemError);
   if (symmRealLoad() != ncclSuccess) return ncclSystemError;
   struct symmComm* ours = symmCommAcquire(comm);
-  /* Our job on a non-blocking communicator (its setup, or the mapping of the last window) is its
-   * previous operation still in progress, as ncclCommGetAsyncError says; NCCL refuses a call
-   * then, and so do we: a second mapping beside the job's would pair different exchanges. */
-  if (ours != NULL && symmCommJobState(ours) == ncclInProgress) {
+  /* Our job on a non-blocking communicator (its setup or staging, or the mapping of the last
+   * window) is its previous operation still in progress, as ncclCommGetAsyncError says; NCCL
+   * refuses a call then (but not an empty registration, which it answers before that check),
+   * and so do we: a second mapping beside the job's would pair different exchanges. */
+  if (ours != NULL && buff != NULL && size != 0 && symmCommJobState(ours) == ncclInProgress) {
     WARN("ncclCommWindowRegister on communicator %p before its previous operation returned "
          "ncclSuccess (poll ncclCommGetAsyncError until it does)", (void*)comm);
-    if (symmGroupDepth() > 0) symmGroupPoison(comm, ncclInvalidArgument); /* as NCCL's group */
+    /* Inside a group the group fails, as with NCCL's check; through no communicator (a refused
+     * call on this one would leave its error on it, and poll it beside our job). */
+    if (symmGroupDepth() > 0) symmGroupPoison(NULL, ncclInvalidArgument);
     symmCommRelease(ours);
     return ncclInvalidArgument;
   }
