@@ -506,11 +506,6 @@ static ncclResult_t settleAll(const ncclComm_t* cs) {
   return ncclInProgress;
 }
 
-/* Non-blocking communicators of every GPU, driven by this one thread: each rank's window is
- * registered without a group, one call after the other. NCCL returns at once (its registration
- * completes in its own thread with a barrier over every rank); ours must too, else the first
- * call waits for ranks this thread has not reached yet. Then the windows are mapped on every
- * rank and all-reduces in place on them come back right. */
 /* issueAll on non-blocking communicators: the group's end may say ncclInProgress. */
 static void issueAllNonBlocking(const struct call* c) {
   NCCL_OK(ncclGroupStart());
@@ -519,6 +514,11 @@ static void issueAllNonBlocking(const struct call* c) {
   CHECK(end == ncclSuccess || end == ncclInProgress);
 }
 
+/* Non-blocking communicators of every GPU, driven by this one thread: each rank's window is
+ * registered without a group, one call after the other. NCCL returns at once (its registration
+ * completes in its own thread with a barrier over every rank); ours must too, else the first
+ * call waits for ranks this thread has not reached yet. Then the windows are mapped on every
+ * rank and all-reduces in place on them come back right. */
 static void runNonBlockingWindows(void) {
   ncclComm_t nb[MAX_GPUS] = {0};
   ncclUniqueId id;
